@@ -1,0 +1,47 @@
+# sloprober build, test and run targets. Every target installs what it needs
+# (Go modules through the Go module proxy); nothing has to be set up by hand.
+
+GO        ?= go
+BINARY    ?= sloprober
+PKG       := github.com/prometheus/common/version
+VERSION   ?= $(shell cat VERSION)
+REVISION  ?= $(shell git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)
+BRANCH    ?= $(shell git symbolic-ref --short -q HEAD 2>/dev/null || echo unknown)
+BUILDUSER ?= $(shell whoami)@$(shell hostname)
+BUILDDATE ?= $(shell date -u +%Y%m%d-%H:%M:%S)
+LDFLAGS   := -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) \
+             -X $(PKG).Branch=$(BRANCH) -X $(PKG).BuildUser=$(BUILDUSER) \
+             -X $(PKG).BuildDate=$(BUILDDATE)
+GOFILES   := $(shell find . -name '*.go' -not -path './.git/*')
+
+.PHONY: all build test fmt-check vet unit run sim clean
+
+all: build
+
+## build: build ./sloprober with version information
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BINARY) ./cmd/sloprober
+
+## test: gofmt check, go vet and every test with the race detector
+test: fmt-check vet unit
+
+fmt-check:
+	@unformatted=$$(gofmt -l $(GOFILES)); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 ./...
+
+## run: start the simulator on 127.0.0.1:8000 (the daemon's embedded default comes with the core daemon)
+run: build
+	./$(BINARY) sim
+
+## sim: start the simulator on 127.0.0.1:8000
+sim: build
+	./$(BINARY) sim
+
+clean:
+	rm -f $(BINARY)

@@ -1,0 +1,42 @@
+// Command sloprober is a Prometheus-native continuous SLO prober for LLM
+// serving endpoints.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/common/promslog"
+	promslogflag "github.com/prometheus/common/promslog/flag"
+	"github.com/prometheus/common/version"
+)
+
+func main() {
+	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// runMain parses the command line and runs the chosen command; it returns the
+// process exit code.
+func runMain(args []string, stdout, stderr io.Writer) int {
+	app := kingpin.New("sloprober", "A Prometheus-native continuous SLO prober for LLM serving endpoints.")
+	app.Version(version.Print("sloprober"))
+	app.HelpFlag.Short('h')
+	logConfig := &promslog.Config{Writer: stderr}
+	promslogflag.AddFlags(app, logConfig)
+
+	sim := newSimCommand(app)
+
+	cmd, err := app.Parse(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "sloprober: %v, try --help\n", err)
+		return 2
+	}
+	logger := promslog.New(logConfig)
+	switch cmd {
+	case sim.cmd.FullCommand():
+		return sim.run(logger)
+	}
+	return 0
+}

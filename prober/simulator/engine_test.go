@@ -1,0 +1,224 @@
+package simulator_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Tolerances. The simulator reports its phases as measured wall-clock time,
+// so comparisons between its timings and the test client's clock (the same
+// process, the same monotonic clock) are exact lower bounds; upper bounds
+// allow for goroutine wake-ups on a loaded 2-core machine under -race.
+// Comparisons with the configured model (nominal times) use medians, because
+// Go timers overshoot by up to about a millisecond.
+const (
+	wakeSlackMS = 25.0 // loose maximum: how late a chunk may be read after it exists
+	nominalMS   = 3.0  // median overshoot of a timed phase over its nominal length
+)
+
+// TestFIFOQueueOneSlot: with one slot, requests are served one at a time in
+// arrival order, and a request's queue_ms is the service time of the one
+// ahead of it.
+func TestFIFOQueueOneSlot(t *testing.T) {
+	s := startSim(t, `
+slots: 1
+prefill: {base: 5ms, per_token: 0s}
+decode: {base: 10ms, per_sequence: 0s}
+`)
+	const n = 4
+	results := make([]*result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		accepted := make(chan struct{})
+		wg.Go(func() {
+			var once sync.Once
+			results[i] = s.post(t, "/v1/chat/completions", chat(text(fmt.Sprint(i), 10), 20, true), func(event) {
+				once.Do(func() { close(accepted) }) // the role chunk: the request is queued
+			})
+			once.Do(func() { close(accepted) })
+		})
+		<-accepted
+	}
+	wg.Wait()
+
+	first := results[0].summary(t).Timings
+	require.NotNil(t, first)
+	serviceA := first.PromptMS + first.PredictedMS
+	require.GreaterOrEqual(t, serviceA, 5.0+19*10.0, "service time below the configured model")
+	for i := 1; i < n; i++ {
+		prev, cur := results[i-1], results[i]
+		require.Equal(t, http.StatusOK, cur.status)
+		prevTok, curTok := prev.tokens(t), cur.tokens(t)
+		require.Len(t, curTok, 20)
+		require.True(t, curTok[0].After(prevTok[len(prevTok)-1]), "request %d got its first token before request %d ended", i, i-1)
+	}
+	// Request B arrived after A was admitted and no later than its own role
+	// chunk; it waits from its arrival until A's last token.
+	b := results[1].summary(t).Timings
+	arrivalGap := msSince(results[0].sent, results[1].events[0].at)
+	require.LessOrEqual(t, b.QueueMS, first.QueueMS+serviceA+1, "B queued longer than A's service")
+	require.GreaterOrEqual(t, b.QueueMS, serviceA-arrivalGap-1, "B queued shorter than A's remaining service")
+}
+
+// TestPrefillLinearInUncachedTokens: prompt_ms = base + per_token * prompt_n.
+func TestPrefillLinearInUncachedTokens(t *testing.T) {
+	s := startSim(t, `
+slots: 1
+prefill: {base: 5ms, per_token: 50us}
+`)
+	sizes := []int{100, 1000, 3000}
+	medians := make([]float64, len(sizes))
+	for i, size := range sizes {
+		var got []float64
+		for rep := range 3 {
+			r := s.post(t, "/v1/completions", map[string]any{
+				"model": "sim-model", "prompt": text(fmt.Sprintf("p%d-%d", i, rep), size), "max_tokens": 1, "ignore_eos": true,
+			}, nil)
+			require.Equal(t, http.StatusOK, r.status, string(r.body))
+			tm := r.summary(t).Timings
+			require.Equal(t, size, tm.PromptN)
+			nominal := 5 + 0.05*float64(size)
+			require.GreaterOrEqual(t, tm.PromptMS, nominal-0.1)
+			got = append(got, tm.PromptMS)
+		}
+		medians[i] = median(got)
+		nominal := 5 + 0.05*float64(size)
+		require.InDelta(t, nominal, medians[i], nominalMS, "prefill of %d tokens", size)
+	}
+	slope := (medians[2] - medians[0]) / float64(sizes[2]-sizes[0])
+	require.InEpsilon(t, 0.05, slope, 0.05, "prefill ms per token")
+}
+
+// TestDecodeStepGrowsWithBatch: a decode step takes base + per_sequence *
+// running sequences, and every running sequence gets one token per step.
+func TestDecodeStepGrowsWithBatch(t *testing.T) {
+	s := startSim(t, `
+slots: 8
+prefill: {base: 1ms, per_token: 0s}
+decode: {base: 10ms, per_sequence: 4ms}
+`)
+	tpot := func(r *result) float64 {
+		tm := r.summary(t).Timings
+		return tm.PredictedMS / float64(tm.PredictedN-1)
+	}
+	alone := s.post(t, "/v1/chat/completions", chat("alone", 30, true), nil)
+	require.InDelta(t, 14, tpot(alone), 2, "TPOT of one sequence: 10ms + 1*4ms")
+
+	results := make([]*result, 8)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() { results[i] = s.post(t, "/v1/chat/completions", chat(fmt.Sprint("batch", i), 30, true), nil) })
+	}
+	wg.Wait()
+	var tpots []float64
+	for _, r := range results {
+		tpots = append(tpots, tpot(r))
+	}
+	// Eight sequences: 10ms + 8*4ms = 42ms per step, a little less where
+	// the batch fills up or drains.
+	require.InEpsilon(t, 42, median(tpots), 0.1, "TPOT of eight sequences: %v", tpots)
+}
+
+// TestPrefillPausesDecode: an admitted request's prefill stops the running
+// sequences, so they see an inter-token gap as long as that prefill.
+func TestPrefillPausesDecode(t *testing.T) {
+	s := startSim(t, `
+slots: 2
+prefill: {base: 5ms, per_token: 50us}
+decode: {base: 10ms, per_sequence: 0s}
+`)
+	started := make(chan struct{})
+	var a *result
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		events := 0
+		a = s.post(t, "/v1/chat/completions", chat("running", 40, true), func(event) {
+			if events++; events == 6 { // the role chunk and five tokens
+				close(started)
+			}
+		})
+	})
+	<-started
+	b := s.post(t, "/v1/chat/completions", chat(text("long", 4000), 2, true), nil)
+	wg.Wait()
+	prefill := b.summary(t).Timings.PromptMS
+	require.GreaterOrEqual(t, prefill, 205.0-0.1)
+	var gaps []float64
+	toks := a.tokens(t)
+	for i := 1; i < len(toks); i++ {
+		gaps = append(gaps, msSince(toks[i-1], toks[i]))
+	}
+	maxGap := quantile(gaps, 1)
+	require.GreaterOrEqual(t, maxGap, prefill, "the running sequence did not pause for the prefill")
+	require.LessOrEqual(t, maxGap, prefill+10+wakeSlackMS)
+	require.InDelta(t, 10, median(gaps), nominalMS, "normal inter-token gap")
+}
+
+// TestPrefixCache: prompt blocks seen before are not prefilled again.
+func TestPrefixCache(t *testing.T) {
+	s := startSim(t, `
+slots: 1
+prefill: {base: 5ms, per_token: 50us}
+prefix_cache: {block_tokens: 64}
+`)
+	p := text("cached", 1000)
+	run := func(prompt string) (*result, final) {
+		r := s.post(t, "/v1/completions", map[string]any{"model": "sim-model", "prompt": prompt, "max_tokens": 1, "stream": true,
+			"stream_options": map[string]any{"include_usage": true}}, nil)
+		require.Equal(t, http.StatusOK, r.status)
+		return r, r.summary(t)
+	}
+	_, cold := run(p)
+	require.Equal(t, 0, cold.Timings.CacheN)
+	require.Equal(t, 1000, cold.Timings.PromptN)
+
+	_, warm := run(p)
+	require.Equal(t, 960, warm.Timings.CacheN, "15 whole blocks of 64 tokens")
+	require.Equal(t, 40, warm.Timings.PromptN)
+	require.Equal(t, 960, warm.Usage.PromptTokensDetails.CachedTokens)
+	require.Equal(t, 1000, warm.Usage.PromptTokens)
+	require.Less(t, warm.Timings.PromptMS, cold.Timings.PromptMS/3, "a cache hit must shorten prefill")
+
+	_, partial := run(p[:512*4] + text("different", 488))
+	require.Equal(t, 512, partial.Timings.CacheN, "the shared first 512 tokens")
+
+	_, other := run(text("unrelated", 1000))
+	require.Equal(t, 0, other.Timings.CacheN)
+}
+
+// TestMaxQueue: arrivals beyond max_queue waiting requests are answered 429.
+func TestMaxQueue(t *testing.T) {
+	s := startSim(t, `
+slots: 1
+max_queue: 1
+decode: {base: 10ms, per_sequence: 0s}
+`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 2 {
+		accepted := make(chan struct{})
+		wg.Go(func() {
+			var once sync.Once
+			s.postCtx(ctx, t, "/v1/chat/completions", chat(fmt.Sprint(i), 1000, true), func(event) { once.Do(func() { close(accepted) }) })
+			once.Do(func() { close(accepted) })
+		})
+		<-accepted
+	}
+	r := s.post(t, "/v1/chat/completions", chat("third", 5, true), nil)
+	require.Equal(t, http.StatusTooManyRequests, r.status, string(r.body))
+	require.Contains(t, string(r.body), "max_queue 1")
+	cancel()
+	wg.Wait()
+	// Clients that leave free their slot and queue place.
+	require.Eventually(t, func() bool {
+		st := s.Stats()
+		return st.Running == 0 && st.Waiting == 0
+	}, 5*time.Second, 5*time.Millisecond)
+}

@@ -1,0 +1,170 @@
+package simulator
+
+import (
+	"container/list"
+	"unicode"
+	"unicode/utf8"
+)
+
+// tokenizer counts text in tokens the way TokenizerConfig says. It is a model,
+// not a real tokenizer: what matters is that counts are stable and close to
+// real ones (about four characters per token for English text), and that a
+// prompt's leading tokens can be hashed into prefix-cache blocks.
+type tokenizer struct {
+	charsPerToken int
+	words         bool
+}
+
+func newTokenizer(c TokenizerConfig) tokenizer {
+	return tokenizer{charsPerToken: c.CharsPerToken, words: c.Words}
+}
+
+// forEach calls fn with every token of text, in order, without allocating.
+func (t tokenizer) forEach(text string, fn func(tok string)) {
+	if t.words {
+		start := -1
+		for i, r := range text {
+			if unicode.IsSpace(r) {
+				if start >= 0 {
+					fn(text[start:i])
+					start = -1
+				}
+			} else if start < 0 {
+				start = i
+			}
+		}
+		if start >= 0 {
+			fn(text[start:])
+		}
+		return
+	}
+	start, n := 0, 0
+	for i := range text {
+		if n == t.charsPerToken {
+			fn(text[start:i])
+			start, n = i, 0
+		}
+		n++
+	}
+	if n > 0 {
+		fn(text[start:])
+	}
+}
+
+// count returns the number of tokens of text.
+func (t tokenizer) count(text string) int {
+	if t.words {
+		n := 0
+		t.forEach(text, func(string) { n++ })
+		return n
+	}
+	runes := utf8.RuneCountInString(text)
+	return (runes + t.charsPerToken - 1) / t.charsPerToken
+}
+
+// tokenID maps a token to a stable id, for POST /tokenize.
+func tokenID(tok string) int {
+	return int(fnvString(fnvOffset, tok) % 100000)
+}
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnvString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime
+	}
+	return h
+}
+
+// prompt is what the engine needs to know of a request's input.
+type prompt struct {
+	tokens int
+	// blocks are chained hashes of the prompt's whole blocks: blocks[i]
+	// identifies tokens [0, (i+1)*blockTokens), so equal hashes mean equal
+	// prefixes, as in vLLM's automatic prefix caching.
+	blocks []uint64
+}
+
+// tokenize counts the tokens of the texts, taken as one sequence, and hashes
+// its whole blocks of blockTokens tokens (none when blockTokens is 0).
+func (t tokenizer) tokenize(texts []string, blockTokens int) prompt {
+	var p prompt
+	h, inBlock := uint64(fnvOffset), 0
+	for _, text := range texts {
+		t.forEach(text, func(tok string) {
+			p.tokens++
+			if blockTokens == 0 {
+				return
+			}
+			h = fnvString(h, tok)
+			h = (h ^ 0xff) * fnvPrime // token separator
+			inBlock++
+			if inBlock == blockTokens {
+				p.blocks = append(p.blocks, h)
+				inBlock = 0
+			}
+		})
+	}
+	return p
+}
+
+// prefixCache remembers prompt blocks by their chained hash and evicts the
+// least recently used block beyond maxBlocks. Only the engine goroutine uses it.
+type prefixCache struct {
+	blockTokens int
+	maxBlocks   int
+	lru         *list.List // of uint64, most recent first
+	index       map[uint64]*list.Element
+}
+
+func newPrefixCache(c *PrefixCacheConfig) *prefixCache {
+	if c == nil {
+		return nil
+	}
+	return &prefixCache{
+		blockTokens: c.BlockTokens,
+		maxBlocks:   c.MaxBlocks,
+		lru:         list.New(),
+		index:       map[uint64]*list.Element{},
+	}
+}
+
+// lookup returns how many tokens of p's leading blocks are cached.
+func (c *prefixCache) lookup(p prompt) int {
+	if c == nil {
+		return 0
+	}
+	hit := 0
+	for _, b := range p.blocks {
+		e, ok := c.index[b]
+		if !ok {
+			break
+		}
+		c.lru.MoveToFront(e)
+		hit++
+	}
+	return hit * c.blockTokens
+}
+
+// insert adds p's blocks after its prefill.
+func (c *prefixCache) insert(p prompt) {
+	if c == nil {
+		return
+	}
+	for _, b := range p.blocks {
+		if e, ok := c.index[b]; ok {
+			c.lru.MoveToFront(e)
+			continue
+		}
+		c.index[b] = c.lru.PushFront(b)
+		for c.lru.Len() > c.maxBlocks {
+			old := c.lru.Back()
+			delete(c.index, old.Value.(uint64))
+			c.lru.Remove(old)
+		}
+	}
+}
