@@ -1,0 +1,271 @@
+package prober
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"sync"
+	"time"
+
+	commoncfg "github.com/prometheus/common/config"
+
+	"github.com/sloprober/sloprober/prober/config"
+)
+
+// RequestIDHeader carries a unique id on every probe request, so servers can
+// find (or exclude) synthetic traffic.
+const RequestIDHeader = "X-Request-Id"
+
+// drainTimeout bounds the wait for the end of a response after [DONE]:
+// reading to the end keeps the connection reusable, but a server that keeps
+// the stream open must not hold the request.
+const drainTimeout = 100 * time.Millisecond
+
+// Client sends probe requests to one target over one connection pool.
+type Client struct {
+	target   *config.TargetConfig
+	endpoint string
+	http     *http.Client
+}
+
+// NewClient builds the client of a target; userAgent is sent on every request.
+func NewClient(t *config.TargetConfig, userAgent string) (*Client, error) {
+	rt, err := commoncfg.NewRoundTripperFromConfig(t.HTTPClientConfig, "sloprober_"+t.Name, commoncfg.WithUserAgent(userAgent))
+	if err != nil {
+		return nil, fmt.Errorf("target %q: %w", t.Name, err)
+	}
+	c := &http.Client{Transport: rt}
+	if !t.HTTPClientConfig.FollowRedirects {
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	}
+	path := "/chat/completions"
+	if t.API == "completions" {
+		path = "/completions"
+	}
+	return &Client{target: t, endpoint: strings.TrimSuffix(t.URL, "/") + path, http: c}, nil
+}
+
+// Close releases the client's idle connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+// Request is one probe request.
+type Request struct {
+	ID           string
+	Prompt       string
+	InputTokens  int // the workload's estimate of the prompt length
+	OutputTokens int
+	IgnoreEOS    bool
+}
+
+// body encodes the request for the target's API. It always streams and asks
+// for usage (stream_options.include_usage); ignore_eos is sent only when set,
+// since hosted APIs reject unknown keys.
+func (c *Client) body(req *Request) ([]byte, error) {
+	b := map[string]any{
+		"model":                 c.target.Model,
+		"stream":                true,
+		"stream_options":        map[string]any{"include_usage": true},
+		c.target.MaxTokensField: req.OutputTokens,
+	}
+	if c.target.API == "completions" {
+		b["prompt"] = req.Prompt
+	} else {
+		b["messages"] = []map[string]string{{"role": "user", "content": req.Prompt}}
+	}
+	if req.IgnoreEOS {
+		b["ignore_eos"] = true
+	}
+	return json.Marshal(b)
+}
+
+// Do sends req and reads the reply into r, which it fills from Sent on; the
+// caller sets the labels and Scheduled. The request's deadline is the
+// target's timeout. r.Outcome is set on return.
+func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
+	r.RequestID = req.ID
+	r.InputTokens, r.OutputTokens, r.IgnoreEOS = req.InputTokens, req.OutputTokens, req.IgnoreEOS
+	defer func() { r.Outcome = Classify(r) }()
+
+	body, err := c.body(req)
+	if err != nil {
+		r.Sent = time.Now()
+		r.ProtocolErr = "encoding request: " + err.Error()
+		return
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, time.Duration(c.target.Timeout), ErrTimeout)
+	defer cancel()
+	tr := &tracer{}
+	ctx = httptrace.WithClientTrace(ctx, tr.clientTrace())
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
+	if err != nil {
+		r.Sent = time.Now()
+		r.ConnectErr = err.Error()
+		return
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "text/event-stream")
+	hreq.Header.Set(RequestIDHeader, req.ID)
+
+	r.Sent = time.Now()
+	tr.start = r.Sent
+	resp, err := c.http.Do(hreq)
+	defer func() {
+		r.Ended = time.Since(r.Sent)
+		r.Trace = tr.result()
+	}()
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			r.Cause = context.Cause(ctx)
+		case !tr.connected():
+			r.ConnectErr = describeConnectError(err)
+		default:
+			r.StreamErr = "no response: " + err.Error()
+		}
+		return
+	}
+	defer resp.Body.Close()
+	r.StatusCode = resp.StatusCode
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		r.ErrorBody = strings.Join(strings.Fields(string(b)), " ")
+		return
+	}
+	readStream(resp.Body, r, func() time.Duration { return time.Since(r.Sent) })
+	if !r.Done && ctx.Err() != nil {
+		r.Cause = context.Cause(ctx)
+	}
+}
+
+// readStream reads an SSE completion stream into r. now returns the current
+// offset from t0; it is read in this goroutine the moment an event has been
+// parsed. After [DONE] the rest of the body is drained for at most
+// drainTimeout, so the connection can be reused.
+func readStream(body io.ReadCloser, r *Result, now func() time.Duration) {
+	sr := newSSEReader(body)
+	for {
+		ev, err := sr.next()
+		if err != nil {
+			switch {
+			case errors.Is(err, io.EOF):
+			case errors.Is(err, errNotSSE):
+				r.ProtocolErr = err.Error()
+			case r.Done:
+			default:
+				r.StreamErr = "stream broken: " + err.Error()
+			}
+			return
+		}
+		at := now()
+		if r.Done {
+			continue // nothing counts after [DONE]
+		}
+		if string(ev.Data) == "[DONE]" {
+			r.Done = true
+			t := time.AfterFunc(drainTimeout, func() { _ = body.Close() })
+			defer t.Stop()
+			continue
+		}
+		if ev.Name == "error" {
+			if r.StreamErr == "" {
+				r.StreamErr = "error event in stream: " + excerpt(ev.Data, 200)
+			}
+			continue
+		}
+		var c streamChunk
+		if err := json.Unmarshal(ev.Data, &c); err != nil {
+			if r.ProtocolErr == "" {
+				r.ProtocolErr = fmt.Sprintf("chunk is not valid JSON: %v: %s", err, excerpt(ev.Data, 80))
+			}
+			continue
+		}
+		if msg := c.errorMessage(); msg != "" {
+			if r.StreamErr == "" {
+				r.StreamErr = "error in stream: " + msg
+			}
+			continue
+		}
+		if c.hasText() {
+			r.Chunks = append(r.Chunks, at)
+		}
+		for i := range c.Choices {
+			if fr := c.Choices[i].FinishReason; fr != nil && *fr != "" {
+				r.FinishReason = *fr
+			}
+		}
+		if u := c.Usage; u != nil {
+			r.Usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
+			if u.PromptTokensDetails != nil {
+				r.Usage.CachedTokens = u.PromptTokensDetails.CachedTokens
+			}
+		}
+		if c.Timings != nil {
+			r.Timings = c.Timings
+		}
+	}
+}
+
+// describeConnectError shortens the errors of a failed connection.
+func describeConnectError(err error) string {
+	var tlsErr *tls.CertificateVerificationError
+	if errors.As(err, &tlsErr) {
+		return "TLS: " + tlsErr.Error()
+	}
+	var urlErr interface{ Unwrap() error }
+	if errors.As(err, &urlErr) {
+		if inner := urlErr.Unwrap(); inner != nil {
+			return inner.Error()
+		}
+	}
+	return err.Error()
+}
+
+// tracer records httptrace events as offsets from start.
+type tracer struct {
+	mu    sync.Mutex
+	start time.Time
+	t     Trace
+	conn  bool
+}
+
+func (tr *tracer) mark(d *time.Duration) {
+	tr.mu.Lock()
+	*d = time.Since(tr.start)
+	tr.mu.Unlock()
+}
+
+func (tr *tracer) clientTrace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		DNSDone:              func(httptrace.DNSDoneInfo) { tr.mark(&tr.t.DNSDone) },
+		ConnectDone:          func(_, _ string, err error) { tr.mark(&tr.t.ConnectDone) },
+		TLSHandshakeDone:     func(tls.ConnectionState, error) { tr.mark(&tr.t.TLSDone) },
+		WroteRequest:         func(httptrace.WroteRequestInfo) { tr.mark(&tr.t.WroteRequest) },
+		GotFirstResponseByte: func() { tr.mark(&tr.t.FirstByte) },
+		GotConn: func(info httptrace.GotConnInfo) {
+			tr.mu.Lock()
+			tr.t.GotConn = time.Since(tr.start)
+			tr.t.Reused = info.Reused
+			tr.conn = true
+			tr.mu.Unlock()
+		},
+	}
+}
+
+func (tr *tracer) connected() bool {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.conn
+}
+
+func (tr *tracer) result() Trace {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.t
+}

@@ -1,0 +1,131 @@
+package prober
+
+import (
+	"time"
+
+	"github.com/sloprober/sloprober/prober/config"
+)
+
+// InputLengthTolerance is how far the server's prompt_tokens may be from the
+// requested input length before a length mismatch is counted: 25% allows
+// for the difference between tokenizers until the prompt length is
+// calibrated against the server's own count.
+const InputLengthTolerance = 0.25
+
+// Measurement is what one finished request contributes to the metrics, by
+// the definitions of docs/metrics.md. Each Has* flag says whether the
+// quantity is observed for this request.
+type Measurement struct {
+	Outcome Outcome
+
+	TTFT      time.Duration // t1 - t0
+	HasTTFT   bool          // received a token, not cancelled
+	E2E       time.Duration // tN - t0
+	HasE2E    bool          // ok, with a token
+	TPOT      time.Duration // (tN - t1) / (N - 1)
+	HasTPOT   bool          // ok, N >= 2 and at least 2 chunks
+	MaxITL    time.Duration // largest gap between chunks
+	HasMaxITL bool          // ok, at least 2 chunks
+	HasITL    bool          // the gaps of Chunks are observed: not cancelled
+
+	OutputTokens   int  // N: usage, else the chunk count
+	HasOutput      bool // received tokens
+	OutputFallback bool // an ok reply without usage: N is the chunk count
+	InputTokens    int  // usage, else the workload's estimate
+	InputFallback  bool // an ok reply without usage
+
+	InputMismatch  bool // server-counted input off the request by more than InputLengthTolerance
+	OutputMismatch bool // ok output shorter than requested although ignore_eos was sent
+
+	// Counted: in the attainment denominator (sent - cancelled - shutdown).
+	Counted bool
+	// Good: ok, carried text, met every SLO.
+	Good bool
+	// Missed lists the SLOs (of those configured) the request missed; only
+	// for counted requests.
+	Missed []string
+}
+
+// Measure computes the measurement of a finished request under the given
+// SLOs. It is a pure function of its arguments.
+func Measure(r *Result, slos []config.SLO) Measurement {
+	m := Measurement{Outcome: r.Outcome}
+	ok := r.Outcome == OutcomeOK
+	n := len(r.Chunks)
+	cancelled := r.Outcome == OutcomeCancelled
+
+	if n > 0 {
+		m.HasOutput = true
+		m.OutputTokens = n
+		if r.Usage != nil && r.Usage.CompletionTokens > 0 {
+			m.OutputTokens = r.Usage.CompletionTokens
+		} else if ok {
+			m.OutputFallback = true
+		}
+		if !cancelled {
+			m.TTFT, m.HasTTFT = r.Chunks[0], true
+			m.HasITL = n >= 2
+		}
+	}
+	m.InputTokens = r.InputTokens
+	if r.Usage != nil && r.Usage.PromptTokens > 0 {
+		m.InputTokens = r.Usage.PromptTokens
+		if r.InputTokens > 0 {
+			off := float64(m.InputTokens-r.InputTokens) / float64(r.InputTokens)
+			m.InputMismatch = off > InputLengthTolerance || off < -InputLengthTolerance
+		}
+	} else if ok {
+		m.InputFallback = true
+	}
+
+	if ok && n > 0 {
+		m.E2E, m.HasE2E = r.Chunks[n-1], true
+		if n >= 2 {
+			m.MaxITL, m.HasMaxITL = MaxGap(r.Chunks), true
+			if m.OutputTokens >= 2 {
+				m.TPOT, m.HasTPOT = (r.Chunks[n-1]-r.Chunks[0])/time.Duration(m.OutputTokens-1), true
+			}
+		}
+		m.OutputMismatch = r.IgnoreEOS && r.OutputTokens > 0 && m.OutputTokens < r.OutputTokens
+	}
+
+	m.Counted = !cancelled && r.Outcome != OutcomeShutdown
+	if !m.Counted {
+		return m
+	}
+	carried := ok && n > 0
+	m.Good = carried
+	for _, slo := range slos {
+		met := carried && metSLO(&m, slo)
+		if !met {
+			m.Good = false
+			m.Missed = append(m.Missed, slo.Name)
+		}
+	}
+	return m
+}
+
+// metSLO checks one SLO of an ok request with text; a TPOT or max ITL that
+// cannot be measured (fewer than two chunks) counts as met.
+func metSLO(m *Measurement, slo config.SLO) bool {
+	switch slo.Name {
+	case "ttft":
+		return m.TTFT <= slo.Threshold
+	case "tpot":
+		return !m.HasTPOT || m.TPOT <= slo.Threshold
+	case "e2e":
+		return m.E2E <= slo.Threshold
+	case "max_itl":
+		return !m.HasMaxITL || m.MaxITL <= slo.Threshold
+	}
+	return true
+}
+
+// MaxGap returns the largest gap between consecutive offsets.
+func MaxGap(offsets []time.Duration) time.Duration {
+	var g time.Duration
+	for i := 1; i < len(offsets); i++ {
+		g = max(g, offsets[i]-offsets[i-1])
+	}
+	return g
+}

@@ -1,0 +1,192 @@
+// Package prober sends open-loop synthetic load to OpenAI-compatible LLM
+// endpoints and measures every request: scheduling (absolute-time arrivals,
+// drop-never-queue), the HTTP client and SSE stream reader, and the pure
+// measurement functions that turn a per-request Result into TTFT, TPOT, ITL,
+// E2E and an SLO verdict, as docs/metrics.md defines them.
+//
+// prober never imports the exporter: finished results go to an Observer.
+package prober
+
+import (
+	"errors"
+	"strconv"
+	"time"
+)
+
+// Outcome is how a sent request ended: exactly one per request, decided by
+// Classify in the contract's order.
+type Outcome string
+
+// Outcomes, in the order Classify decides them.
+const (
+	OutcomeCancelled     Outcome = "cancelled"
+	OutcomeShutdown      Outcome = "shutdown"
+	OutcomeTimeout       Outcome = "timeout"
+	OutcomeConnectError  Outcome = "connect_error"
+	OutcomeHTTP429       Outcome = "http_429"
+	OutcomeHTTP4xx       Outcome = "http_4xx"
+	OutcomeHTTP5xx       Outcome = "http_5xx"
+	OutcomeProtocolError Outcome = "protocol_error"
+	OutcomeStreamError   Outcome = "stream_error"
+	OutcomeOK            Outcome = "ok"
+)
+
+// Outcomes lists every outcome, for zero-initialised series.
+var Outcomes = []Outcome{
+	OutcomeCancelled, OutcomeShutdown, OutcomeTimeout, OutcomeConnectError, OutcomeHTTP429,
+	OutcomeHTTP4xx, OutcomeHTTP5xx, OutcomeProtocolError, OutcomeStreamError, OutcomeOK,
+}
+
+// DropReason is why a scheduled arrival was never sent.
+type DropReason string
+
+// Drop reasons.
+const (
+	// DropMaxInFlight: the load (or the global cap) had its maximum of
+	// requests in flight.
+	DropMaxInFlight DropReason = "max_in_flight"
+	// DropLate: the prober itself fell behind; sending now would fire a
+	// catch-up burst no production client makes.
+	DropLate DropReason = "late"
+	// DropShutdown: due while the load was stopping.
+	DropShutdown DropReason = "shutdown"
+)
+
+// DropReasons lists every drop reason, for zero-initialised series.
+var DropReasons = []DropReason{DropMaxInFlight, DropLate, DropShutdown}
+
+// Causes of a request context ending early, told apart by context.Cause.
+var (
+	ErrCancelled = errors.New("cancelled by the workload")
+	ErrShutdown  = errors.New("cancelled: sloprober is stopping")
+	ErrTimeout   = errors.New("request timeout")
+)
+
+// Usage is the token usage a server reported.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int
+	CachedTokens     int
+}
+
+// ServerTimings is the per-phase timing a server reported in a "timings"
+// object (llama.cpp's field names; the simulator adds queue_ms).
+type ServerTimings struct {
+	QueueMS     *float64 `json:"queue_ms"`
+	PromptN     int      `json:"prompt_n"`
+	PromptMS    float64  `json:"prompt_ms"`
+	PredictedN  int      `json:"predicted_n"`
+	PredictedMS float64  `json:"predicted_ms"`
+	CacheN      int      `json:"cache_n"`
+}
+
+// Trace holds the httptrace times of a request, as offsets from Sent; zero
+// where the event did not happen (a reused connection has no connect).
+type Trace struct {
+	DNSDone      time.Duration
+	ConnectDone  time.Duration
+	TLSDone      time.Duration
+	GotConn      time.Duration
+	WroteRequest time.Duration
+	FirstByte    time.Duration
+	Reused       bool
+}
+
+// Result is everything known about one probe request: what was asked, the
+// timeline, what came back and how it ended. Every derived number comes from
+// pure functions over it (see Measure), so the same Result serves metrics,
+// spans and reports.
+type Result struct {
+	RequestID string
+	Target    string
+	Scenario  string
+	Test      string
+
+	// What was asked.
+	InputTokens  int // the workload's estimate of the prompt length
+	OutputTokens int // sent in the max-tokens field
+	IgnoreEOS    bool
+
+	// Scheduled is when the arrival process said the request was due (ts).
+	Scheduled time.Time
+	// Sent is when the HTTP call started (t0). Every offset below is from
+	// Sent, on the monotonic clock.
+	Sent  time.Time
+	Trace Trace
+	// Chunks are the arrival offsets of the chunks that carried generated
+	// text: Chunks[0] is t1 - t0, the last one tN - t0.
+	Chunks []time.Duration
+	// Ended is when the response ended, completely or not.
+	Ended time.Duration
+
+	StatusCode   int
+	Usage        *Usage
+	Timings      *ServerTimings
+	FinishReason string
+	// Done is set when "data: [DONE]" was read.
+	Done bool
+
+	// Failure facts, from which Classify decides the outcome.
+	Cause       error  // why the request context ended before the response did, if it did
+	ConnectErr  string // no connection could be established
+	ProtocolErr string // a 2xx whose body is not an SSE stream, or a chunk that is not JSON
+	StreamErr   string // an error object in the stream, or a broken connection
+	ErrorBody   string // the start of a non-2xx response body
+
+	Outcome Outcome
+}
+
+// Lag is t0 - ts: how late the request was sent.
+func (r *Result) Lag() time.Duration { return r.Sent.Sub(r.Scheduled) }
+
+// Classify decides the outcome of a finished request, in the contract's
+// order: cancelled, shutdown, timeout, connect_error, the HTTP status,
+// protocol_error, stream_error (including a stream without [DONE]), ok.
+func Classify(r *Result) Outcome {
+	switch {
+	case errors.Is(r.Cause, ErrCancelled):
+		return OutcomeCancelled
+	case errors.Is(r.Cause, ErrShutdown):
+		return OutcomeShutdown
+	case r.Cause != nil:
+		return OutcomeTimeout
+	case r.ConnectErr != "":
+		return OutcomeConnectError
+	case r.StatusCode == 429:
+		return OutcomeHTTP429
+	case r.StatusCode >= 400 && r.StatusCode < 500:
+		return OutcomeHTTP4xx
+	case r.StatusCode >= 500:
+		return OutcomeHTTP5xx
+	case r.StatusCode < 200 || r.StatusCode > 299:
+		return OutcomeProtocolError
+	case r.ProtocolErr != "":
+		return OutcomeProtocolError
+	case r.StreamErr != "" || !r.Done:
+		return OutcomeStreamError
+	}
+	return OutcomeOK
+}
+
+// Error returns a one-line description of what went wrong, or "".
+func (r *Result) Error() string {
+	switch {
+	case r.Cause != nil:
+		return r.Cause.Error()
+	case r.ConnectErr != "":
+		return r.ConnectErr
+	case r.StatusCode != 0 && (r.StatusCode < 200 || r.StatusCode > 299):
+		if r.ErrorBody != "" {
+			return "HTTP " + strconv.Itoa(r.StatusCode) + ": " + r.ErrorBody
+		}
+		return "HTTP " + strconv.Itoa(r.StatusCode)
+	case r.ProtocolErr != "":
+		return r.ProtocolErr
+	case r.StreamErr != "":
+		return r.StreamErr
+	case !r.Done && r.StatusCode != 0:
+		return "stream ended without [DONE]"
+	}
+	return ""
+}
+
