@@ -26,6 +26,9 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	logConfig := &promslog.Config{Writer: stderr}
 	promslogflag.AddFlags(app, logConfig)
 
+	runCmd := newRunCommand(app)
+	check := newCheckCommand(app)
+	probe := newProbeCommand(app)
 	sim := newSimCommand(app)
 
 	cmd, err := app.Parse(args)
@@ -35,6 +38,12 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	}
 	logger := promslog.New(logConfig)
 	switch cmd {
+	case runCmd.cmd.FullCommand():
+		return runCmd.run(logger)
+	case check.cmd.FullCommand():
+		return check.run(stdout, stderr)
+	case probe.cmd.FullCommand():
+		return probe.run(logger, stdout, stderr)
 	case sim.cmd.FullCommand():
 		return sim.run(logger)
 	}

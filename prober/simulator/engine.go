@@ -15,7 +15,7 @@ var errQueueFull = errors.New("waiting queue is full")
 // phases is the true timing of one request: the ground truth reported in the
 // "timings" object of its reply.
 type phases struct {
-	arrived    time.Time // the request entered the engine's queue
+	arrived    time.Time // the request arrived (after header_delay): parsing counts as queueing
 	admitted   time.Time // it took a batch slot and its prefill started
 	firstToken time.Time // prefill ended; the first token exists
 	lastToken  time.Time // the last token exists
@@ -53,8 +53,9 @@ type sequence struct {
 	elem *list.Element // place in the waiting queue, guarded by engine.mu
 }
 
-func newSequence(ctx context.Context, p prompt, maxTokens int) *sequence {
+func newSequence(ctx context.Context, arrived time.Time, p prompt, maxTokens int) *sequence {
 	return &sequence{
+		ph:        phases{arrived: arrived},
 		ctx:       ctx,
 		prompt:    p,
 		maxTokens: maxTokens,
@@ -141,7 +142,6 @@ func (e *engine) submit(s *sequence) error {
 		e.mu.Unlock()
 		return errQueueFull
 	}
-	s.ph.arrived = time.Now()
 	s.elem = e.waiting.PushBack(s)
 	e.stats.waiting.Add(1)
 	e.mu.Unlock()
@@ -317,7 +317,8 @@ func (e *engine) abortAll() {
 }
 
 // fixedSource serves one request on the fixed timing, without an engine:
-// token i (1-based) exists at arrival + ttft + (i-1)*itl, on an absolute
+// token i (1-based) exists at arrival + ttft + (i-1)*itl (arrival: when the
+// handler received the request), on an absolute
 // schedule that does not drift however late the writer is.
 type fixedSource struct {
 	ttft, itl time.Duration
@@ -326,9 +327,8 @@ type fixedSource struct {
 	ph        phases
 }
 
-func newFixedSource(ttft, itl time.Duration, maxTokens int) *fixedSource {
-	now := time.Now()
-	return &fixedSource{ttft: ttft, itl: itl, maxTokens: maxTokens, ph: phases{arrived: now, admitted: now}}
+func newFixedSource(arrived time.Time, ttft, itl time.Duration, maxTokens int) *fixedSource {
+	return &fixedSource{ttft: ttft, itl: itl, maxTokens: maxTokens, ph: phases{arrived: arrived, admitted: arrived}}
 }
 
 func (f *fixedSource) wait(ctx context.Context, seen int) (int, bool, error) {

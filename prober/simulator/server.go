@@ -331,6 +331,9 @@ func (s *Simulator) parse(body []byte, chat bool) (*completionRequest, prompt, i
 }
 
 func (s *Simulator) serveCompletion(w http.ResponseWriter, r *http.Request, chat bool) {
+	// The request's phases count from here: reading and parsing it is part
+	// of the time it waits, as in a real server.
+	arrived := time.Now()
 	if r.Method != http.MethodPost {
 		s.writeError(w, &requestError{status: http.StatusMethodNotAllowed, msg: "method " + r.Method + " is not allowed, use POST"})
 		return
@@ -352,6 +355,7 @@ func (s *Simulator) serveCompletion(w http.ResponseWriter, r *http.Request, chat
 		if !sleep(ctx, plan.headerDelay) {
 			return
 		}
+		arrived = time.Now() // a slow gateway in front: not the engine's time
 	}
 	if plan.status != 0 {
 		s.stats.fault(faultError)
@@ -364,7 +368,7 @@ func (s *Simulator) serveCompletion(w http.ResponseWriter, r *http.Request, chat
 
 	var src tokenSource
 	if s.engine != nil {
-		seq := newSequence(ctx, p, n)
+		seq := newSequence(ctx, arrived, p, n)
 		if err := s.engine.submit(seq); err != nil {
 			w.Header().Set("Retry-After", "1")
 			s.writeError(w, &requestError{status: http.StatusTooManyRequests, msg: fmt.Sprintf("the waiting queue is full (max_queue %d)", s.cfg.MaxQueue)})
@@ -375,7 +379,7 @@ func (s *Simulator) serveCompletion(w http.ResponseWriter, r *http.Request, chat
 	} else {
 		s.stats.running.Add(1)
 		defer s.stats.running.Add(-1)
-		fs := newFixedSource(time.Duration(s.cfg.Fixed.TTFT), time.Duration(s.cfg.Fixed.ITL), n)
+		fs := newFixedSource(arrived, time.Duration(s.cfg.Fixed.TTFT), time.Duration(s.cfg.Fixed.ITL), n)
 		s.stats.promptTokens.Add(int64(p.tokens))
 		src = fs
 	}
@@ -639,7 +643,9 @@ func newUsage(prompt, completion, cached int) *Usage {
 // queue_ms + prompt_ms + predicted_ms is the time from the request entering
 // the queue to its last token.
 type Timings struct {
-	// QueueMS is the time spent waiting for a batch slot.
+	// QueueMS is the time from the request's arrival (after header_delay)
+	// to its admission into a batch slot; reading and parsing the request
+	// count as queueing.
 	QueueMS float64 `json:"queue_ms"`
 	// PromptN is the number of prompt tokens prefilled (not from the cache);
 	// PromptMS the prefill time, which ends with the first token.

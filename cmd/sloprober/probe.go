@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+
+	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/prober/config"
+)
+
+// probeCommand is `sloprober probe`: one request, printed as a timeline.
+type probeCommand struct {
+	cmd       *kingpin.CmdClause
+	config    configSource
+	target    *string
+	scenario  *string
+	simlisten *string
+}
+
+func newProbeCommand(app *kingpin.Application) *probeCommand {
+	c := &probeCommand{cmd: app.Command("probe", "Send one request of a scenario to a target and print its timeline, outcome and SLO verdict; exit 0 only if the request is good.")}
+	c.config = addConfigFlags(c.cmd)
+	c.target = c.cmd.Flag("target", "Target name.").Required().String()
+	c.scenario = c.cmd.Flag("scenario", "Scenario name.").Required().String()
+	c.simlisten = c.cmd.Flag("sim.listen-address", "Where the built-in simulator listens when no --config.file is given.").Default("127.0.0.1:0").String()
+	return c
+}
+
+func (c *probeCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
+	simURL := ""
+	if *c.config.file == "" {
+		sim, err := startEmbeddedSim(logger, *c.simlisten)
+		if err != nil {
+			fmt.Fprintf(stderr, "sloprober: %v\n", err)
+			return 1
+		}
+		defer sim.stop()
+		simURL = sim.url()
+	}
+	cfg, err := c.config.load(simURL + "/v1")
+	if err != nil {
+		fmt.Fprintf(stderr, "sloprober: %v\n", err)
+		return 1
+	}
+	t, s := cfg.Target(*c.target), cfg.Scenario(*c.scenario)
+	if t == nil {
+		fmt.Fprintf(stderr, "sloprober: --target %q: no such target in the configuration (have: %s)\n", *c.target, names(cfg.Targets, func(t *config.TargetConfig) string { return t.Name }))
+		return 1
+	}
+	if s == nil {
+		fmt.Fprintf(stderr, "sloprober: --scenario %q: no such scenario in the configuration (have: %s)\n", *c.scenario, names(cfg.Scenarios, func(s *config.ScenarioConfig) string { return s.Name }))
+		return 1
+	}
+	client, err := prober.NewClient(t, userAgent())
+	if err != nil {
+		fmt.Fprintf(stderr, "sloprober: %v\n", err)
+		return 1
+	}
+	defer client.Close()
+
+	seed := prober.Seed(t.Name, s.Name, "probe")
+	now := time.Now()
+	req := prober.NewRequest(s, seed, uint64(now.UnixNano()))
+	r := &prober.Result{Target: t.Name, Scenario: s.Name, Test: "probe", Scheduled: now}
+	client.Do(context.Background(), req, r)
+	m := prober.Measure(r, s.SLO.List())
+	printTimeline(stdout, t, s, r, &m)
+	if m.Good {
+		return 0
+	}
+	return 1
+}
+
+func names[T any](xs []T, name func(T) string) string {
+	var out []string
+	for _, x := range xs {
+		out = append(out, name(x))
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
+}
+
+func fmtMS(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond)) }
+
+// printTimeline prints a request like blackbox_exporter's debug output: what
+// happened when, then the numbers and the verdict.
+func printTimeline(w io.Writer, t *config.TargetConfig, s *config.ScenarioConfig, r *prober.Result, m *prober.Measurement) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	at := func(label string, d time.Duration, note string) {
+		if d == 0 {
+			p("  %-22s -", label)
+			return
+		}
+		p("  %-22s +%s%s", label, fmtMS(d), note)
+	}
+	p("target:     %s (%s API, model %s, %s)", t.Name, t.API, t.Model, t.URL)
+	p("scenario:   %s (input %d tokens, output %d tokens, ignore_eos %v)", s.Name, s.InputTokens, s.OutputTokens, s.IgnoreEOS)
+	p("request id: %s", r.RequestID)
+	p("timeline (from t0, when the request was sent):")
+	p("  %-22s %s (%s before t0)", "scheduled", r.Scheduled.Format(time.RFC3339Nano), fmtMS(r.Lag()))
+	p("  %-22s %s", "sent (t0)", r.Sent.Format(time.RFC3339Nano))
+	conn := " (new connection)"
+	if r.Trace.Reused {
+		conn = " (reused connection)"
+	}
+	at("DNS done", r.Trace.DNSDone, "")
+	at("connected", r.Trace.ConnectDone, "")
+	at("TLS handshake done", r.Trace.TLSDone, "")
+	at("got connection", r.Trace.GotConn, conn)
+	at("request written", r.Trace.WroteRequest, "")
+	at("first response byte", r.Trace.FirstByte, "")
+	if n := len(r.Chunks); n > 0 {
+		at("first token (t1)", r.Chunks[0], "")
+		if n > 1 {
+			gaps := make([]time.Duration, 0, n-1)
+			for i := 1; i < n; i++ {
+				gaps = append(gaps, r.Chunks[i]-r.Chunks[i-1])
+			}
+			sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
+			p("  %-22s %d chunks, %d gaps: min %s, median %s, p90 %s, max %s", "chunks", n, len(gaps),
+				fmtMS(gaps[0]), fmtMS(gaps[len(gaps)/2]), fmtMS(gaps[len(gaps)*9/10]), fmtMS(gaps[len(gaps)-1]))
+		}
+		at("last token (tN)", r.Chunks[n-1], "")
+	} else {
+		p("  %-22s none", "first token (t1)")
+	}
+	done := " ([DONE] received)"
+	if !r.Done {
+		done = " (no [DONE])"
+	}
+	at("response end", r.Ended, done)
+	p("status:     %d", r.StatusCode)
+	if r.FinishReason != "" {
+		p("finish:     %s", r.FinishReason)
+	}
+	if r.Usage != nil {
+		p("usage:      prompt %d tokens (%d cached), completion %d tokens", r.Usage.PromptTokens, r.Usage.CachedTokens, r.Usage.CompletionTokens)
+	} else {
+		p("usage:      none reported")
+	}
+	if tm := r.Timings; tm != nil {
+		queue := "-"
+		if tm.QueueMS != nil {
+			queue = fmt.Sprintf("%.3f ms", *tm.QueueMS)
+		}
+		p("server timings: queue %s, prefill %.3f ms (%d tokens, %d cached), decode %.3f ms (%d tokens)",
+			queue, tm.PromptMS, tm.PromptN, tm.CacheN, tm.PredictedMS, tm.PredictedN)
+	}
+	if e := r.Error(); e != "" {
+		p("error:      %s", e)
+	}
+	p("outcome: %s", r.Outcome)
+	show := func(name string, d time.Duration, ok bool) string {
+		if !ok {
+			return name + " -"
+		}
+		return name + " " + fmtMS(d)
+	}
+	p("measured:   %s, %s, %s, %s, output %d tokens%s",
+		show("TTFT", m.TTFT, m.HasTTFT), show("TPOT", m.TPOT, m.HasTPOT), show("E2E", m.E2E, m.HasE2E),
+		show("max ITL", m.MaxITL, m.HasMaxITL), m.OutputTokens, map[bool]string{true: " (chunk count: no usage)", false: ""}[m.OutputFallback])
+	for _, slo := range s.SLO.List() {
+		verdict := "met"
+		if slices.Contains(m.Missed, slo.Name) {
+			verdict = "MISSED"
+		}
+		p("slo %-8s <= %-10s %s", slo.Name, slo.Threshold, verdict)
+	}
+	switch {
+	case m.Good:
+		p("verdict: good")
+	case !m.Counted:
+		p("verdict: not counted (%s)", r.Outcome)
+	default:
+		p("verdict: bad")
+	}
+}

@@ -1,0 +1,381 @@
+// Package exporter turns the prober's per-request results into the
+// Prometheus metrics of docs/metrics.md, and serves them with the web
+// endpoints of `sloprober run`.
+package exporter
+
+import (
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/prober/config"
+)
+
+const namespace = "sloprober"
+
+var loadLabels = []string{"target", "scenario", "test"}
+
+// Base classic bucket layouts, in seconds or tokens. Every SLO threshold
+// configured anywhere is added to the layout of its metric, so the share of
+// requests under a threshold is exact and series of different scenarios can
+// be summed.
+var (
+	ttftBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 60}
+	tpotBuckets = []float64{0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1}
+	itlBuckets  = []float64{0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.2, 0.5, 1, 2, 5}
+	e2eBuckets  = []float64{0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300}
+	lagBuckets  = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
+	inBuckets   = []float64{16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072}
+	outBuckets  = []float64{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}
+)
+
+// sloMetric maps an SLO to the histogram whose layout gets its threshold.
+var sloMetric = map[string]string{"ttft": "ttft", "tpot": "tpot", "e2e": "e2e", "max_itl": "itl"}
+
+// histograms is one set of histogram vectors with their classic layouts.
+type histograms struct {
+	ttft, tpot, itl, e2e, lag, in, out *prometheus.HistogramVec
+}
+
+func (h *histograms) all() []*prometheus.HistogramVec {
+	return []*prometheus.HistogramVec{h.ttft, h.tpot, h.itl, h.e2e, h.lag, h.in, h.out}
+}
+
+// layouts returns the classic layouts of the histograms for a set of SLOs.
+func layouts(scenarios []*config.ScenarioConfig) map[string][]float64 {
+	l := map[string][]float64{"ttft": ttftBuckets, "tpot": tpotBuckets, "itl": itlBuckets, "e2e": e2eBuckets}
+	for _, s := range scenarios {
+		for _, slo := range s.SLO.List() {
+			name := sloMetric[slo.Name]
+			if v := slo.Threshold.Seconds(); !slices.Contains(l[name], v) {
+				l[name] = append(slices.Clone(l[name]), v)
+			}
+		}
+	}
+	for _, b := range l {
+		slices.Sort(b)
+	}
+	return l
+}
+
+func newHistograms(l map[string][]float64) *histograms {
+	h := func(name, help string, buckets []float64) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace:                       namespace,
+			Name:                            name,
+			Help:                            help,
+			Buckets:                         buckets,
+			NativeHistogramBucketFactor:     1.1,
+			NativeHistogramMaxBucketNumber:  160,
+			NativeHistogramMinResetDuration: time.Hour,
+		}, loadLabels)
+	}
+	return &histograms{
+		ttft: h("time_to_first_token_seconds", "Time from sending a request to the first chunk carrying generated text (TTFT).", l["ttft"]),
+		tpot: h("time_per_output_token_seconds", "Time per output token after the first, (tN - t1) / (N - 1), of ok requests (TPOT).", l["tpot"]),
+		itl:  h("inter_token_latency_seconds", "Gaps between consecutive chunks carrying generated text (ITL), one observation per gap.", l["itl"]),
+		e2e:  h("request_duration_seconds", "Time from sending a request to its last token, of ok requests (E2E).", l["e2e"]),
+		lag:  h("schedule_lag_seconds", "Time from an arrival's scheduled time to sending its request.", lagBuckets),
+		in:   h("request_input_tokens", "Input tokens per request.", inBuckets),
+		out:  h("request_output_tokens", "Output tokens per request that received tokens.", outBuckets),
+	}
+}
+
+// Metrics holds every sloprober metric. It implements
+// prober.ObserverFactory: each load gets a series observer whose children
+// are resolved once, so recording a result takes no label lookups.
+type Metrics struct {
+	reg prometheus.Registerer
+
+	scheduled, sent, good, inputTokens, outputTokens, goodOutputTokens, outputChunks *prometheus.CounterVec
+	dropped, finished, responses, sloMissed, fallbacks, mismatches                   *prometheus.CounterVec
+	inFlight, intendedRate, objective, sloThreshold                                  *prometheus.GaugeVec
+	targetInfo, costPerHour                                                          *prometheus.GaugeVec
+	reloadSuccess, reloadTimestamp                                                   prometheus.Gauge
+
+	mu      sync.Mutex
+	layout  map[string][]float64
+	hist    *histograms
+	series  map[config.Key]*series
+	recent  *Recent
+	targets []*config.TargetConfig
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	counter := func(name, help string, extra ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, append(slices.Clone(loadLabels), extra...))
+	}
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	}
+	m := &Metrics{
+		reg:              reg,
+		scheduled:        counter("requests_scheduled_total", "Arrivals that fell due: sent plus dropped."),
+		dropped:          counter("requests_dropped_total", "Arrivals never sent, by reason (max_in_flight, late, shutdown).", "reason"),
+		sent:             counter("requests_sent_total", "Requests started."),
+		finished:         counter("requests_finished_total", "Requests ended, by outcome.", "outcome"),
+		responses:        counter("responses_total", "HTTP status codes received.", "code"),
+		good:             counter("requests_good_total", "Requests that were ok, carried generated text and met every SLO of their scenario."),
+		sloMissed:        counter("slo_missed_total", "Requests in the attainment denominator that missed an SLO, by SLO.", "slo"),
+		inputTokens:      counter("input_tokens_total", "Input tokens sent."),
+		outputTokens:     counter("output_tokens_total", "Output tokens received."),
+		goodOutputTokens: counter("good_output_tokens_total", "Output tokens of good requests."),
+		outputChunks:     counter("output_chunks_total", "Chunks carrying generated text."),
+		fallbacks:        counter("token_count_fallbacks_total", "ok replies without usage, whose token count fell back to an estimate, by kind (input, output).", "kind"),
+		mismatches:       counter("length_mismatches_total", "Server-counted lengths off the request, by kind (input, output).", "kind"),
+		inFlight:         gauge("requests_in_flight", "Requests in flight.", loadLabels...),
+		intendedRate:     gauge("intended_request_rate", "Configured arrival rate, req/s; 0 while paused.", loadLabels...),
+		objective:        gauge("slo_objective_ratio", "Configured SLO attainment objective.", loadLabels...),
+		sloThreshold:     gauge("slo_threshold_seconds", "Configured SLO thresholds.", append(slices.Clone(loadLabels), "slo")...),
+		targetInfo:       gauge("target_info", "What each target is.", "target", "model", "api"),
+		costPerHour:      gauge("target_cost_per_hour", "Configured serving cost of a target per hour, for cost per good request.", "target"),
+		reloadSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "config_last_reload_successful",
+			Help: "Whether the last configuration reload attempt was successful."}),
+		reloadTimestamp: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "config_last_reload_success_timestamp_seconds",
+			Help: "Timestamp of the last successful configuration reload."}),
+		layout: layouts(nil),
+		series: map[config.Key]*series{},
+		recent: NewRecent(20),
+	}
+	m.hist = newHistograms(m.layout)
+	reg.MustRegister(m.scheduled, m.dropped, m.sent, m.finished, m.responses, m.good, m.sloMissed,
+		m.inputTokens, m.outputTokens, m.goodOutputTokens, m.outputChunks, m.fallbacks, m.mismatches,
+		m.inFlight, m.intendedRate, m.objective, m.sloThreshold, m.targetInfo, m.costPerHour,
+		m.reloadSuccess, m.reloadTimestamp)
+	for _, h := range m.hist.all() {
+		reg.MustRegister(h)
+	}
+	return m
+}
+
+// Recent returns the store of recent results, for the landing page.
+func (m *Metrics) Recent() *Recent { return m.recent }
+
+// ReloadResult records the outcome of a configuration (re)load.
+func (m *Metrics) ReloadResult(ok bool) {
+	if ok {
+		m.reloadSuccess.Set(1)
+		m.reloadTimestamp.SetToCurrentTime()
+	} else {
+		m.reloadSuccess.Set(0)
+	}
+}
+
+// ApplyConfig sets the target gauges and, when the configured SLO
+// thresholds change, rebuilds the histograms with their new classic layout
+// (their series start again from zero, which rate() takes as a reset).
+// Call it before the prober applies the same configuration.
+func (m *Metrics) ApplyConfig(cfg *config.Config) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.targetInfo.Reset()
+	m.costPerHour.Reset()
+	for _, t := range cfg.Targets {
+		m.targetInfo.WithLabelValues(t.Name, t.Model, t.API).Set(1)
+		if t.CostPerHour != nil {
+			m.costPerHour.WithLabelValues(t.Name).Set(*t.CostPerHour)
+		}
+	}
+	l := layouts(cfg.Scenarios)
+	if equalLayouts(l, m.layout) {
+		return
+	}
+	old := m.hist
+	m.layout, m.hist = l, newHistograms(l)
+	for _, h := range old.all() {
+		m.reg.Unregister(h)
+	}
+	for _, h := range m.hist.all() {
+		m.reg.MustRegister(h)
+	}
+	for _, s := range m.series {
+		s.resolveHistograms(m.hist)
+	}
+}
+
+func equalLayouts(a, b map[string][]float64) bool {
+	for k, v := range a {
+		if !slices.Equal(v, b[k]) {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
+
+// Observe implements prober.ObserverFactory: it creates every series of a
+// load at zero.
+func (m *Metrics) Observe(info prober.LoadInfo) prober.Observer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	lv := []string{info.Target, info.Scenario, info.Test}
+	s := &series{
+		m:                m,
+		info:             info,
+		labels:           lv,
+		scheduled:        m.scheduled.WithLabelValues(lv...),
+		sent:             m.sent.WithLabelValues(lv...),
+		good:             m.good.WithLabelValues(lv...),
+		inputTokens:      m.inputTokens.WithLabelValues(lv...),
+		outputTokens:     m.outputTokens.WithLabelValues(lv...),
+		goodOutputTokens: m.goodOutputTokens.WithLabelValues(lv...),
+		outputChunks:     m.outputChunks.WithLabelValues(lv...),
+		inFlight:         m.inFlight.WithLabelValues(lv...),
+		dropped:          map[prober.DropReason]prometheus.Counter{},
+		finished:         map[prober.Outcome]prometheus.Counter{},
+		missed:           map[string]prometheus.Counter{},
+		responses:        map[int]prometheus.Counter{},
+	}
+	for _, r := range prober.DropReasons {
+		s.dropped[r] = m.dropped.WithLabelValues(append(lv, string(r))...)
+	}
+	for _, o := range prober.Outcomes {
+		s.finished[o] = m.finished.WithLabelValues(append(lv, string(o))...)
+	}
+	for _, slo := range info.SLOs {
+		s.missed[slo.Name] = m.sloMissed.WithLabelValues(append(lv, slo.Name)...)
+		m.sloThreshold.WithLabelValues(append(lv, slo.Name)...).Set(slo.Threshold.Seconds())
+	}
+	s.inputFallbacks = m.fallbacks.WithLabelValues(append(lv, "input")...)
+	s.outputFallbacks = m.fallbacks.WithLabelValues(append(lv, "output")...)
+	s.inputMismatches = m.mismatches.WithLabelValues(append(lv, "input")...)
+	s.outputMismatches = m.mismatches.WithLabelValues(append(lv, "output")...)
+	m.intendedRate.WithLabelValues(lv...).Set(info.Rate)
+	m.objective.WithLabelValues(lv...).Set(info.Objective)
+	s.resolveHistograms(m.hist)
+	m.series[info.Key] = s
+	m.recent.Init(info.Key)
+	return s
+}
+
+// Forget implements prober.ObserverFactory: it deletes every series of a load.
+func (m *Metrics) Forget(info prober.LoadInfo) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.series, info.Key)
+	m.recent.Forget(info.Key)
+	match := prometheus.Labels{"target": info.Target, "scenario": info.Scenario, "test": info.Test}
+	for _, v := range []interface {
+		DeletePartialMatch(prometheus.Labels) int
+	}{
+		m.scheduled, m.dropped, m.sent, m.finished, m.responses, m.good, m.sloMissed, m.inputTokens,
+		m.outputTokens, m.goodOutputTokens, m.outputChunks, m.fallbacks, m.mismatches,
+		m.inFlight, m.intendedRate, m.objective, m.sloThreshold,
+	} {
+		v.DeletePartialMatch(match)
+	}
+	for _, h := range m.hist.all() {
+		h.DeletePartialMatch(match)
+	}
+}
+
+// series records the requests of one load.
+type series struct {
+	m      *Metrics
+	info   prober.LoadInfo
+	labels []string
+
+	scheduled, sent, good, inputTokens, outputTokens, goodOutputTokens, outputChunks prometheus.Counter
+	inputFallbacks, outputFallbacks, inputMismatches, outputMismatches               prometheus.Counter
+	inFlight                                                                         prometheus.Gauge
+	dropped                                                                          map[prober.DropReason]prometheus.Counter
+	finished                                                                         map[prober.Outcome]prometheus.Counter
+	missed                                                                           map[string]prometheus.Counter
+
+	hist atomic.Pointer[seriesHistograms]
+
+	mu        sync.Mutex
+	responses map[int]prometheus.Counter
+}
+
+type seriesHistograms struct {
+	ttft, tpot, itl, e2e, lag, in, out prometheus.Observer
+}
+
+func (s *series) resolveHistograms(h *histograms) {
+	s.hist.Store(&seriesHistograms{
+		ttft: h.ttft.WithLabelValues(s.labels...),
+		tpot: h.tpot.WithLabelValues(s.labels...),
+		itl:  h.itl.WithLabelValues(s.labels...),
+		e2e:  h.e2e.WithLabelValues(s.labels...),
+		lag:  h.lag.WithLabelValues(s.labels...),
+		in:   h.in.WithLabelValues(s.labels...),
+		out:  h.out.WithLabelValues(s.labels...),
+	})
+}
+
+func (s *series) Scheduled()                  { s.scheduled.Inc() }
+func (s *series) Dropped(r prober.DropReason) { s.dropped[r].Inc() }
+func (s *series) Sent() {
+	s.sent.Inc()
+	s.inFlight.Inc()
+}
+
+// Finished records a finished request by the definitions of docs/metrics.md.
+func (s *series) Finished(r *prober.Result) {
+	m := prober.Measure(r, s.info.SLOs)
+	h := s.hist.Load()
+	s.inFlight.Dec()
+	s.finished[r.Outcome].Inc()
+	if r.StatusCode != 0 {
+		s.response(r.StatusCode).Inc()
+	}
+	h.lag.Observe(r.Lag().Seconds())
+	if m.HasTTFT {
+		h.ttft.Observe(m.TTFT.Seconds())
+	}
+	if m.HasITL {
+		for i := 1; i < len(r.Chunks); i++ {
+			h.itl.Observe((r.Chunks[i] - r.Chunks[i-1]).Seconds())
+		}
+	}
+	if m.HasE2E {
+		h.e2e.Observe(m.E2E.Seconds())
+	}
+	if m.HasTPOT {
+		h.tpot.Observe(m.TPOT.Seconds())
+	}
+	h.in.Observe(float64(m.InputTokens))
+	s.inputTokens.Add(float64(m.InputTokens))
+	if m.HasOutput {
+		h.out.Observe(float64(m.OutputTokens))
+		s.outputTokens.Add(float64(m.OutputTokens))
+	}
+	s.outputChunks.Add(float64(len(r.Chunks)))
+	if m.InputFallback {
+		s.inputFallbacks.Inc()
+	}
+	if m.OutputFallback {
+		s.outputFallbacks.Inc()
+	}
+	if m.InputMismatch {
+		s.inputMismatches.Inc()
+	}
+	if m.OutputMismatch {
+		s.outputMismatches.Inc()
+	}
+	if m.Good {
+		s.good.Inc()
+		s.goodOutputTokens.Add(float64(m.OutputTokens))
+	}
+	for _, slo := range m.Missed {
+		s.missed[slo].Inc()
+	}
+	s.m.recent.Add(s.info.Key, r, &m)
+}
+
+func (s *series) response(code int) prometheus.Counter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.responses[code]
+	if !ok {
+		c = s.m.responses.WithLabelValues(append(slices.Clone(s.labels), strconv.Itoa(code))...)
+		s.responses[code] = c
+	}
+	return c
+}

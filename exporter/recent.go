@@ -1,0 +1,120 @@
+package exporter
+
+import (
+	"sync"
+	"time"
+
+	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/prober/config"
+)
+
+// RecentResult is a summary of one finished request, for the landing page.
+type RecentResult struct {
+	Time      time.Time
+	RequestID string
+	Outcome   prober.Outcome
+	Status    int
+	TTFT      time.Duration // 0 if not observed
+	E2E       time.Duration
+	TPOT      time.Duration
+	Tokens    int
+	Good      bool
+	Missed    []string
+	Error     string
+}
+
+// recentLoad keeps the last results of a load, and apart from them its last
+// failures (results that were not good), so a failure stays visible after
+// many successes.
+type recentLoad struct {
+	all, failed      []RecentResult
+	nAll, nFailed    int
+	total, totalGood int64
+}
+
+// Recent keeps the last results of every load.
+type Recent struct {
+	size  int
+	mu    sync.Mutex
+	loads map[config.Key]*recentLoad
+}
+
+// NewRecent keeps size results, and size failures, per load.
+func NewRecent(size int) *Recent {
+	return &Recent{size: size, loads: map[config.Key]*recentLoad{}}
+}
+
+// Init starts keeping the results of a load.
+func (r *Recent) Init(k config.Key) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.loads[k] == nil {
+		r.loads[k] = &recentLoad{}
+	}
+}
+
+// Forget drops a load.
+func (r *Recent) Forget(k config.Key) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.loads, k)
+}
+
+// Add records a finished request.
+func (r *Recent) Add(k config.Key, res *prober.Result, m *prober.Measurement) {
+	rr := RecentResult{
+		Time: res.Sent, RequestID: res.RequestID, Outcome: res.Outcome, Status: res.StatusCode,
+		Tokens: m.OutputTokens, Good: m.Good, Missed: m.Missed, Error: res.Error(),
+	}
+	if m.HasTTFT {
+		rr.TTFT = m.TTFT
+	}
+	if m.HasE2E {
+		rr.E2E = m.E2E
+	}
+	if m.HasTPOT {
+		rr.TPOT = m.TPOT
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.loads[k]
+	if l == nil {
+		return
+	}
+	l.total++
+	push := func(ring []RecentResult, n *int) []RecentResult {
+		if len(ring) < r.size {
+			ring = append(ring, rr)
+		} else {
+			ring[*n%r.size] = rr
+		}
+		*n++
+		return ring
+	}
+	l.all = push(l.all, &l.nAll)
+	if m.Good {
+		l.totalGood++
+	} else {
+		l.failed = push(l.failed, &l.nFailed)
+	}
+}
+
+// Snapshot returns, newest first, the last results and the last failures of
+// a load, and its totals since it started.
+func (r *Recent) Snapshot(k config.Key) (all, failed []RecentResult, total, good int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.loads[k]
+	if l == nil {
+		return nil, nil, 0, 0
+	}
+	return newestFirst(l.all, l.nAll, r.size), newestFirst(l.failed, l.nFailed, r.size), l.total, l.totalGood
+}
+
+func newestFirst(ring []RecentResult, n, size int) []RecentResult {
+	out := make([]RecentResult, 0, len(ring))
+	for i := 1; i <= len(ring); i++ {
+		out = append(out, ring[((n-i)%size+size)%size])
+	}
+	return out
+}

@@ -1,0 +1,156 @@
+package exporter
+
+import (
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/version"
+
+	"github.com/sloprober/sloprober/prober"
+)
+
+// WebOptions are what the web endpoints of `sloprober run` serve.
+type WebOptions struct {
+	Logger   *slog.Logger
+	Gatherer prometheus.Gatherer
+	Metrics  *Metrics
+	// Reload reloads the configuration and returns when it is done.
+	Reload func() error
+	// Config returns the configuration in force, secrets redacted.
+	Config func() string
+	// Loads returns the status of every load.
+	Loads func() []prober.LoadStatus
+	// Ready reports whether the first configuration has been applied.
+	Ready func() bool
+	// Notes are lines shown at the top of the landing page.
+	Notes func() []string
+}
+
+// NewHandler returns the handler of every web endpoint.
+func NewHandler(o WebOptions) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{
+		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelError),
+		EnableOpenMetrics: true,
+	}))
+	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "Healthy.")
+	})
+	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, r *http.Request) {
+		if !o.Ready() {
+			http.Error(w, "Not ready: no configuration applied yet.", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "Ready.")
+	})
+	mux.HandleFunc("/-/reload", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost && r.Method != http.MethodPut {
+			w.Header().Set("Allow", "POST, PUT")
+			http.Error(w, "Use POST or PUT to reload the configuration.", http.StatusMethodNotAllowed)
+			return
+		}
+		if err := o.Reload(); err != nil {
+			http.Error(w, fmt.Sprintf("Failed to reload config: %s", err), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, "Configuration reloaded.")
+	})
+	mux.HandleFunc("/config", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprint(w, o.Config())
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		serveLanding(w, o)
+	})
+	return mux
+}
+
+// landingLoad is one load on the landing page.
+type landingLoad struct {
+	prober.LoadStatus
+	Total, Good    int64
+	Recent, Failed []RecentResult
+}
+
+func serveLanding(w http.ResponseWriter, o WebOptions) {
+	var loads []landingLoad
+	for _, st := range o.Loads() {
+		l := landingLoad{LoadStatus: st}
+		l.Recent, l.Failed, l.Total, l.Good = o.Metrics.Recent().Snapshot(st.Key)
+		loads = append(loads, l)
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	err := landingTemplate.Execute(w, map[string]any{
+		"Version": version.Info(),
+		"Notes":   o.Notes(),
+		"Loads":   loads,
+	})
+	if err != nil {
+		o.Logger.Error("Error rendering the landing page", "err", err)
+	}
+}
+
+func ms(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+}
+
+var landingTemplate = template.Must(template.New("landing").Funcs(template.FuncMap{
+	"ms": ms,
+	"pct": func(good, total int64) string {
+		if total == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f%%", 100*float64(good)/float64(total))
+	},
+	"clock": func(t time.Time) string { return t.Format("15:04:05.000") },
+}).Parse(`<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>sloprober</title>
+<style>
+body{font-family:sans-serif;margin:1.5em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}
+td,th{border:1px solid #ccc;padding:.2em .6em;font-size:90%;text-align:left}
+th{background:#f3f3f3}
+.bad{color:#b00}.good{color:#070}
+h2{margin-top:1.5em}
+</style></head>
+<body>
+<h1>sloprober</h1>
+<p>{{.Version}}</p>
+{{range .Notes}}<p>{{.}}</p>{{end}}
+<p><a href="/metrics">Metrics</a> · <a href="/config">Configuration</a> · <a href="/-/healthy">Health</a> · <a href="/-/ready">Readiness</a></p>
+<h2>Loads</h2>
+<table>
+<tr><th>target</th><th>scenario</th><th>test</th><th>arrival</th><th>intended rate</th><th>in flight</th><th>finished</th><th>good</th><th>SLOs</th></tr>
+{{range .Loads}}<tr><td>{{.Target}}</td><td>{{.Scenario}}</td><td>{{.Test}}</td><td>{{.Arrival}}</td>
+<td>{{if .Enabled}}{{.Rate}} req/s{{else}}paused{{end}}</td><td>{{.InFlight}}</td><td>{{.Total}}</td><td>{{pct .Good .Total}}</td>
+<td>{{range .SLOs}}{{.Name}} &le; {{ms .Threshold}} {{end}}</td></tr>
+{{else}}<tr><td colspan="9">No loads configured.</td></tr>{{end}}
+</table>
+{{range .Loads}}
+<h2>{{.Target}} / {{.Scenario}} / {{.Test}}</h2>
+<h3>Recent failures (not good)</h3>
+{{template "results" .Failed}}
+<h3>Recent results</h3>
+{{template "results" .Recent}}
+{{end}}
+</body></html>
+{{define "results"}}<table>
+<tr><th>sent</th><th>request id</th><th>outcome</th><th>status</th><th>TTFT</th><th>TPOT</th><th>E2E</th><th>tokens</th><th>verdict</th><th>error</th></tr>
+{{range .}}<tr><td>{{clock .Time}}</td><td><code>{{.RequestID}}</code></td><td>{{.Outcome}}</td><td>{{.Status}}</td>
+<td>{{ms .TTFT}}</td><td>{{ms .TPOT}}</td><td>{{ms .E2E}}</td><td>{{.Tokens}}</td>
+<td>{{if .Good}}<span class="good">good</span>{{else}}<span class="bad">missed {{range .Missed}}{{.}} {{end}}</span>{{end}}</td><td>{{.Error}}</td></tr>
+{{else}}<tr><td colspan="10">None yet.</td></tr>{{end}}
+</table>{{end}}
+`))

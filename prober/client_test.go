@@ -1,0 +1,306 @@
+package prober_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	commoncfg "github.com/prometheus/common/config"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/common/promslog"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/prober/config"
+	"github.com/sloprober/sloprober/prober/simulator"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// Tolerances of measured against true times. sloprober and the simulator run
+// in one process on one monotonic clock: the client sends before the server
+// queues and parses a chunk after it was written, so the server's phases are
+// exact lower bounds. Upper bounds allow for goroutine scheduling on a loaded
+// 2-core machine under -race (with other test packages running): medians
+// must be within medianSlack, every request within maxSlack. A decode step
+// of at least 20ms makes an off-by-one-chunk error (which would be 20ms)
+// fail the median check. Sub-millisecond accuracy is a benchmark claim.
+const (
+	medianSlack = 5 * time.Millisecond
+	maxSlack    = 30 * time.Millisecond
+)
+
+// startSim serves a simulator with cfg (YAML over the defaults) on 127.0.0.1.
+func startSim(t *testing.T, cfg string) (*simulator.Simulator, string) {
+	t.Helper()
+	c, err := simulator.Parse([]byte(cfg))
+	require.NoError(t, err)
+	sim, err := simulator.New(c, promslog.NewNopLogger(), prometheus.NewRegistry())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sim.Run(ctx)
+	}()
+	srv := httptest.NewServer(sim.Handler())
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		srv.Close()
+	})
+	return sim, srv.URL + "/v1"
+}
+
+func target(url string) *config.TargetConfig {
+	t := config.DefaultTargetConfig
+	t.Name, t.URL, t.Model = "sim", url, "sim-model"
+	return &t
+}
+
+func newClient(t *testing.T, tc *config.TargetConfig) *prober.Client {
+	t.Helper()
+	c, err := prober.NewClient(tc, "sloprober/test")
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
+
+// do sends one request of n input and out output tokens.
+func do(c *prober.Client, seq uint64, in, out int) *prober.Result {
+	s := &config.ScenarioConfig{Name: "s", InputTokens: in, OutputTokens: out, IgnoreEOS: true}
+	r := &prober.Result{Scheduled: time.Now()}
+	c.Do(context.Background(), prober.NewRequest(s, 1, seq), r)
+	return r
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func msDur(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+
+// TestMeasuredMatchesSimulator: TTFT, TPOT, ITL and E2E measured over
+// loopback match the simulator's ground truth.
+func TestMeasuredMatchesSimulator(t *testing.T) {
+	// Two slots for eight concurrent requests: queueing, prefill pausing
+	// decode and batch-size-dependent decode all show.
+	_, url := startSim(t, `
+slots: 2
+prefill: {base: 5ms, per_token: 50us}
+decode: {base: 20ms, per_sequence: 2ms}
+`)
+	for _, api := range []string{"chat", "completions"} {
+		t.Run(api, func(t *testing.T) {
+			tc := target(url)
+			tc.API = api
+			c := newClient(t, tc)
+			results := make([]*prober.Result, 8)
+			var wg sync.WaitGroup
+			for i := range results {
+				wg.Go(func() { results[i] = do(c, uint64(i), 200+100*i, 20) })
+			}
+			wg.Wait()
+			var ttftErr, e2eErr, tpotErr []time.Duration
+			for _, r := range results {
+				require.Equal(t, prober.OutcomeOK, r.Outcome, r.Error())
+				m := prober.Measure(r, nil)
+				tm := r.Timings
+				require.NotNil(t, tm)
+				require.NotNil(t, tm.QueueMS)
+				require.Len(t, r.Chunks, 20)
+				require.Equal(t, 20, r.Usage.CompletionTokens)
+				require.Equal(t, r.InputTokens, r.Usage.PromptTokens, "the prompt synthesis hits the simulator's count exactly")
+				require.Equal(t, "length", r.FinishReason)
+
+				trueTTFT := msDur(*tm.QueueMS + tm.PromptMS)
+				trueE2E := trueTTFT + msDur(tm.PredictedMS)
+				trueTPOT := msDur(tm.PredictedMS / float64(tm.PredictedN-1))
+				require.GreaterOrEqual(t, m.TTFT, trueTTFT)
+				require.GreaterOrEqual(t, m.E2E, trueE2E)
+				// TTFT includes connection set-up, which the server cannot
+				// see: the error of the measurement is what is left once
+				// the client's own connect time is taken out. The server
+				// cannot have the request before the client has a
+				// connection, so this is still a lower bound.
+				conn := r.Trace.GotConn
+				require.GreaterOrEqual(t, m.TTFT-conn, trueTTFT)
+				require.Less(t, m.TTFT-conn-trueTTFT, maxSlack)
+				require.Less(t, m.E2E-conn-trueE2E, maxSlack)
+				require.InDelta(t, trueTPOT, m.TPOT, float64(maxSlack)/19)
+				// ITL: the gaps add up to the decode time.
+				require.InDelta(t, tm.PredictedMS, float64(r.Chunks[19]-r.Chunks[0])/1e6, float64(maxSlack)/1e6)
+				ttftErr = append(ttftErr, m.TTFT-conn-trueTTFT)
+				e2eErr = append(e2eErr, m.E2E-conn-trueE2E)
+				tpotErr = append(tpotErr, (m.TPOT - trueTPOT).Abs())
+			}
+			require.Less(t, median(ttftErr), medianSlack, "median TTFT error: %v", ttftErr)
+			require.Less(t, median(e2eErr), medianSlack, "median E2E error: %v", e2eErr)
+			require.Less(t, median(tpotErr), medianSlack/20, "median TPOT error: %v", tpotErr)
+		})
+	}
+}
+
+// TestRequestHeaders: every probe carries the User-Agent and a request id.
+func TestRequestHeaders(t *testing.T) {
+	var mu sync.Mutex
+	var seen []http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Clone())
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: [DONE]\n\n")
+	}))
+	defer srv.Close()
+	c := newClient(t, target(srv.URL))
+	r1, r2 := do(c, 1, 10, 1), do(c, 2, 10, 1)
+	require.Equal(t, prober.OutcomeOK, r1.Outcome, r1.Error())
+	require.True(t, r2.Trace.Reused, "keep-alive: the second request reuses the connection")
+	require.Len(t, seen, 2)
+	require.Equal(t, "sloprober/test", seen[0].Get("User-Agent"))
+	require.Len(t, seen[0].Get(prober.RequestIDHeader), 32)
+	require.NotEqual(t, seen[0].Get(prober.RequestIDHeader), seen[1].Get(prober.RequestIDHeader))
+	require.Equal(t, r1.RequestID, seen[0].Get(prober.RequestIDHeader))
+}
+
+// TestFaultOutcomes: every simulator fault ends in its outcome.
+func TestFaultOutcomes(t *testing.T) {
+	sim, url := startSim(t, `
+slots: 0
+fixed: {ttft: 5ms, itl: 1ms}
+`)
+	for _, tc := range []struct {
+		faults  string
+		timeout time.Duration
+		model   string
+		want    prober.Outcome
+		errHas  string
+	}{
+		{faults: `{}`, want: prober.OutcomeOK},
+		{faults: `error_rate: {429: 1}`, want: prober.OutcomeHTTP429, errHas: "HTTP 429: "},
+		{faults: `error_rate: {500: 1}`, want: prober.OutcomeHTTP5xx, errHas: "HTTP 500"},
+		{faults: `error_rate: {503: 1}`, want: prober.OutcomeHTTP5xx, errHas: "HTTP 503"},
+		{faults: `error_rate: {400: 1}`, want: prober.OutcomeHTTP4xx},
+		{faults: `{}`, model: "no-such-model", want: prober.OutcomeHTTP4xx, errHas: "does not exist"},
+		{faults: `reset_rate: 1`, want: prober.OutcomeStreamError, errHas: "stream broken"},
+		{faults: `malformed_rate: 1`, want: prober.OutcomeProtocolError, errHas: "chunk is not valid JSON"},
+		{faults: `missing_done_rate: 1`, want: prober.OutcomeStreamError, errHas: "without [DONE]"},
+		{faults: `stall: {rate: 1, duration: 2s}`, timeout: 300 * time.Millisecond, want: prober.OutcomeTimeout, errHas: "request timeout"},
+		{faults: `header_delay: 2s`, timeout: 300 * time.Millisecond, want: prober.OutcomeTimeout},
+	} {
+		t.Run(tc.faults+tc.model, func(t *testing.T) {
+			f, err := simulator.ParseFaults([]byte(tc.faults))
+			require.NoError(t, err)
+			sim.SetFaults(f)
+			tgt := target(url)
+			if tc.timeout > 0 {
+				tgt.Timeout = model.Duration(tc.timeout)
+			}
+			if tc.model != "" {
+				tgt.Model = tc.model
+			}
+			r := do(newClient(t, tgt), 1, 16, 8)
+			require.Equal(t, tc.want, r.Outcome, r.Error())
+			require.Contains(t, r.Error(), tc.errHas)
+		})
+	}
+}
+
+// TestBadTargets: bad input from a target gives a clear outcome, never a panic.
+func TestBadTargets(t *testing.T) {
+	t.Run("unreachable", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := ln.Addr().String()
+		require.NoError(t, ln.Close())
+		r := do(newClient(t, target("http://"+addr+"/v1")), 1, 8, 8)
+		require.Equal(t, prober.OutcomeConnectError, r.Outcome)
+		require.Contains(t, r.Error(), "connection refused")
+	})
+	t.Run("TLS failure", func(t *testing.T) {
+		srv := httptest.NewUnstartedServer(http.NotFoundHandler())
+		srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the failed handshake is the point
+		srv.StartTLS()
+		defer srv.Close()
+		r := do(newClient(t, target(srv.URL+"/v1")), 1, 8, 8)
+		require.Equal(t, prober.OutcomeConnectError, r.Outcome)
+		require.Contains(t, r.Error(), "certificate")
+
+		tc := target(srv.URL + "/v1")
+		tc.HTTPClientConfig.TLSConfig = commoncfg.TLSConfig{InsecureSkipVerify: true}
+		r = do(newClient(t, tc), 1, 8, 8)
+		require.Equal(t, prober.OutcomeHTTP4xx, r.Outcome, "with the check off the request goes through")
+	})
+	for name, tc := range map[string]struct {
+		handler http.HandlerFunc
+		want    prober.Outcome
+		errHas  string
+	}{
+		"HTML instead of SSE": {func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, "<html><body>Welcome to nginx</body></html>\n")
+		}, prober.OutcomeProtocolError, "not an SSE stream"},
+		"JSON error with 200": {func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, `{"error": {"message": "overloaded"}}`+"\n")
+		}, prober.OutcomeProtocolError, "not an SSE stream"},
+		"truncated stream": {func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: {\"choi")
+			http.NewResponseController(w).Flush()
+			panic(http.ErrAbortHandler)
+		}, prober.OutcomeStreamError, "stream broken"},
+		"502 from a gateway": {func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "<html>502 Bad Gateway</html>", http.StatusBadGateway)
+		}, prober.OutcomeHTTP5xx, "HTTP 502: <html>502 Bad Gateway</html>"},
+		"redirect not followed": {func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "/elsewhere", http.StatusFound)
+		}, prober.OutcomeProtocolError, "HTTP 302"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(tc.handler)
+			defer srv.Close()
+			tgt := target(srv.URL + "/v1")
+			tgt.HTTPClientConfig.FollowRedirects = false
+			r := do(newClient(t, tgt), 1, 8, 8)
+			require.Equal(t, tc.want, r.Outcome, r.Error())
+			require.Contains(t, r.Error(), tc.errHas)
+		})
+	}
+}
+
+// TestCancelCauses: a cancel by the workload and one by shutdown are told
+// apart from a timeout.
+func TestCancelCauses(t *testing.T) {
+	_, url := startSim(t, `
+slots: 0
+fixed: {ttft: 10ms, itl: 50ms}
+`)
+	c := newClient(t, target(url))
+	for _, cause := range []error{prober.ErrCancelled, prober.ErrShutdown} {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		time.AfterFunc(100*time.Millisecond, func() { cancel(cause) })
+		r := &prober.Result{Scheduled: time.Now()}
+		s := &config.ScenarioConfig{InputTokens: 8, OutputTokens: 100, IgnoreEOS: true}
+		c.Do(ctx, prober.NewRequest(s, 1, 1), r)
+		want := map[error]prober.Outcome{prober.ErrCancelled: prober.OutcomeCancelled, prober.ErrShutdown: prober.OutcomeShutdown}[cause]
+		require.Equal(t, want, r.Outcome)
+		require.NotEmpty(t, r.Chunks, "tokens arrived before the cancel")
+		require.True(t, strings.HasPrefix(r.Error(), "cancelled"))
+	}
+}
