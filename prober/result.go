@@ -189,4 +189,3 @@ func (r *Result) Error() string {
 	}
 	return ""
 }
-

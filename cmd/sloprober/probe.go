@@ -90,7 +90,9 @@ func names[T any](xs []T, name func(T) string) string {
 	return strings.Join(out, ", ")
 }
 
-func fmtMS(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond)) }
+func fmtMS(d time.Duration) string {
+	return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond))
+}
 
 // printTimeline prints a request like blackbox_exporter's debug output: what
 // happened when, then the numbers and the verdict.
