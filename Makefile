@@ -12,9 +12,15 @@ BUILDDATE ?= $(shell date -u +%Y%m%d-%H:%M:%S)
 LDFLAGS   := -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) \
              -X $(PKG).Branch=$(BRANCH) -X $(PKG).BuildUser=$(BUILDUSER) \
              -X $(PKG).BuildDate=$(BUILDDATE)
-GOFILES   := $(shell find . -name '*.go' -not -path './.git/*')
+GOFILES   := $(shell find . -name '*.go' -not -path './.git/*' -not -path './.tools/*')
 
-.PHONY: all build test fmt-check vet unit run sim clean
+# Tools the tests run, installed by `make` itself from the Go module proxy.
+# github.com/prometheus/prometheus v0.316.0 is Prometheus 3.x's module.
+TOOLS            := $(CURDIR)/.tools/bin
+PROMETHEUS_MOD   ?= v0.316.0
+PROMTOOL         := $(TOOLS)/promtool
+
+.PHONY: all build test fmt-check vet unit run sim tools clean
 
 all: build
 
@@ -32,16 +38,22 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-unit:
-	$(GO) test -race -count=1 ./...
+unit: $(PROMTOOL)
+	PROMTOOL=$(PROMTOOL) $(GO) test -race -count=1 ./...
 
-## run: start the simulator on 127.0.0.1:8000 (the daemon's embedded default comes with the core daemon)
+## tools: install the tools the tests need into .tools/bin
+tools: $(PROMTOOL)
+
+$(PROMTOOL):
+	GOBIN=$(TOOLS) $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_MOD)
+
+## run: start the daemon on its embedded default: probing a built-in simulator, /metrics on :9477
 run: build
-	./$(BINARY) sim
+	./$(BINARY) run
 
 ## sim: start the simulator on 127.0.0.1:8000
 sim: build
 	./$(BINARY) sim
 
 clean:
-	rm -f $(BINARY)
+	rm -rf $(BINARY) .tools

@@ -66,6 +66,7 @@ type load struct {
 	scenario config.ScenarioConfig
 	seed     uint64
 	obs      Observer
+	failures failureLog
 
 	sched *Scheduler // nil while paused
 	stop  context.CancelFunc
@@ -188,6 +189,37 @@ func (m *Manager) request(ctx context.Context, l *load, c *Client, a Arrival, do
 	r := &Result{Target: l.info.Target, Scenario: l.info.Scenario, Test: l.info.Test, Scheduled: a.Due}
 	c.Do(ctx, NewRequest(&l.scenario, l.seed, a.Seq()), r)
 	l.obs.Finished(r)
+	if r.Outcome != OutcomeOK && r.Outcome != OutcomeCancelled && r.Outcome != OutcomeShutdown {
+		l.failures.log(m.logger, l.info.Key, r)
+	}
+}
+
+// failureLogInterval is the least time between two logged failures of a
+// load: a target failing every request at 50 req/s logs one line every 10s,
+// not 500.
+const failureLogInterval = 10 * time.Second
+
+// failureLog logs the failed requests of a load, at most one a
+// failureLogInterval, with the number left out since the last one.
+type failureLog struct {
+	mu      sync.Mutex
+	last    time.Time
+	skipped int
+}
+
+func (f *failureLog) log(logger *slog.Logger, k config.Key, r *Result) {
+	f.mu.Lock()
+	now := time.Now()
+	if !f.last.IsZero() && now.Sub(f.last) < failureLogInterval {
+		f.skipped++
+		f.mu.Unlock()
+		return
+	}
+	skipped := f.skipped
+	f.last, f.skipped = now, 0
+	f.mu.Unlock()
+	logger.Warn("Probe request failed", "load", k.String(), "outcome", r.Outcome, "err", r.Error(),
+		"request_id", r.RequestID, "failures_not_logged", skipped)
 }
 
 // NewRequest builds the request of a scenario for an arrival; the prompt is

@@ -1,0 +1,318 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/promslog"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/sloprober/sloprober/prober/simulator"
+)
+
+// binary is the sloprober binary built once for these tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sloprober-test")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "sloprober")
+	build := exec.Command("go", "build", "-race", "-o", binary, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// process is a running sloprober.
+type process struct {
+	cmd  *exec.Cmd
+	addr string
+	mu   sync.Mutex
+	log  bytes.Buffer
+	done chan error
+}
+
+func (p *process) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.Write(b)
+}
+
+func (p *process) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// start runs `sloprober run` with args and waits until it is ready.
+func start(t *testing.T, args ...string) *process {
+	t.Helper()
+	p := &process{addr: freeAddr(t), done: make(chan error, 1)}
+	p.cmd = exec.Command(binary, append([]string{"run", "--web.listen-address=" + p.addr}, args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	require.NoError(t, p.cmd.Start())
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("sloprober log:\n%s", p.logs())
+		}
+	})
+	return p
+}
+
+func (p *process) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + p.addr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (p *process) waitReady(t *testing.T) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		code, _ := p.get(t, "/-/ready")
+		return code == http.StatusOK
+	}, 20*time.Second, 20*time.Millisecond, "sloprober did not become ready")
+}
+
+// metric returns the value of the first exposed series whose text starts
+// with series (name and labels as exposed, sorted), or -1.
+func (p *process) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	_, body := p.get(t, "/metrics")
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, series+" ") {
+			v, err := strconv.ParseFloat(strings.TrimPrefix(line, series+" "), 64)
+			require.NoError(t, err)
+			return v
+		}
+	}
+	return -1
+}
+
+// stop sends SIGTERM and waits for the exit code.
+func (p *process) stop(t *testing.T) int {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("sloprober did not stop within 30s of SIGTERM")
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// TestEmbeddedDefault: without a config file sloprober probes its built-in
+// simulator, and a new user sees TTFT histograms and good/sent counters move
+// within 10 seconds.
+func TestEmbeddedDefault(t *testing.T) {
+	p := start(t)
+	p.waitReady(t)
+	require.Eventually(t, func() bool {
+		return p.metric(t, `sloprober_time_to_first_token_seconds_count{scenario="chat",target="sim",test="canary"}`) > 0 &&
+			p.metric(t, `sloprober_requests_good_total{scenario="chat",target="sim",test="canary"}`) > 0 &&
+			p.metric(t, `sloprober_slo_missed_total{scenario="strict-ttft",slo="ttft",target="sim",test="canary"}`) > 0
+	}, 10*time.Second, 100*time.Millisecond)
+	require.Zero(t, p.metric(t, `sloprober_requests_good_total{scenario="strict-ttft",target="sim",test="canary"}`))
+	_, page := p.get(t, "/")
+	require.Contains(t, page, "probing the built-in simulator at http://127.0.0.1:")
+	require.Contains(t, page, "missed ttft")
+	require.Regexp(t, `simulator=http://127\.0\.0\.1:\d+ inject_faults=`, p.logs())
+	require.Equal(t, 0, p.stop(t))
+	require.Contains(t, p.logs(), "See you next time!")
+}
+
+// TestReloadAndShutdown: reload by POST /-/reload and SIGHUP, a bad file
+// keeping the old configuration running, secrets never shown, and a graceful
+// shutdown.
+func TestReloadAndShutdown(t *testing.T) {
+	c, err := simulator.Parse([]byte("slots: 0\nfixed: {ttft: 5ms, itl: 2ms}\n"))
+	require.NoError(t, err)
+	sim, err := simulator.New(c, promslog.NewNopLogger(), prometheus.NewRegistry())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go sim.Run(ctx)
+	srv := httptest.NewServer(sim.Handler())
+	defer srv.Close()
+
+	dir := t.TempDir()
+	file := filepath.Join(dir, "sloprober.yml")
+	write := func(body string) {
+		require.NoError(t, os.WriteFile(file, []byte(body), 0o600))
+	}
+	good := fmt.Sprintf(`
+targets:
+  - name: sim
+    url: %s/v1
+    model: sim-model
+    basic_auth: {username: prober, password: hunter2}
+  - name: down
+    url: http://%s/v1
+    model: sim-model
+scenarios:
+  - {name: chat, input_tokens: 32, output_tokens: 4, ignore_eos: true, slo: {ttft: 1s}}
+canary:
+  - {target: down, scenario: chat, rate: 10, arrival: constant}
+  - {target: sim, scenario: chat, rate: 20, arrival: constant}
+`, srv.URL, freeAddr(t))
+	write(good)
+	p := start(t, "--config.file="+file)
+	p.waitReady(t)
+	require.Eventually(t, func() bool {
+		return p.metric(t, `sloprober_requests_good_total{scenario="chat",target="sim",test="canary"}`) > 0
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, 1.0, p.metric(t, "sloprober_config_last_reload_successful"))
+	// An unreachable target fails every request as connect_error; the
+	// daemon goes on, and logs the failures rate-limited.
+	require.Eventually(t, func() bool {
+		return p.metric(t, `sloprober_requests_finished_total{outcome="connect_error",scenario="chat",target="down",test="canary"}`) >= 5
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, 1, strings.Count(p.logs(), "msg=\"Probe request failed\" load=down/chat/canary outcome=connect_error"), p.logs())
+
+	write(strings.Replace(good, "rate: 20", "rate: fast", 1))
+	resp, err := http.Post("http://"+p.addr+"/-/reload", "", nil)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
+	require.Contains(t, string(body), file+": line 14: cannot unmarshal !!str `fast` into float64")
+	require.Equal(t, 0.0, p.metric(t, "sloprober_config_last_reload_successful"))
+	before := p.metric(t, `sloprober_requests_sent_total{scenario="chat",target="sim",test="canary"}`)
+	require.Eventually(t, func() bool {
+		return p.metric(t, `sloprober_requests_sent_total{scenario="chat",target="sim",test="canary"}`) > before
+	}, 5*time.Second, 50*time.Millisecond, "the old configuration keeps running")
+
+	write(good + "  - {target: sim, scenario: second, rate: 5}\nscenarios_extra: 1\n")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	require.Eventually(t, func() bool {
+		return strings.Contains(p.logs(), "field scenarios_extra not found")
+	}, 5*time.Second, 20*time.Millisecond, "SIGHUP reloads")
+
+	write(strings.Replace(good, "  - {name: chat,", "  - {name: second, slo: {ttft: 1s}}\n  - {name: chat,", 1) + "  - {target: sim, scenario: second, rate: 5}\n")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	require.Eventually(t, func() bool {
+		return p.metric(t, "sloprober_config_last_reload_successful") == 1 &&
+			p.metric(t, `sloprober_intended_request_rate{scenario="second",target="sim",test="canary"}`) == 5
+	}, 5*time.Second, 20*time.Millisecond)
+
+	_, cfg := p.get(t, "/config")
+	require.Contains(t, cfg, "password: <secret>")
+	require.NotContains(t, cfg, "hunter2")
+
+	require.Equal(t, 0, p.stop(t))
+	require.NotContains(t, p.logs(), "hunter2")
+	require.Contains(t, p.logs(), "Stopping loads")
+}
+
+// TestWebConfig: --web.config.file puts basic auth on every endpoint.
+func TestWebConfig(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	require.NoError(t, err)
+	webcfg := filepath.Join(t.TempDir(), "web.yml")
+	require.NoError(t, os.WriteFile(webcfg, []byte("basic_auth_users:\n  admin: "+string(hash)+"\n"), 0o600))
+	p := start(t, "--web.config.file="+webcfg)
+	require.Eventually(t, func() bool {
+		code, _ := p.get(t, "/metrics")
+		return code == http.StatusUnauthorized
+	}, 20*time.Second, 20*time.Millisecond)
+	for _, path := range []string{"/", "/-/ready", "/config"} {
+		code, _ := p.get(t, path)
+		require.Equal(t, http.StatusUnauthorized, code, path)
+	}
+	req, err := http.NewRequest(http.MethodGet, "http://"+p.addr+"/metrics", nil)
+	require.NoError(t, err)
+	req.SetBasicAuth("admin", "s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, 0, p.stop(t))
+}
+
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		if _, ok := err.(*exec.ExitError); !ok {
+			t.Fatal(err)
+		}
+	}
+	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+}
+
+func TestCheckConfig(t *testing.T) {
+	code, stdout, _ := runCLI(t, "check", "config", "testdata/good.yml")
+	require.Equal(t, 0, code)
+	require.Equal(t, "SUCCESS: testdata/good.yml is valid: 1 targets, 1 scenarios, 1 canary loads\n", stdout)
+
+	code, stdout, stderr := runCLI(t, "check", "config", "testdata/good.yml", "testdata/bad.yml")
+	require.Equal(t, 1, code)
+	require.Contains(t, stdout, "SUCCESS: testdata/good.yml")
+	require.Equal(t, "FAILED: testdata/bad.yml: not a valid duration string: \"-5s\"\n", stderr)
+}
+
+func TestProbeCommand(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "probe", "--target=sim", "--scenario=chat")
+	require.Equal(t, 0, code, stderr)
+	for _, want := range []string{"first token (t1)", "last token (tN)", "status:     200", "server timings: queue", "\noutcome: ok\n", "slo ttft", "verdict: good"} {
+		require.Contains(t, stdout, want)
+	}
+	require.Regexp(t, regexp.MustCompile(`request id: [0-9a-f]{32}`), stdout)
+
+	code, stdout, _ = runCLI(t, "probe", "--target=sim", "--scenario=strict-ttft")
+	require.Equal(t, 1, code)
+	require.Contains(t, stdout, "MISSED")
+	require.Contains(t, stdout, "verdict: bad")
+
+	code, _, stderr = runCLI(t, "probe", "--target=nope", "--scenario=chat")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, `--target "nope": no such target in the configuration (have: sim)`)
+}

@@ -1,0 +1,322 @@
+package exporter_test
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/promslog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/exporter"
+	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/prober/config"
+)
+
+// find returns the metric of a family whose labels include want, or nil.
+func find(t *testing.T, reg prometheus.Gatherer, name string, want map[string]string) *dto.Metric {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range want {
+				if have[k] != v {
+					continue metrics
+				}
+			}
+			return m
+		}
+	}
+	return nil
+}
+
+// value returns a counter or gauge value, or a histogram's sample count; the
+// series must exist.
+func value(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	m := find(t, reg, name, labels)
+	require.NotNil(t, m, "no series %s%v", name, labels)
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount())
+	}
+	t.Fatalf("%s%v has no value", name, labels)
+	return 0
+}
+
+func load(scenario string, extra ...string) map[string]string {
+	l := map[string]string{"target": "sim", "scenario": scenario, "test": "canary"}
+	for i := 0; i+1 < len(extra); i += 2 {
+		l[extra[i]] = extra[i+1]
+	}
+	return l
+}
+
+func mustConfig(t *testing.T, yml string) *config.Config {
+	t.Helper()
+	c, err := config.Load([]byte(yml), false)
+	require.NoError(t, err)
+	return c
+}
+
+// run applies cfg with a manager on a fresh registry.
+func run(t *testing.T, cfg *config.Config) (*prometheus.Registry, *exporter.Metrics, *prober.Manager) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m := exporter.NewMetrics(reg)
+	mgr := prober.NewManager(promslog.NewNopLogger(), m, "sloprober/test")
+	require.NoError(t, mgr.Apply(cfg, func() { m.ApplyConfig(cfg) }))
+	return reg, m, mgr
+}
+
+// waitSent waits until every listed scenario has sent at least n requests.
+func waitSent(t *testing.T, reg prometheus.Gatherer, n float64, scenarios ...string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, s := range scenarios {
+			if value(t, reg, "sloprober_requests_sent_total", load(s)) < n {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 10*time.Millisecond)
+}
+
+const twoScenarios = `
+targets:
+  - {name: sim, url: "%s", model: sim-model, cost_per_hour: 3}
+scenarios:
+  - name: pass
+    input_tokens: 40
+    output_tokens: 5
+    ignore_eos: true
+    slo: {ttft: 500ms, tpot: 50ms, e2e: 5s, max_itl: 1s}
+  - name: fail
+    input_tokens: 40
+    output_tokens: 5
+    ignore_eos: true
+    slo: {ttft: 10ms, tpot: 50ms}
+    objective: 0.95
+canary:
+  - {target: sim, scenario: pass, rate: 20, arrival: constant}
+  - {target: sim, scenario: fail, rate: 20, arrival: poisson}
+`
+
+// TestCountersExact: against the simulator's fixed timing (first token
+// after 30ms), one scenario meets all its SLOs and the other misses its TTFT
+// SLO on every request; every counter is exact.
+func TestCountersExact(t *testing.T) {
+	url := startSim(t, "slots: 0\nfixed: {ttft: 30ms, itl: 2ms}\n")
+	cfg := mustConfig(t, fmt.Sprintf(twoScenarios, url))
+	reg, _, mgr := run(t, cfg)
+
+	// Every series exists at zero from the start.
+	for _, s := range []string{"pass", "fail"} {
+		for _, o := range prober.Outcomes {
+			require.NotNil(t, find(t, reg, "sloprober_requests_finished_total", load(s, "outcome", string(o))), "outcome %s", o)
+		}
+		for _, r := range prober.DropReasons {
+			require.NotNil(t, find(t, reg, "sloprober_requests_dropped_total", load(s, "reason", string(r))), "reason %s", r)
+		}
+		for _, k := range []string{"input", "output"} {
+			require.NotNil(t, find(t, reg, "sloprober_token_count_fallbacks_total", load(s, "kind", k)))
+			require.NotNil(t, find(t, reg, "sloprober_length_mismatches_total", load(s, "kind", k)))
+		}
+	}
+	require.NotNil(t, find(t, reg, "sloprober_slo_missed_total", load("pass", "slo", "max_itl")))
+	require.Nil(t, find(t, reg, "sloprober_slo_missed_total", load("fail", "slo", "max_itl")), "only configured SLOs")
+
+	waitSent(t, reg, 20, "pass", "fail")
+	mgr.Stop(10 * time.Second)
+
+	for _, s := range []string{"pass", "fail"} {
+		v := func(name string, extra ...string) float64 { return value(t, reg, name, load(s, extra...)) }
+		sent := v("sloprober_requests_sent_total")
+		dropped := v("sloprober_requests_dropped_total", "reason", "max_in_flight") + v("sloprober_requests_dropped_total", "reason", "late") +
+			v("sloprober_requests_dropped_total", "reason", "shutdown")
+		require.Equal(t, v("sloprober_requests_scheduled_total"), sent+dropped, "scheduled = sent + dropped")
+		require.Equal(t, sent, v("sloprober_requests_finished_total", "outcome", "ok"))
+		require.Equal(t, sent, v("sloprober_responses_total", "code", "200"))
+		require.Equal(t, sent, v("sloprober_time_to_first_token_seconds"))
+		require.Equal(t, sent, v("sloprober_request_duration_seconds"))
+		require.Equal(t, sent, v("sloprober_time_per_output_token_seconds"))
+		require.Equal(t, 4*sent, v("sloprober_inter_token_latency_seconds"), "four gaps a request")
+		require.Equal(t, sent, v("sloprober_schedule_lag_seconds"))
+		require.Equal(t, 5*sent, v("sloprober_output_tokens_total"))
+		require.Equal(t, 5*sent, v("sloprober_output_chunks_total"))
+		require.Equal(t, 40*sent, v("sloprober_input_tokens_total"))
+		require.Equal(t, sent, v("sloprober_request_output_tokens"))
+		require.Zero(t, v("sloprober_token_count_fallbacks_total", "kind", "output"))
+		require.Zero(t, v("sloprober_length_mismatches_total", "kind", "input"))
+		require.Zero(t, v("sloprober_requests_in_flight"))
+		require.Equal(t, 20.0, v("sloprober_intended_request_rate"))
+	}
+	pass := func(name string, extra ...string) float64 { return value(t, reg, name, load("pass", extra...)) }
+	fail := func(name string, extra ...string) float64 { return value(t, reg, name, load("fail", extra...)) }
+	require.Equal(t, pass("sloprober_requests_sent_total"), pass("sloprober_requests_good_total"))
+	require.Equal(t, 5*pass("sloprober_requests_sent_total"), pass("sloprober_good_output_tokens_total"))
+	for _, slo := range []string{"ttft", "tpot", "e2e", "max_itl"} {
+		require.Zero(t, pass("sloprober_slo_missed_total", "slo", slo))
+	}
+	require.Zero(t, fail("sloprober_requests_good_total"))
+	require.Equal(t, fail("sloprober_requests_sent_total"), fail("sloprober_slo_missed_total", "slo", "ttft"))
+	require.Zero(t, fail("sloprober_slo_missed_total", "slo", "tpot"))
+	require.Equal(t, 0.01, fail("sloprober_slo_threshold_seconds", "slo", "ttft"))
+	require.Equal(t, 0.95, fail("sloprober_slo_objective_ratio"))
+	require.Equal(t, 0.99, pass("sloprober_slo_objective_ratio"))
+	require.Equal(t, 3.0, value(t, reg, "sloprober_target_cost_per_hour", map[string]string{"target": "sim"}))
+	require.Equal(t, 1.0, value(t, reg, "sloprober_target_info", map[string]string{"target": "sim", "model": "sim-model", "api": "chat"}))
+
+	// The exposition passes promtool's lint.
+	var buf bytes.Buffer
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		_, err := expfmt.MetricFamilyToText(&buf, mf)
+		require.NoError(t, err)
+	}
+	cmd := exec.Command(promtool(t), "check", "metrics")
+	cmd.Stdin = &buf
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "promtool check metrics:\n%s", out)
+}
+
+// TestClassicLayout: every configured SLO threshold is a bucket boundary of
+// its histogram, and the lag histogram resolves milliseconds.
+func TestClassicLayout(t *testing.T) {
+	url := startSim(t, "slots: 0\nfixed: {ttft: 1ms, itl: 1ms}\n")
+	cfg := mustConfig(t, fmt.Sprintf(`
+targets: [{name: sim, url: "%s", model: sim-model}]
+scenarios:
+  - {name: a, output_tokens: 3, ignore_eos: true, slo: {ttft: 123ms, tpot: 17ms, e2e: 2500ms, max_itl: 333ms}}
+  - {name: b, output_tokens: 3, ignore_eos: true, slo: {ttft: 77ms}}
+canary: [{target: sim, scenario: a, rate: 10}]
+`, url))
+	reg, _, mgr := run(t, cfg)
+	defer mgr.Stop(0)
+	bounds := func(name string) []float64 {
+		m := find(t, reg, name, map[string]string{"scenario": "a"})
+		require.NotNil(t, m, name)
+		var out []float64
+		for _, b := range m.GetHistogram().GetBucket() {
+			out = append(out, b.GetUpperBound())
+		}
+		return out
+	}
+	require.Contains(t, bounds("sloprober_time_to_first_token_seconds"), 0.123)
+	require.Contains(t, bounds("sloprober_time_to_first_token_seconds"), 0.077, "thresholds of every scenario, for summing")
+	require.Contains(t, bounds("sloprober_time_per_output_token_seconds"), 0.017)
+	require.Contains(t, bounds("sloprober_request_duration_seconds"), 2.5)
+	require.Contains(t, bounds("sloprober_inter_token_latency_seconds"), 0.333)
+	for _, b := range []float64{0.001, 0.002, 0.005} {
+		require.Contains(t, bounds("sloprober_schedule_lag_seconds"), b)
+	}
+	h := find(t, reg, "sloprober_time_to_first_token_seconds", map[string]string{"scenario": "a"}).GetHistogram()
+	require.NotZero(t, h.GetSchema()+int32(len(h.GetPositiveSpan()))+int32(h.GetZeroThreshold()*1e9), "a native histogram too")
+}
+
+// factoryRecorder wraps the metrics and records Observe and Forget calls.
+type factoryRecorder struct {
+	*exporter.Metrics
+	mu     sync.Mutex
+	events []string
+}
+
+func (f *factoryRecorder) Observe(l prober.LoadInfo) prober.Observer {
+	f.mu.Lock()
+	f.events = append(f.events, "observe "+l.Key.String())
+	f.mu.Unlock()
+	return f.Metrics.Observe(l)
+}
+
+func (f *factoryRecorder) Forget(l prober.LoadInfo) {
+	f.mu.Lock()
+	f.events = append(f.events, "forget "+l.Key.String())
+	f.mu.Unlock()
+	f.Metrics.Forget(l)
+}
+
+// TestReloadDiff: unchanged loads keep running, changed ones restart, removed
+// ones stop and their series are deleted.
+func TestReloadDiff(t *testing.T) {
+	url := startSim(t, "slots: 0\nfixed: {ttft: 1ms, itl: 1ms}\n")
+	base := fmt.Sprintf(`
+global: {max_rate: 100}
+targets: [{name: sim, url: "%s", model: sim-model}]
+scenarios:
+  - {name: keep, output_tokens: 2, ignore_eos: true, slo: {ttft: 1s}}
+  - {name: change, output_tokens: 2, ignore_eos: true}
+  - {name: remove, output_tokens: 2, ignore_eos: true}
+  - {name: add, output_tokens: 2, ignore_eos: true}
+canary:
+  - {target: sim, scenario: keep, rate: 20, arrival: constant}
+`, url)
+	cfg1 := mustConfig(t, base+`
+  - {target: sim, scenario: change, rate: 20, arrival: constant}
+  - {target: sim, scenario: remove, rate: 20, arrival: constant}
+`)
+	cfg2 := mustConfig(t, base+`
+  - {target: sim, scenario: change, rate: 10, arrival: constant}
+  - {target: sim, scenario: add, rate: 20, arrival: constant, enabled: false}
+`)
+	reg := prometheus.NewRegistry()
+	rec := &factoryRecorder{Metrics: exporter.NewMetrics(reg)}
+	mgr := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
+	require.NoError(t, mgr.Apply(cfg1, func() { rec.ApplyConfig(cfg1) }))
+	waitSent(t, reg, 10, "keep", "change", "remove")
+	keepBefore := value(t, reg, "sloprober_requests_sent_total", load("keep"))
+
+	require.NoError(t, mgr.Apply(cfg2, func() { rec.ApplyConfig(cfg2) }))
+	require.GreaterOrEqual(t, value(t, reg, "sloprober_requests_sent_total", load("keep")), keepBefore, "an unchanged load keeps its series")
+	require.Less(t, value(t, reg, "sloprober_requests_sent_total", load("change")), 10.0, "a changed load starts again")
+	require.Equal(t, 10.0, value(t, reg, "sloprober_intended_request_rate", load("change")))
+	require.Nil(t, find(t, reg, "sloprober_requests_sent_total", load("remove")), "a removed load's series are deleted")
+	require.Nil(t, find(t, reg, "sloprober_time_to_first_token_seconds", load("remove")))
+	require.Zero(t, value(t, reg, "sloprober_intended_request_rate", load("add")), "a paused load has series, at rate 0")
+	mgr.Stop(5 * time.Second)
+
+	events := strings.Join(rec.events, "\n")
+	require.Equal(t, 1, strings.Count(events, "observe sim/keep/canary"), events)
+	require.Equal(t, 0, strings.Count(events, "forget sim/keep/canary"), events)
+	require.Equal(t, 2, strings.Count(events, "observe sim/change/canary"), events)
+	require.Equal(t, 1, strings.Count(events, "forget sim/change/canary"), events)
+	require.Equal(t, 1, strings.Count(events, "forget sim/remove/canary"), events)
+	require.Zero(t, value(t, reg, "sloprober_requests_sent_total", load("add")))
+}
+
+// TestShutdownOutcome: requests cancelled when the grace period ends are
+// counted as shutdown and stay out of the attainment denominator.
+func TestShutdownOutcome(t *testing.T) {
+	url := startSim(t, "slots: 0\nfixed: {ttft: 10s, itl: 1ms}\n")
+	cfg := mustConfig(t, fmt.Sprintf(twoScenarios, url))
+	reg, _, mgr := run(t, cfg)
+	waitSent(t, reg, 3, "pass")
+	mgr.Stop(50 * time.Millisecond)
+	v := func(name string, extra ...string) float64 { return value(t, reg, name, load("pass", extra...)) }
+	sent := v("sloprober_requests_sent_total")
+	require.Equal(t, sent, v("sloprober_requests_finished_total", "outcome", "shutdown"))
+	require.Zero(t, v("sloprober_slo_missed_total", "slo", "ttft"), "shutdown is not in the denominator")
+	require.Zero(t, v("sloprober_time_to_first_token_seconds"), "no token arrived")
+	require.Equal(t, sent, v("sloprober_schedule_lag_seconds"), "lag is observed for every sent request")
+	require.Zero(t, v("sloprober_requests_in_flight"))
+}
