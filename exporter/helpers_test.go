@@ -1,19 +1,15 @@
 package exporter_test
 
 import (
-	"context"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/promslog"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/sloprober/sloprober/prober/simulator"
+	"github.com/sloprober/sloprober/prober/simulator/simtest"
 )
 
 func TestMain(m *testing.M) {
@@ -24,23 +20,7 @@ func TestMain(m *testing.M) {
 // and returns its OpenAI base URL.
 func startSim(t *testing.T, cfg string) string {
 	t.Helper()
-	c, err := simulator.Parse([]byte(cfg))
-	require.NoError(t, err)
-	sim, err := simulator.New(c, promslog.NewNopLogger(), prometheus.NewRegistry())
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sim.Run(ctx)
-	}()
-	srv := httptest.NewServer(sim.Handler())
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		srv.Close()
-	})
-	return srv.URL + "/v1"
+	return simtest.Start(t, cfg).URL + "/v1"
 }
 
 // promtool returns the path of the promtool binary that `make test`

@@ -312,6 +312,7 @@ func TestShutdownOutcome(t *testing.T) {
 	reg, _, mgr := run(t, cfg)
 	waitSent(t, reg, 3, "pass")
 	mgr.Stop(50 * time.Millisecond)
+	require.Error(t, mgr.Apply(cfg, nil), "no loads start once stopping")
 	v := func(name string, extra ...string) float64 { return value(t, reg, name, load("pass", extra...)) }
 	sent := v("sloprober_requests_sent_total")
 	require.Equal(t, sent, v("sloprober_requests_finished_total", "outcome", "shutdown"))

@@ -14,16 +14,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	commoncfg "github.com/prometheus/common/config"
 	"github.com/prometheus/common/model"
-	"github.com/prometheus/common/promslog"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/prober/config"
 	"github.com/sloprober/sloprober/prober/simulator"
+	"github.com/sloprober/sloprober/prober/simulator/simtest"
 )
 
 func TestMain(m *testing.M) {
@@ -43,26 +42,12 @@ const (
 	maxSlack    = 30 * time.Millisecond
 )
 
-// startSim serves a simulator with cfg (YAML over the defaults) on 127.0.0.1.
+// startSim serves a simulator with cfg (YAML over the defaults) on
+// 127.0.0.1 and returns it with its OpenAI base URL.
 func startSim(t *testing.T, cfg string) (*simulator.Simulator, string) {
 	t.Helper()
-	c, err := simulator.Parse([]byte(cfg))
-	require.NoError(t, err)
-	sim, err := simulator.New(c, promslog.NewNopLogger(), prometheus.NewRegistry())
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sim.Run(ctx)
-	}()
-	srv := httptest.NewServer(sim.Handler())
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		srv.Close()
-	})
-	return sim, srv.URL + "/v1"
+	s := simtest.Start(t, cfg)
+	return s.Simulator, s.URL + "/v1"
 }
 
 func target(url string) *config.TargetConfig {

@@ -2,6 +2,7 @@ package prober
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -51,7 +52,11 @@ type Manager struct {
 	mu      sync.Mutex
 	loads   map[config.Key]*load
 	clients map[string]*targetClient
+	stopped bool
 }
+
+// errStopped is returned by Apply once Stop has been called.
+var errStopped = errors.New("the prober is stopping")
 
 type targetClient struct {
 	cfg    config.TargetConfig
@@ -92,6 +97,9 @@ func NewManager(logger *slog.Logger, factory ObserverFactory, userAgent string) 
 func (m *Manager) Apply(cfg *config.Config, prepare func()) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.stopped {
+		return errStopped
+	}
 
 	clients := map[string]*targetClient{}
 	for _, t := range cfg.Targets {
@@ -250,6 +258,7 @@ func (l *load) halt(grace time.Duration) {
 func (m *Manager) Stop(grace time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.stopped = true
 	var wg sync.WaitGroup
 	for _, l := range m.loads {
 		wg.Go(func() { l.halt(grace) })

@@ -3,12 +3,10 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,12 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/promslog"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/sloprober/sloprober/prober/simulator"
+	"github.com/sloprober/sloprober/prober/simulator/simtest"
 )
 
 // binary is the sloprober binary built once for these tests.
@@ -170,15 +166,7 @@ func TestEmbeddedDefault(t *testing.T) {
 // keeping the old configuration running, secrets never shown, and a graceful
 // shutdown.
 func TestReloadAndShutdown(t *testing.T) {
-	c, err := simulator.Parse([]byte("slots: 0\nfixed: {ttft: 5ms, itl: 2ms}\n"))
-	require.NoError(t, err)
-	sim, err := simulator.New(c, promslog.NewNopLogger(), prometheus.NewRegistry())
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go sim.Run(ctx)
-	srv := httptest.NewServer(sim.Handler())
-	defer srv.Close()
+	srv := simtest.Start(t, "slots: 0\nfixed: {ttft: 5ms, itl: 2ms}\n")
 
 	dir := t.TempDir()
 	file := filepath.Join(dir, "sloprober.yml")

@@ -16,6 +16,8 @@ import (
 	commoncfg "github.com/prometheus/common/config"
 	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v2"
+
+	"github.com/sloprober/sloprober/internal/strictyaml"
 )
 
 // CanaryTest is the value of the test label of the always-on canary loads.
@@ -192,30 +194,13 @@ func Load(b []byte, expandEnv bool) (*Config, error) {
 		}
 	}
 	c := &Config{Global: DefaultGlobalConfig}
-	if err := yaml.UnmarshalStrict(b, c); err != nil {
-		return nil, yamlError(err)
+	if err := strictyaml.Unmarshal(b, c); err != nil {
+		return nil, err
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	return c, nil
-}
-
-// yamlError drops Go type names from YAML decoding errors, which mean nothing
-// to the author of the file.
-func yamlError(err error) error {
-	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		return err
-	}
-	msgs := make([]string, len(te.Errors))
-	for i, m := range te.Errors {
-		if j := strings.Index(m, " in type "); j > 0 {
-			m = m[:j]
-		}
-		msgs[i] = m
-	}
-	return errors.New(strings.Join(msgs, "\n"))
 }
 
 var labelValue = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)

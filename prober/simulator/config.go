@@ -17,10 +17,9 @@ import (
 	"os"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v2"
+	"github.com/sloprober/sloprober/internal/strictyaml"
 )
 
 // Duration is a time.Duration that reads and writes Go duration strings
@@ -246,8 +245,8 @@ func LoadFile(filename string) (*Config, error) {
 // validates it.
 func Parse(b []byte) (*Config, error) {
 	c := DefaultConfig
-	if err := yaml.UnmarshalStrict(b, &c); err != nil {
-		return nil, yamlError(err)
+	if err := strictyaml.Unmarshal(b, &c); err != nil {
+		return nil, err
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -258,31 +257,14 @@ func Parse(b []byte) (*Config, error) {
 // ParseFaults reads a faults block, as YAML or JSON, strictly.
 func ParseFaults(b []byte) (Faults, error) {
 	var f Faults
-	if err := yaml.UnmarshalStrict(b, &f); err != nil {
-		return Faults{}, yamlError(err)
+	if err := strictyaml.Unmarshal(b, &f); err != nil {
+		return Faults{}, err
 	}
 	if errs := f.validate("faults."); len(errs) > 0 {
 		sortErrors(errs)
 		return Faults{}, errors.Join(errs...)
 	}
 	return f, nil
-}
-
-// yamlError drops the Go type names from YAML decoding errors, which mean
-// nothing to the author of the file: "line 2: field prefil not found".
-func yamlError(err error) error {
-	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		return err
-	}
-	msgs := make([]string, len(te.Errors))
-	for i, m := range te.Errors {
-		if j := strings.Index(m, " in type "); j > 0 {
-			m = m[:j]
-		}
-		msgs[i] = m
-	}
-	return errors.New(strings.Join(msgs, "\n"))
 }
 
 // Validate checks every value and names the key of the first bad one.

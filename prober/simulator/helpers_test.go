@@ -8,18 +8,16 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/promslog"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/sloprober/sloprober/prober/simulator"
+	"github.com/sloprober/sloprober/prober/simulator/simtest"
 )
 
 func TestMain(m *testing.M) {
@@ -37,25 +35,10 @@ type testSim struct {
 // the defaults) on a loopback port, and stops it when the test ends.
 func startSim(t *testing.T, cfg string) *testSim {
 	t.Helper()
-	c, err := simulator.Parse([]byte(cfg))
-	require.NoError(t, err)
-	sim, err := simulator.New(c, promslog.NewNopLogger(), prometheus.NewRegistry())
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sim.Run(ctx)
-	}()
-	srv := httptest.NewServer(sim.Handler()) // listens on 127.0.0.1
+	s := simtest.Start(t, cfg)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		client.CloseIdleConnections()
-		srv.Close()
-	})
-	return &testSim{Simulator: sim, url: srv.URL, client: client}
+	t.Cleanup(client.CloseIdleConnections) // runs before the server stops
+	return &testSim{Simulator: s.Simulator, url: s.URL, client: client}
 }
 
 // event is one SSE data payload and when the test read it.
