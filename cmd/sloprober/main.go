@@ -30,6 +30,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	check := newCheckCommand(app)
 	probe := newProbeCommand(app)
 	sim := newSimCommand(app)
+	wstats := newWorkloadStatsCommand(app)
 
 	cmd, err := app.Parse(args)
 	if err != nil {
@@ -46,6 +47,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return probe.run(logger, stdout, stderr)
 	case sim.cmd.FullCommand():
 		return sim.run(logger)
+	case wstats.cmd.FullCommand():
+		return wstats.run(stdout, stderr)
 	}
 	return 0
 }
