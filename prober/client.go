@@ -62,6 +62,17 @@ type Request struct {
 	InputTokens  int // the workload's estimate of the prompt length
 	OutputTokens int
 	IgnoreEOS    bool
+	// Messages, when set, are sent instead of Prompt (chat API): the
+	// history of a conversation.
+	Messages []Message
+	// KeepReply keeps the generated text in Result.Reply, for the next
+	// turn of a conversation.
+	KeepReply bool
+	// CancelAfter, when set, is when the workload cancels the request (a
+	// user closing the tab), from sending.
+	CancelAfter time.Duration
+
+	turn *Turn
 }
 
 // body encodes the request for the target's API. It always streams and asks
@@ -74,10 +85,13 @@ func (c *Client) body(req *Request) ([]byte, error) {
 		"stream_options":        map[string]any{"include_usage": true},
 		c.target.MaxTokensField: req.OutputTokens,
 	}
-	if c.target.API == "completions" {
+	switch {
+	case c.target.API == "completions":
 		b["prompt"] = req.Prompt
-	} else {
-		b["messages"] = []map[string]string{{"role": "user", "content": req.Prompt}}
+	case req.Messages != nil:
+		b["messages"] = req.Messages
+	default:
+		b["messages"] = []Message{{Role: "user", Content: req.Prompt}}
 	}
 	if req.IgnoreEOS {
 		b["ignore_eos"] = true
@@ -138,7 +152,12 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 		r.ErrorBody = strings.Join(strings.Fields(string(b)), " ")
 		return
 	}
-	readStream(resp.Body, r, func() time.Duration { return time.Since(r.Sent) })
+	var reply *strings.Builder
+	if req.KeepReply {
+		reply = &strings.Builder{}
+		defer func() { r.Reply = reply.String() }()
+	}
+	readStream(resp.Body, r, func() time.Duration { return time.Since(r.Sent) }, reply)
 	if !r.Done && ctx.Err() != nil {
 		r.Cause = context.Cause(ctx)
 	}
@@ -146,9 +165,10 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 
 // readStream reads an SSE completion stream into r. now returns the current
 // offset from t0; it is read in this goroutine the moment an event has been
-// parsed. After [DONE] the rest of the body is drained for at most
-// drainTimeout, so the connection can be reused.
-func readStream(body io.ReadCloser, r *Result, now func() time.Duration) {
+// parsed. The generated text goes to reply when it is not nil. After [DONE]
+// the rest of the body is drained for at most drainTimeout, so the
+// connection can be reused.
+func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *strings.Builder) {
 	sr := newSSEReader(body)
 	for {
 		ev, err := sr.next()
@@ -194,6 +214,12 @@ func readStream(body io.ReadCloser, r *Result, now func() time.Duration) {
 		}
 		if c.hasText() {
 			r.Chunks = append(r.Chunks, at)
+			if reply != nil {
+				for i := range c.Choices {
+					reply.WriteString(c.Choices[i].Delta.Content)
+					reply.WriteString(c.Choices[i].Text)
+				}
+			}
 		}
 		for i := range c.Choices {
 			if fr := c.Choices[i].FinishReason; fr != nil && *fr != "" {

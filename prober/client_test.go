@@ -23,6 +23,7 @@ import (
 	"github.com/sloprober/sloprober/prober/config"
 	"github.com/sloprober/sloprober/prober/simulator"
 	"github.com/sloprober/sloprober/prober/simulator/simtest"
+	"github.com/sloprober/sloprober/prober/workload"
 )
 
 func TestMain(m *testing.M) {
@@ -66,9 +67,9 @@ func newClient(t *testing.T, tc *config.TargetConfig) *prober.Client {
 
 // do sends one request of n input and out output tokens.
 func do(c *prober.Client, seq uint64, in, out int) *prober.Result {
-	s := &config.ScenarioConfig{Name: "s", InputTokens: in, OutputTokens: out, IgnoreEOS: true}
+	req := &prober.Request{ID: fmt.Sprintf("%032x", seq), Prompt: prober.SynthesizePrompt(1, seq, in), InputTokens: in, OutputTokens: out, IgnoreEOS: true}
 	r := &prober.Result{Scheduled: time.Now()}
-	c.Do(context.Background(), prober.NewRequest(s, 1, seq), r)
+	c.Do(context.Background(), req, r)
 	return r
 }
 
@@ -281,8 +282,8 @@ fixed: {ttft: 10ms, itl: 50ms}
 		ctx, cancel := context.WithCancelCause(context.Background())
 		time.AfterFunc(100*time.Millisecond, func() { cancel(cause) })
 		r := &prober.Result{Scheduled: time.Now()}
-		s := &config.ScenarioConfig{InputTokens: 8, OutputTokens: 100, IgnoreEOS: true}
-		c.Do(ctx, prober.NewRequest(s, 1, 1), r)
+		s := &config.ScenarioConfig{InputTokens: workload.FixedLength(8), OutputTokens: workload.FixedLength(100), IgnoreEOS: true}
+		c.Do(ctx, prober.NewRequest(s, config.Key{Target: "sim", Scenario: "s", Test: "t"}), r)
 		want := map[error]prober.Outcome{prober.ErrCancelled: prober.OutcomeCancelled, prober.ErrShutdown: prober.OutcomeShutdown}[cause]
 		require.Equal(t, want, r.Outcome)
 		require.NotEmpty(t, r.Chunks, "tokens arrived before the cancel")

@@ -3,11 +3,10 @@ package prober
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"reflect"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,7 +49,7 @@ type Manager struct {
 	global    *Limiter
 
 	mu      sync.Mutex
-	loads   map[config.Key]*load
+	loads   map[string]*load
 	clients map[string]*targetClient
 	stopped bool
 }
@@ -63,14 +62,14 @@ type targetClient struct {
 	client *Client
 }
 
-// load is one running (or paused) load.
+// load is one running (or paused) load: one scenario, or a mix.
 type load struct {
-	info     LoadInfo
 	cfg      config.LoadConfig
 	target   config.TargetConfig
-	scenario config.ScenarioConfig
-	seed     uint64
-	obs      Observer
+	scen     []*scenarioRun // by Arrival.Scenario
+	infos    []LoadInfo
+	obs      []Observer
+	rate     float64 // intended request rate of the whole load
 	failures failureLog
 
 	sched *Scheduler // nil while paused
@@ -86,7 +85,7 @@ func NewManager(logger *slog.Logger, factory ObserverFactory, userAgent string) 
 		factory:   factory,
 		userAgent: userAgent,
 		global:    NewLimiter(config.DefaultGlobalConfig.MaxInFlight),
-		loads:     map[config.Key]*load{},
+		loads:     map[string]*load{},
 		clients:   map[string]*targetClient{},
 	}
 }
@@ -123,34 +122,46 @@ func (m *Manager) Apply(cfg *config.Config, prepare func()) error {
 	}
 	m.global.SetMax(cfg.Global.MaxInFlight)
 
-	desired := map[config.Key]*load{}
+	desired := map[string]*load{}
 	for _, lc := range cfg.Canary {
-		t, s := cfg.Target(lc.Target), cfg.Scenario(lc.Scenario)
-		l := &load{cfg: *lc, target: *t, scenario: *s}
-		l.info = LoadInfo{Key: lc.Key(), Arrival: lc.Arrival, SLOs: s.SLO.List(), Objective: s.Objective}
-		if lc.IsEnabled() {
-			l.info.Rate = lc.Rate
+		l := &load{cfg: *lc, target: *cfg.Target(lc.Target), rate: cfg.LoadRate(lc)}
+		names, _ := lc.Scenarios()
+		rates := cfg.ScenarioRates(lc)
+		for i, k := range lc.Keys() {
+			s := cfg.Scenario(names[i])
+			l.scen = append(l.scen, newScenarioRun(*s, k))
+			info := LoadInfo{Key: k, Arrival: lc.Process(), SLOs: s.SLO.List(), Objective: s.Objective}
+			if lc.Replay != nil {
+				info.Arrival = "replay"
+			}
+			if lc.IsEnabled() {
+				info.Rate = rates[i]
+			}
+			l.infos = append(l.infos, info)
 		}
-		l.seed = Seed(l.info.Target, l.info.Scenario, l.info.Test)
-		desired[l.info.Key] = l
+		desired[l.name()] = l
 	}
 
-	for key, old := range m.loads {
-		if l, ok := desired[key]; ok && old.sameAs(l) {
-			desired[key] = old
+	for name, old := range m.loads {
+		if l, ok := desired[name]; ok && old.sameAs(l) {
+			desired[name] = old
 			continue
 		}
 		old.halt(0)
-		m.factory.Forget(old.info)
-		m.logger.Info("Load stopped", "load", key.String())
+		for _, info := range old.infos {
+			m.factory.Forget(info)
+		}
+		m.logger.Info("Load stopped", "load", name)
 	}
-	for key, l := range desired {
+	for name, l := range desired {
 		if l.obs != nil {
 			continue // unchanged
 		}
-		l.obs = m.factory.Observe(l.info)
+		for _, info := range l.infos {
+			l.obs = append(l.obs, m.factory.Observe(info))
+		}
 		m.start(l, clients[l.target.Name].client)
-		m.logger.Info("Load started", "load", key.String(), "rate", l.info.Rate, "arrival", l.info.Arrival, "enabled", l.cfg.IsEnabled())
+		m.logger.Info("Load started", "load", name, "rate", l.rate, "arrival", l.infos[0].Arrival, "enabled", l.cfg.IsEnabled())
 	}
 	for name, tc := range m.clients {
 		if clients[name] != tc {
@@ -161,8 +172,25 @@ func (m *Manager) Apply(cfg *config.Config, prepare func()) error {
 	return nil
 }
 
+// name identifies a load in logs and in the manager: its label sets.
+func (l *load) name() string {
+	keys := make([]string, len(l.infos))
+	for i, info := range l.infos {
+		keys[i] = info.Key.String()
+	}
+	return strings.Join(keys, "+")
+}
+
 func (l *load) sameAs(o *load) bool {
-	return reflect.DeepEqual(l.cfg, o.cfg) && reflect.DeepEqual(l.target, o.target) && reflect.DeepEqual(l.scenario, o.scenario)
+	if !reflect.DeepEqual(l.cfg, o.cfg) || !reflect.DeepEqual(l.target, o.target) || len(l.scen) != len(o.scen) {
+		return false
+	}
+	for i := range l.scen {
+		if !reflect.DeepEqual(l.scen[i].cfg, o.scen[i].cfg) {
+			return false
+		}
+	}
+	return true
 }
 
 // start schedules a load, unless it is paused.
@@ -171,18 +199,38 @@ func (m *Manager) start(l *load, c *Client) {
 		return
 	}
 	now := time.Now()
+	seed := Seed(l.name())
 	var arrivals Arrivals
-	switch l.cfg.Arrival {
-	case "constant":
-		arrivals = NewConstantArrivals(l.cfg.Rate, l.seed, now)
-	default:
-		arrivals = NewPoissonArrivals(l.cfg.Rate, l.seed, now)
+	if r := l.cfg.Replay; r != nil {
+		arrivals = NewReplayArrivals(r.Trace, r.Speed, r.Loops(), now)
+	} else {
+		// A conversation of n turns is n requests: new conversations start
+		// at a rate such that requests, later turns included, come at the
+		// configured rate, split over a mix by weight.
+		_, weights := l.cfg.Scenarios()
+		starts := make([]float64, len(weights))
+		sumW, sumStarts := 0.0, 0.0
+		for i, w := range weights {
+			starts[i] = w / float64(l.scen[i].turns())
+			sumW += w
+			sumStarts += starts[i]
+		}
+		rate := l.cfg.Rate * sumStarts / sumW
+		switch l.cfg.Process() {
+		case "constant":
+			arrivals = NewConstantArrivals(rate, seed, now)
+		case "gamma":
+			arrivals = NewGammaArrivals(rate, l.cfg.Shape(), seed, now)
+		default:
+			arrivals = NewPoissonArrivals(rate, seed, now)
+		}
+		arrivals = NewMixArrivals(arrivals, seed, starts)
 	}
 	late := min(time.Second, time.Duration(l.target.Timeout))
 	send := func(ctx context.Context, a Arrival, done func()) {
 		go m.request(ctx, l, c, a, done)
 	}
-	l.sched = NewScheduler(arrivals, l.target.MaxInFlight, m.global, late, send, l.obs)
+	l.sched = NewScheduler(arrivals, l.target.MaxInFlight, m.global, late, send, l.obs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	l.stop, l.done = cancel, make(chan struct{})
 	go func() {
@@ -191,15 +239,38 @@ func (m *Manager) start(l *load, c *Client) {
 	}()
 }
 
-// request sends the request of one arrival and reports it.
+// request sends the request of one arrival, reports it, and schedules the
+// next turn of its conversation.
 func (m *Manager) request(ctx context.Context, l *load, c *Client, a Arrival, done func()) {
 	defer done()
-	r := &Result{Target: l.info.Target, Scenario: l.info.Scenario, Test: l.info.Test, Scheduled: a.Due}
-	c.Do(ctx, NewRequest(&l.scenario, l.seed, a.Seq()), r)
-	l.obs.Finished(r)
-	if r.Outcome != OutcomeOK && r.Outcome != OutcomeCancelled && r.Outcome != OutcomeShutdown {
-		l.failures.log(m.logger, l.info.Key, r)
+	s := l.scen[a.Scenario]
+	info := l.infos[a.Scenario]
+	req := s.request(a)
+	if req.CancelAfter > 0 {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		t := time.AfterFunc(req.CancelAfter, func() { cancel(ErrCancelled) })
+		defer func() {
+			t.Stop()
+			cancel(nil)
+		}()
 	}
+	r := &Result{Target: info.Target, Scenario: info.Scenario, Test: info.Test, Scheduled: a.Due}
+	c.Do(ctx, req, r)
+	l.obs[a.Scenario].Finished(r)
+	if next, ok := s.next(req, r, time.Now(), a.Scenario); ok {
+		l.sched.Later(next)
+	}
+	if r.Outcome != OutcomeOK && r.Outcome != OutcomeCancelled && r.Outcome != OutcomeShutdown {
+		l.failures.log(m.logger, info.Key, r)
+	}
+}
+
+// NewRequest builds the request of a scenario for an arrival due now, as a
+// load would: for `sloprober probe`.
+func NewRequest(s *config.ScenarioConfig, k config.Key) *Request {
+	now := time.Now()
+	return newScenarioRun(*s, k).request(Arrival{Due: now, Seq: uint64(now.UnixNano())})
 }
 
 // failureLogInterval is the least time between two logged failures of a
@@ -230,18 +301,6 @@ func (f *failureLog) log(logger *slog.Logger, k config.Key, r *Result) {
 		"request_id", r.RequestID, "failures_not_logged", skipped)
 }
 
-// NewRequest builds the request of a scenario for an arrival; the prompt is
-// the same for the same seed and sequence number.
-func NewRequest(s *config.ScenarioConfig, seed, seq uint64) *Request {
-	return &Request{
-		ID:           fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()),
-		Prompt:       SynthesizePrompt(seed, seq, s.InputTokens),
-		InputTokens:  s.InputTokens,
-		OutputTokens: s.OutputTokens,
-		IgnoreEOS:    s.IgnoreEOS,
-	}
-}
-
 // halt stops scheduling and drains the load with the grace period.
 func (l *load) halt(grace time.Duration) {
 	if l.sched == nil {
@@ -267,7 +326,7 @@ func (m *Manager) Stop(grace time.Duration) {
 	for _, tc := range m.clients {
 		tc.client.Close()
 	}
-	m.loads, m.clients = map[config.Key]*load{}, map[string]*targetClient{}
+	m.loads, m.clients = map[string]*load{}, map[string]*targetClient{}
 }
 
 // Loads returns the status of every load, sorted by key.
@@ -276,11 +335,13 @@ func (m *Manager) Loads() []LoadStatus {
 	defer m.mu.Unlock()
 	out := make([]LoadStatus, 0, len(m.loads))
 	for _, l := range m.loads {
-		st := LoadStatus{LoadInfo: l.info, Enabled: l.cfg.IsEnabled()}
-		if l.sched != nil {
-			st.InFlight = l.sched.InFlight()
+		for _, info := range l.infos {
+			st := LoadStatus{LoadInfo: info, Enabled: l.cfg.IsEnabled()}
+			if l.sched != nil {
+				st.InFlight = l.sched.InFlight() // shared by the scenarios of a mix
+			}
+			out = append(out, st)
 		}
-		out = append(out, st)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key.String() < out[j].Key.String() })
 	return out

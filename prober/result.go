@@ -125,6 +125,8 @@ type Result struct {
 	FinishReason string
 	// Done is set when "data: [DONE]" was read.
 	Done bool
+	// Reply is the generated text, kept only when the request asked for it.
+	Reply string
 
 	// Failure facts, from which Classify decides the outcome.
 	Cause       error  // why the request context ended before the response did, if it did

@@ -5,13 +5,35 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/sloprober/sloprober/prober/workload"
 )
 
-// Arrivals is an arrival process: a sequence of absolute due times, fixed in
-// advance and independent of how requests fare. Next returns them in order.
+// Arrivals is an arrival process: a sequence of arrivals whose due times are
+// fixed in advance, independent of how requests fare. Next returns them in
+// order; an arrival with a zero due time means there are no more.
 type Arrivals interface {
-	Next() time.Time
+	Next() Arrival
 }
+
+// Arrival is one request due at a time fixed by the arrival process.
+type Arrival struct {
+	Due time.Time
+	// Seq identifies the arrival within its load, the same on every replica
+	// and after a restart; the request's random draws are seeded from it.
+	Seq uint64
+	// Scenario is the index of the arrival's scenario in its load.
+	Scenario int
+	// Record and Pass: the trace record of a replayed arrival, and how many
+	// times the replay has started over.
+	Record *workload.Record
+	Pass   int
+	// Turn is set on a later turn of a conversation.
+	Turn *Turn
+}
+
+// never stands for "no arrival pending" in timer arithmetic.
+const never = 24 * time.Hour
 
 // Seed derives a load's seed from its identity, so its phase and random
 // streams are the same after a restart or reload and on every replica.
@@ -42,22 +64,24 @@ func NewConstantArrivals(rate float64, seed uint64, start time.Time) Arrivals {
 	return &constantArrivals{interval: interval, phase: phase, k: k}
 }
 
-func (c *constantArrivals) Next() time.Time {
-	t := time.Unix(0, c.k*c.interval+c.phase)
+func (c *constantArrivals) Next() Arrival {
+	t := c.k*c.interval + c.phase
 	c.k++
-	return t
+	return Arrival{Due: time.Unix(0, t), Seq: uint64(t)}
 }
 
-// poissonWindow is the span of time whose Poisson arrivals come from one
-// random stream. The stream of window w is seeded from (seed, w), so any
-// replica can compute the arrivals of any window; a window's arrivals are
-// exponential gaps from its start, which, the process being memoryless, are
-// a Poisson process across window boundaries too.
-const poissonWindow = int64(time.Minute)
+// renewalWindow is the span of time whose Poisson or gamma arrivals come
+// from one random stream. The stream of window w is seeded from (seed, w),
+// so any replica can compute the arrivals of any window. A window's
+// arrivals are gaps drawn from its start: for Poisson, memoryless, this is
+// one Poisson process across window boundaries too; for gamma, a renewal
+// process that starts afresh every minute.
+const renewalWindow = int64(time.Minute)
 
-// poissonArrivals are the arrivals of a Poisson process anchored at the epoch.
-type poissonArrivals struct {
-	rate   float64 // per nanosecond
+// renewalArrivals are the arrivals of a renewal process (independent gaps)
+// anchored at the epoch.
+type renewalArrivals struct {
+	gap    func(*rand.Rand) float64 // ns
 	seed   uint64
 	window int64   // index of the current window
 	off    float64 // ns from the window's start to the last arrival drawn
@@ -67,16 +91,30 @@ type poissonArrivals struct {
 // NewPoissonArrivals returns Poisson arrivals at rate per second, the first
 // one at or after start.
 func NewPoissonArrivals(rate float64, seed uint64, start time.Time) Arrivals {
-	p := &poissonArrivals{rate: rate / float64(time.Second), seed: seed}
+	mean := float64(time.Second) / rate
+	return newRenewal(func(r *rand.Rand) float64 { return r.ExpFloat64() * mean }, seed, start)
+}
+
+// NewGammaArrivals returns arrivals at rate per second whose gaps follow a
+// gamma distribution of the given shape: shape 1 is Poisson, 0.25 doubles
+// the coefficient of variation of the gaps (CV = 1/sqrt(shape)), bunching
+// requests into bursts at the same mean rate.
+func NewGammaArrivals(rate, shape float64, seed uint64, start time.Time) Arrivals {
+	scale := float64(time.Second) / rate / shape
+	return newRenewal(func(r *rand.Rand) float64 { return gammaVariate(r, shape) * scale }, seed, start)
+}
+
+func newRenewal(gap func(*rand.Rand) float64, seed uint64, start time.Time) *renewalArrivals {
+	p := &renewalArrivals{gap: gap, seed: seed}
 	from := start.UnixNano()
-	p.enter(from / poissonWindow)
+	p.enter(from / renewalWindow)
 	for p.peek() < from {
 		p.advance()
 	}
 	return p
 }
 
-func (p *poissonArrivals) enter(w int64) {
+func (p *renewalArrivals) enter(w int64) {
 	p.window, p.off = w, 0
 	p.rng = rand.New(rand.NewPCG(p.seed, uint64(w)))
 	p.advance()
@@ -84,19 +122,138 @@ func (p *poissonArrivals) enter(w int64) {
 
 // advance draws the next arrival, moving on to the next window when it falls
 // beyond the current one.
-func (p *poissonArrivals) advance() {
-	p.off += p.rng.ExpFloat64() / p.rate
-	if p.off >= float64(poissonWindow) {
+func (p *renewalArrivals) advance() {
+	p.off += p.gap(p.rng)
+	if p.off >= float64(renewalWindow) {
 		p.enter(p.window + 1)
 	}
 }
 
-func (p *poissonArrivals) peek() int64 { return p.window*poissonWindow + int64(p.off) }
+func (p *renewalArrivals) peek() int64 { return p.window*renewalWindow + int64(p.off) }
 
-func (p *poissonArrivals) Next() time.Time {
-	t := time.Unix(0, p.peek())
+func (p *renewalArrivals) Next() Arrival {
+	t := p.peek()
 	p.advance()
-	return t
+	return Arrival{Due: time.Unix(0, t), Seq: uint64(t)}
+}
+
+// gammaVariate draws from Gamma(shape, 1) by Marsaglia and Tsang's method,
+// boosted for shapes below 1.
+func gammaVariate(r *rand.Rand, shape float64) float64 {
+	if shape < 1 {
+		return gammaVariate(r, shape+1) * math.Pow(r.Float64(), 1/shape)
+	}
+	d := shape - 1.0/3
+	c := 1 / math.Sqrt(9*d)
+	for {
+		x := r.NormFloat64()
+		v := 1 + c*x
+		if v <= 0 {
+			continue
+		}
+		v = v * v * v
+		u := r.Float64()
+		if u < 1-0.0331*x*x*x*x || math.Log(u) < 0.5*x*x+d*(1-v+math.Log(v)) {
+			return d * v
+		}
+	}
+}
+
+// replayArrivals are a trace's arrival times, scaled by a speed, from the
+// moment the replay starts. At the end it starts over (if it loops) one mean
+// gap after the last request.
+type replayArrivals struct {
+	start  time.Time
+	trace  *workload.Trace
+	speed  float64
+	loop   bool
+	period time.Duration // trace time of one pass, a mean gap included
+	i      int
+	pass   int
+}
+
+// NewReplayArrivals returns the arrivals of a trace replayed from start.
+func NewReplayArrivals(t *workload.Trace, speed float64, loop bool, start time.Time) *replayArrivals {
+	n := len(t.Records)
+	period := t.Records[n-1].At
+	if n > 1 {
+		period += period / time.Duration(n-1)
+	}
+	if period <= 0 {
+		period = time.Second
+	}
+	return &replayArrivals{start: start, trace: t, speed: speed, loop: loop, period: period}
+}
+
+func (p *replayArrivals) Next() Arrival {
+	if p.i == len(p.trace.Records) {
+		if !p.loop {
+			return Arrival{}
+		}
+		p.i, p.pass = 0, p.pass+1
+	}
+	rec := &p.trace.Records[p.i]
+	at := time.Duration(p.pass)*p.period + rec.At
+	a := Arrival{
+		Due:    p.start.Add(time.Duration(float64(at) / p.speed)),
+		Seq:    uint64(p.pass)<<32 | uint64(p.i),
+		Record: rec,
+		Pass:   p.pass,
+	}
+	p.i++
+	return a
+}
+
+// mixArrivals draws the scenario of each arrival of a base process by
+// weight. The draw is a hash of the load's seed and the arrival's Seq, so it
+// is the same on every replica and after a restart, and it is made before
+// the in-flight check, so drops carry the right label.
+type mixArrivals struct {
+	base    Arrivals
+	seed    uint64
+	weights []float64
+}
+
+// NewMixArrivals draws each arrival's scenario index with the given weights.
+func NewMixArrivals(base Arrivals, seed uint64, weights []float64) Arrivals {
+	if len(weights) <= 1 {
+		return base
+	}
+	return &mixArrivals{base: base, seed: seed, weights: weights}
+}
+
+func (m *mixArrivals) Next() Arrival {
+	a := m.base.Next()
+	a.Scenario = pick(m.weights, unitFloat(m.seed, a.Seq, 0))
+	return a
+}
+
+// pick returns the index that u in [0, 1) falls on when [0, 1) is cut in
+// proportion to the weights.
+func pick(weights []float64, u float64) int {
+	sum := 0.0
+	for _, w := range weights {
+		sum += w
+	}
+	x := u * sum
+	for i, w := range weights {
+		if x < w {
+			return i
+		}
+		x -= w
+	}
+	return len(weights) - 1
+}
+
+// unitFloat is a uniform draw from [0, 1) determined by its arguments: one
+// decision (salt) of one arrival (seq) of one load (seed). It hashes them
+// with SplitMix64's finalizer, so it allocates nothing.
+func unitFloat(seed, seq, salt uint64) float64 {
+	z := seed ^ seq*0x9e3779b97f4a7c15 ^ salt*0xc2b2ae3d27d4eb4f
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return float64(z>>11) / (1 << 53)
 }
 
 func ceilDiv(a, b int64) int64 {

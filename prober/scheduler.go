@@ -1,6 +1,7 @@
 package prober
 
 import (
+	"container/heap"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -19,15 +20,6 @@ type Observer interface {
 	// Finished: a sent request ended; r is complete and no longer changes.
 	Finished(r *Result)
 }
-
-// Arrival is one request due at a time fixed by the arrival process.
-type Arrival struct {
-	Due time.Time
-}
-
-// Seq identifies the arrival within its load: its due time in nanoseconds,
-// the same on every replica and after a restart.
-func (a Arrival) Seq() uint64 { return uint64(a.Due.UnixNano()) }
 
 // SendFunc starts the request of an arrival. It must not block: it starts
 // the request (in a goroutine of its own) and calls done once the request
@@ -68,24 +60,33 @@ func (l *Limiter) release() { l.n.Add(-1) }
 // or dropped and counted; it is never delayed and never waits for a slot.
 // Modelled on k6's constant-arrival-rate executor and on Prometheus' rule
 // group loop, whose schedule does not drift and counts what it missed.
+//
+// Besides its arrival process it takes dependent arrivals (Later): the later
+// turns of conversations, due a think time after the previous reply. They
+// are counted and dropped like any other arrival.
 type Scheduler struct {
 	arrivals Arrivals
 	local    *Limiter // this load's max_in_flight
 	global   *Limiter // over all loads; may be nil
 	late     time.Duration
 	send     SendFunc
-	obs      Observer
+	obs      []Observer // by Arrival.Scenario
 
-	next      time.Time // the first arrival not yet handled
+	next      Arrival // the first arrival of the process not yet handled
 	reqCtx    context.Context
 	cancelReq context.CancelCauseFunc
 	inFlight  sync.WaitGroup
+
+	mu    sync.Mutex
+	later arrivalHeap   // dependent arrivals, guarded by mu
+	wake  chan struct{} // capacity 1: later got an arrival
 }
 
-// NewScheduler returns a scheduler. An arrival is dropped as late when the
+// NewScheduler returns a scheduler. obs holds an observer for each scenario
+// index an arrival can carry. An arrival is dropped as late when the
 // scheduler handles it more than late after its due time: the prober fell
 // behind, and sending would fire a catch-up burst no production client makes.
-func NewScheduler(arrivals Arrivals, maxInFlight int, global *Limiter, late time.Duration, send SendFunc, obs Observer) *Scheduler {
+func NewScheduler(arrivals Arrivals, maxInFlight int, global *Limiter, late time.Duration, send SendFunc, obs ...Observer) *Scheduler {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Scheduler{
 		arrivals:  arrivals,
@@ -97,47 +98,92 @@ func NewScheduler(arrivals Arrivals, maxInFlight int, global *Limiter, late time
 		next:      arrivals.Next(),
 		reqCtx:    ctx,
 		cancelReq: cancel,
+		wake:      make(chan struct{}, 1),
 	}
 }
 
 // InFlight returns this load's requests in flight.
 func (s *Scheduler) InFlight() int { return s.local.InFlight() }
 
+// Later adds a dependent arrival, such as the next turn of a conversation.
+func (s *Scheduler) Later(a Arrival) {
+	s.mu.Lock()
+	heap.Push(&s.later, a)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pop returns the earliest arrival due at now, from the process or the
+// dependent ones.
+func (s *Scheduler) pop(now time.Time) (Arrival, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	main := !s.next.Due.IsZero() && !s.next.Due.After(now)
+	dep := len(s.later) > 0 && !s.later[0].Due.After(now)
+	switch {
+	case dep && (!main || s.later[0].Due.Before(s.next.Due)):
+		return heap.Pop(&s.later).(Arrival), true
+	case main:
+		a := s.next
+		s.next = s.arrivals.Next()
+		return a, true
+	}
+	return Arrival{}, false
+}
+
+// until returns the time to the next due arrival.
+func (s *Scheduler) until() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := never
+	if !s.next.Due.IsZero() {
+		d = time.Until(s.next.Due)
+	}
+	if len(s.later) > 0 {
+		d = min(d, time.Until(s.later[0].Due))
+	}
+	return d
+}
+
 // Run sends arrivals as they fall due until ctx is done. Arrivals not yet
 // due then are not counted; requests in flight go on (see Drain).
 func (s *Scheduler) Run(ctx context.Context) {
-	timer := time.NewTimer(time.Until(s.next))
+	timer := time.NewTimer(s.until())
 	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
+		case <-s.wake:
 		}
 		now := time.Now()
-		for !s.next.After(now) {
-			s.handle(now)
-			s.next = s.arrivals.Next()
+		for a, ok := s.pop(now); ok; a, ok = s.pop(now) {
+			s.handle(now, a)
 		}
-		timer.Reset(time.Until(s.next))
+		timer.Reset(s.until())
 	}
 }
 
 // handle decides one due arrival.
-func (s *Scheduler) handle(now time.Time) {
-	s.obs.Scheduled()
+func (s *Scheduler) handle(now time.Time, a Arrival) {
+	obs := s.obs[a.Scenario]
+	obs.Scheduled()
 	switch {
-	case now.Sub(s.next) > s.late:
-		s.obs.Dropped(DropLate)
+	case now.Sub(a.Due) > s.late:
+		obs.Dropped(DropLate)
 	case !s.local.acquire():
-		s.obs.Dropped(DropMaxInFlight)
+		obs.Dropped(DropMaxInFlight)
 	case s.global != nil && !s.global.acquire():
 		s.local.release()
-		s.obs.Dropped(DropMaxInFlight)
+		obs.Dropped(DropMaxInFlight)
 	default:
 		s.inFlight.Add(1)
-		s.obs.Sent()
-		s.send(s.reqCtx, Arrival{Due: s.next}, s.release)
+		obs.Sent()
+		s.send(s.reqCtx, a, s.release)
 	}
 }
 
@@ -161,7 +207,7 @@ func (s *Scheduler) Drain(grace time.Duration) {
 	}()
 	deadline := time.NewTimer(grace)
 	defer deadline.Stop()
-	due := time.NewTimer(time.Until(s.next))
+	due := time.NewTimer(s.until())
 	defer due.Stop()
 	for {
 		select {
@@ -173,13 +219,27 @@ func (s *Scheduler) Drain(grace time.Duration) {
 			<-idle
 			return
 		case <-due.C:
-			now := time.Now()
-			for !s.next.After(now) {
-				s.obs.Scheduled()
-				s.obs.Dropped(DropShutdown)
-				s.next = s.arrivals.Next()
-			}
-			due.Reset(time.Until(s.next))
+		case <-s.wake:
 		}
+		now := time.Now()
+		for a, ok := s.pop(now); ok; a, ok = s.pop(now) {
+			s.obs[a.Scenario].Scheduled()
+			s.obs[a.Scenario].Dropped(DropShutdown)
+		}
+		due.Reset(s.until())
 	}
+}
+
+// arrivalHeap orders dependent arrivals by due time.
+type arrivalHeap []Arrival
+
+func (h arrivalHeap) Len() int           { return len(h) }
+func (h arrivalHeap) Less(i, j int) bool { return h[i].Due.Before(h[j].Due) }
+func (h arrivalHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *arrivalHeap) Push(x any)        { *h = append(*h, x.(Arrival)) }
+func (h *arrivalHeap) Pop() any {
+	old := *h
+	a := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return a
 }

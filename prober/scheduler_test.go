@@ -118,7 +118,7 @@ func TestDropAtMaxInFlight(t *testing.T) {
 		check := NewConstantArrivals(10, 1, start)
 		var busy []time.Time
 		sent, dropped := 0, 0
-		for due := check.Next(); due.Before(start.Add(10 * time.Second)); due = check.Next() {
+		for due := check.Next().Due; due.Before(start.Add(10 * time.Second)); due = check.Next().Due {
 			free := busy[:0]
 			for _, b := range busy {
 				if b.After(due) {
@@ -252,7 +252,7 @@ func TestScheduleSameAfterRestart(t *testing.T) {
 			a := mk(start)
 			var times []time.Time
 			for range 1000 {
-				times = append(times, a.Next())
+				times = append(times, a.Next().Due)
 			}
 			// "Restart" in the middle of the run, 100s in.
 			restart := start.Add(100 * time.Second)
@@ -262,11 +262,11 @@ func TestScheduleSameAfterRestart(t *testing.T) {
 				i++
 			}
 			for ; i < len(times); i++ {
-				require.True(t, times[i].Equal(b.Next()), "arrival %d differs after restart", i)
+				require.True(t, times[i].Equal(b.Next().Due), "arrival %d differs after restart", i)
 			}
 		})
 	}
-	require.NotEqual(t, NewPoissonArrivals(3, 1, start).Next(), NewPoissonArrivals(3, 2, start).Next())
+	require.NotEqual(t, NewPoissonArrivals(3, 1, start).Next().Due, NewPoissonArrivals(3, 2, start).Next().Due)
 }
 
 // TestPoissonRate: Poisson arrivals come at the configured rate, with
@@ -278,7 +278,7 @@ func TestPoissonRate(t *testing.T) {
 	n := 0
 	var gaps []float64
 	prev := start
-	for at := a.Next(); at.Before(end); at = a.Next() {
+	for at := a.Next().Due; at.Before(end); at = a.Next().Due {
 		require.False(t, at.Before(prev), "arrivals out of order")
 		gaps = append(gaps, at.Sub(prev).Seconds())
 		prev = at

@@ -35,7 +35,7 @@ func readRecorded(t *testing.T, data []byte, wrap func(io.Reader) io.Reader) *Re
 	readStream(io.NopCloser(wrap(bytes.NewReader(data))), r, func() time.Duration {
 		tick += time.Millisecond
 		return tick
-	})
+	}, nil)
 	r.Outcome = Classify(r)
 	return r
 }

@@ -66,10 +66,8 @@ func (c *probeCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 	}
 	defer client.Close()
 
-	seed := prober.Seed(t.Name, s.Name, "probe")
-	now := time.Now()
-	req := prober.NewRequest(s, seed, uint64(now.UnixNano()))
-	r := &prober.Result{Target: t.Name, Scenario: s.Name, Test: "probe", Scheduled: now}
+	req := prober.NewRequest(s, config.Key{Target: t.Name, Scenario: s.Name, Test: "probe"})
+	r := &prober.Result{Target: t.Name, Scenario: s.Name, Test: "probe", Scheduled: time.Now()}
 	client.Do(context.Background(), req, r)
 	m := prober.Measure(r, s.SLO.List())
 	printTimeline(stdout, t, s, r, &m)
@@ -106,7 +104,7 @@ func printTimeline(w io.Writer, t *config.TargetConfig, s *config.ScenarioConfig
 		p("  %-22s +%s%s", label, fmtMS(d), note)
 	}
 	p("target:     %s (%s API, model %s, %s)", t.Name, t.API, t.Model, t.URL)
-	p("scenario:   %s (input %d tokens, output %d tokens, ignore_eos %v)", s.Name, s.InputTokens, s.OutputTokens, s.IgnoreEOS)
+	p("scenario:   %s (input %d tokens, output %d tokens, ignore_eos %v)", s.Name, r.InputTokens, r.OutputTokens, s.IgnoreEOS)
 	p("request id: %s", r.RequestID)
 	p("timeline (from t0, when the request was sent):")
 	p("  %-22s %s (%s before t0)", "scheduled", r.Scheduled.Format(time.RFC3339Nano), fmtMS(r.Lag()))

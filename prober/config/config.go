@@ -6,10 +6,13 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v2"
 
 	"github.com/sloprober/sloprober/internal/strictyaml"
+	"github.com/sloprober/sloprober/prober/workload"
 )
 
 // CanaryTest is the value of the test label of the always-on canary loads.
@@ -39,13 +43,15 @@ var (
 		HTTPClientConfig: commoncfg.DefaultHTTPClientConfig,
 	}
 	DefaultScenarioConfig = ScenarioConfig{
-		InputTokens:  256,
-		OutputTokens: 64,
+		InputTokens:  workload.FixedLength(256),
+		OutputTokens: workload.FixedLength(64),
 		Objective:    0.99,
 	}
-	DefaultLoadConfig = LoadConfig{
-		Arrival: "poisson",
-	}
+	DefaultLoadConfig  = LoadConfig{}
+	DefaultReplay      = ReplayConfig{Speed: 1}
+	DefaultBurstiness  = 1.0
+	DefaultArrival     = "poisson"
+	arrivalProcesses   = []string{"constant", "poisson", "gamma"}
 )
 
 // Config is the whole configuration file.
@@ -54,6 +60,9 @@ type Config struct {
 	Targets   []*TargetConfig   `yaml:"targets"`
 	Scenarios []*ScenarioConfig `yaml:"scenarios"`
 	Canary    []*LoadConfig     `yaml:"canary"`
+
+	dir    string                     // relative paths are resolved against it
+	traces map[string]*workload.Trace // read once per file and format
 }
 
 // GlobalConfig holds the safety caps over all loads.
@@ -92,10 +101,22 @@ type TargetConfig struct {
 // ScenarioConfig is a kind of request and the SLOs it must meet.
 type ScenarioConfig struct {
 	Name string `yaml:"name"`
-	// InputTokens is the prompt length to synthesize.
-	InputTokens int `yaml:"input_tokens"`
+	// InputTokens is the prompt length to synthesize: a number or a
+	// distribution (see workload.Distribution). With a conversation, the
+	// length of each turn's new user text.
+	InputTokens workload.Distribution `yaml:"input_tokens"`
 	// OutputTokens is sent in the target's max_tokens field.
-	OutputTokens int `yaml:"output_tokens"`
+	OutputTokens workload.Distribution `yaml:"output_tokens"`
+	// LengthsFrom draws input and output lengths together from a trace,
+	// keeping their joint distribution; it overrides input_tokens and
+	// output_tokens.
+	LengthsFrom *TraceFile `yaml:"lengths_from,omitempty"`
+	// Prefix makes a share of requests begin with shared system prompts.
+	Prefix *PrefixConfig `yaml:"prefix,omitempty"`
+	// Conversation makes requests multi-turn conversations.
+	Conversation *ConversationConfig `yaml:"conversation,omitempty"`
+	// Cancel makes the client cancel a share of requests.
+	Cancel *CancelConfig `yaml:"cancel,omitempty"`
 	// IgnoreEOS sends ignore_eos: true (only when true: hosted APIs reject
 	// unknown keys).
 	IgnoreEOS bool      `yaml:"ignore_eos"`
@@ -103,6 +124,64 @@ type ScenarioConfig struct {
 	// Objective is the share of requests that must be good, for burn-rate
 	// alerts.
 	Objective float64 `yaml:"objective"`
+}
+
+// TraceFile is a trace to read lengths (or arrivals) from.
+type TraceFile struct {
+	// File is relative to the configuration file.
+	File string `yaml:"file"`
+	// Format is azure, mooncake or jsonl.
+	Format string `yaml:"format"`
+	// Trace is the parsed file, read when the configuration is loaded.
+	Trace *workload.Trace `yaml:"-"`
+}
+
+// PrefixConfig: a share of requests begin with one of several shared system
+// prompts, as production traffic does (and as a server's prefix cache sees it).
+type PrefixConfig struct {
+	// Tokens is the length of each shared prompt; it counts toward the
+	// request's input length.
+	Tokens int `yaml:"tokens"`
+	// Share of requests that begin with a shared prompt; the others share
+	// nothing.
+	Share float64 `yaml:"share"`
+	// Groups is the number of different shared prompts; they differ from
+	// their first words on.
+	Groups int `yaml:"groups"`
+}
+
+// ConversationConfig makes every request a turn of a conversation whose
+// history (user messages and the server's real replies) is resent each turn.
+type ConversationConfig struct {
+	Turns int `yaml:"turns"`
+	// ThinkTime is the time from a reply's end to the next turn.
+	ThinkTime model.Duration `yaml:"think_time"`
+}
+
+// CancelConfig: the client cancels a share of requests a time after sending,
+// as a user closing the tab does.
+type CancelConfig struct {
+	Share float64        `yaml:"share"`
+	After model.Duration `yaml:"after"`
+}
+
+// ReplayConfig replays a trace's arrival times, lengths and prefix blocks.
+type ReplayConfig struct {
+	TraceFile `yaml:",inline"`
+	// Speed scales time: 2 replays an hour of trace in 30 minutes.
+	Speed float64 `yaml:"speed"`
+	// Loop starts over at the end (default true), with fresh prefix ids.
+	Loop *bool `yaml:"loop,omitempty"`
+}
+
+// Loops reports whether the replay starts over at its end (the default).
+func (r *ReplayConfig) Loops() bool { return r.Loop == nil || *r.Loop }
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (r *ReplayConfig) UnmarshalYAML(unmarshal func(any) error) error {
+	*r = DefaultReplay
+	type plain ReplayConfig
+	return unmarshal((*plain)(r))
 }
 
 // SLOConfig are upper bounds (inclusive); a nil one is not checked.
@@ -113,16 +192,59 @@ type SLOConfig struct {
 	MaxITL *model.Duration `yaml:"max_itl,omitempty"`
 }
 
-// LoadConfig is one open-loop load: requests of one scenario sent to one
-// target at a rate.
+// LoadConfig is one open-loop load: requests of one scenario, or of a
+// weighted mix of scenarios, sent to one target at a rate.
 type LoadConfig struct {
-	Target   string  `yaml:"target"`
-	Scenario string  `yaml:"scenario"`
-	Rate     float64 `yaml:"rate"`
-	// Arrival is constant or poisson.
-	Arrival string `yaml:"arrival"`
+	Target   string `yaml:"target"`
+	Scenario string `yaml:"scenario,omitempty"`
+	// Mix is a weighted scenario mix, instead of Scenario: each arrival is
+	// one scenario's request, drawn by weight.
+	Mix map[string]float64 `yaml:"mix,omitempty"`
+	// Rate is in requests per second.
+	Rate float64 `yaml:"rate,omitempty"`
+	// Arrival is constant, poisson (the default) or gamma.
+	Arrival string `yaml:"arrival,omitempty"`
+	// Burstiness is the shape of gamma arrivals: 1 is Poisson, below 1
+	// burstier, above 1 smoother (the inter-arrival CV is 1/sqrt(shape)).
+	Burstiness float64 `yaml:"burstiness,omitempty"`
+	// Replay takes arrivals, lengths and prefix blocks from a trace; the
+	// scenario gives labels and SLOs.
+	Replay *ReplayConfig `yaml:"replay,omitempty"`
 	// Enabled false pauses the load without deleting its series.
 	Enabled *bool `yaml:"enabled,omitempty"`
+}
+
+// Process returns the arrival process: constant, poisson or gamma.
+func (l *LoadConfig) Process() string {
+	if l.Arrival == "" {
+		return DefaultArrival
+	}
+	return l.Arrival
+}
+
+// Shape returns the gamma shape.
+func (l *LoadConfig) Shape() float64 {
+	if l.Burstiness == 0 {
+		return DefaultBurstiness
+	}
+	return l.Burstiness
+}
+
+// Scenarios returns the load's scenarios with their weights, sorted by name.
+func (l *LoadConfig) Scenarios() ([]string, []float64) {
+	if len(l.Mix) == 0 {
+		return []string{l.Scenario}, []float64{1}
+	}
+	names := make([]string, 0, len(l.Mix))
+	for n := range l.Mix {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	weights := make([]float64, len(names))
+	for i, n := range names {
+		weights[i] = l.Mix[n]
+	}
+	return names, weights
 }
 
 // IsEnabled reports whether the load runs (the default).
@@ -158,27 +280,31 @@ func (c *LoadConfig) UnmarshalYAML(unmarshal func(any) error) error {
 
 // LoadFile reads, decodes and validates a configuration file. With expandEnv,
 // ${VAR} references are replaced by environment variables first. Relative
-// file paths in the configuration are resolved against the file's directory.
-// Every error names the file.
+// file paths in the configuration (trace files, TLS files, credentials) are
+// resolved against the file's directory. Every error names the file.
 func LoadFile(filename string, expandEnv bool) (*Config, error) {
 	b, err := os.ReadFile(filename)
 	if err != nil {
 		return nil, err
 	}
-	c, err := Load(b, expandEnv)
+	c, err := Parse(b, expandEnv, filepath.Dir(filename))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filename, err)
-	}
-	for _, t := range c.Targets {
-		t.HTTPClientConfig.SetDirectory(filepath.Dir(filename))
 	}
 	return c, nil
 }
 
+// Load decodes a configuration strictly and validates it; relative paths
+// are taken from the working directory.
+func Load(b []byte, expandEnv bool) (*Config, error) {
+	return Parse(b, expandEnv, "")
+}
+
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
-// Load decodes a configuration strictly and validates it.
-func Load(b []byte, expandEnv bool) (*Config, error) {
+// Parse decodes a configuration strictly, resolves relative paths against
+// dir, reads the trace files it names, and validates it.
+func Parse(b []byte, expandEnv bool, dir string) (*Config, error) {
 	if expandEnv {
 		var missing []string
 		b = envRef.ReplaceAllFunc(b, func(ref []byte) []byte {
@@ -197,6 +323,12 @@ func Load(b []byte, expandEnv bool) (*Config, error) {
 	if err := strictyaml.Unmarshal(b, c); err != nil {
 		return nil, err
 	}
+	for _, t := range c.Targets {
+		if t != nil {
+			t.HTTPClientConfig.SetDirectory(dir)
+		}
+	}
+	c.dir = dir
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -277,11 +409,40 @@ func (c *Config) Validate() error {
 			bad(key+".name", "duplicate scenario name %q", s.Name)
 		}
 		scenarios[s.Name] = s
-		if s.InputTokens < 1 {
-			bad(key+".input_tokens", "must be at least 1, got %d", s.InputTokens)
+		if err := s.InputTokens.Validate(); err != nil {
+			bad(key+".input_tokens", "%v", err)
 		}
-		if s.OutputTokens < 1 {
-			bad(key+".output_tokens", "must be at least 1, got %d", s.OutputTokens)
+		if err := s.OutputTokens.Validate(); err != nil {
+			bad(key+".output_tokens", "%v", err)
+		}
+		if s.LengthsFrom != nil {
+			if err := c.readTrace(s.LengthsFrom); err != nil {
+				bad(key+".lengths_from", "%v", err)
+			}
+		}
+		if p := s.Prefix; p != nil {
+			if p.Tokens < 1 {
+				bad(key+".prefix.tokens", "must be at least 1, got %d", p.Tokens)
+			}
+			if !(p.Share >= 0 && p.Share <= 1) {
+				bad(key+".prefix.share", "must be between 0 and 1, got %g", p.Share)
+			}
+			if p.Groups < 1 {
+				bad(key+".prefix.groups", "must be at least 1, got %d", p.Groups)
+			}
+		}
+		if cv := s.Conversation; cv != nil {
+			if cv.Turns < 1 {
+				bad(key+".conversation.turns", "must be at least 1, got %d", cv.Turns)
+			}
+		}
+		if cn := s.Cancel; cn != nil {
+			if !(cn.Share >= 0 && cn.Share <= 1) {
+				bad(key+".cancel.share", "must be between 0 and 1, got %g", cn.Share)
+			}
+			if cn.After <= 0 {
+				bad(key+".cancel.after", "must be positive, got %s", cn.After)
+			}
 		}
 		if !(s.Objective > 0 && s.Objective < 1) {
 			bad(key+".objective", "must be between 0 and 1 (exclusive), got %g", s.Objective)
@@ -301,25 +462,80 @@ func (c *Config) Validate() error {
 			bad(key, "must not be empty")
 			continue
 		}
-		if _, ok := targets[l.Target]; !ok {
+		t, ok := targets[l.Target]
+		if !ok {
 			bad(key+".target", "unknown target %q", l.Target)
 		}
-		if _, ok := scenarios[l.Scenario]; !ok {
-			bad(key+".scenario", "unknown scenario %q", l.Scenario)
+		switch {
+		case l.Scenario != "" && len(l.Mix) > 0:
+			bad(key, "set either scenario or mix, not both")
+		case l.Scenario == "" && len(l.Mix) == 0:
+			bad(key, "set scenario or mix")
+		case l.Scenario != "":
+			if _, ok := scenarios[l.Scenario]; !ok {
+				bad(key+".scenario", "unknown scenario %q", l.Scenario)
+			}
 		}
-		if !(l.Rate > 0) {
-			bad(key+".rate", "must be positive, got %g", l.Rate)
+		for _, name := range sortedKeys(l.Mix) {
+			if _, ok := scenarios[name]; !ok {
+				bad(key+".mix", "unknown scenario %q", name)
+			}
+			if w := l.Mix[name]; !(w > 0) || math.IsInf(w, 0) {
+				bad(key+".mix."+name, "weight must be positive, got %g", w)
+			}
 		}
-		if l.Arrival != "constant" && l.Arrival != "poisson" {
-			bad(key+".arrival", "must be constant or poisson, got %q", l.Arrival)
+		if l.Replay != nil {
+			switch {
+			case len(l.Mix) > 0:
+				bad(key+".replay", "a replay takes one scenario, not a mix")
+			case l.Rate != 0 || l.Arrival != "" || l.Burstiness != 0:
+				bad(key+".replay", "the trace sets the arrivals: leave out rate, arrival and burstiness")
+			}
+			if !(l.Replay.Speed > 0) {
+				bad(key+".replay.speed", "must be positive, got %g", l.Replay.Speed)
+			}
+			if err := c.readTrace(&l.Replay.TraceFile); err != nil {
+				bad(key+".replay", "%v", err)
+			} else if !l.Replay.Trace.Timed {
+				bad(key+".replay.file", "%s has no timestamps to replay", l.Replay.File)
+			}
+		} else {
+			if !(l.Rate > 0) {
+				bad(key+".rate", "must be positive, got %g", l.Rate)
+			}
+			if !slices.Contains(arrivalProcesses, l.Process()) {
+				bad(key+".arrival", "must be constant, poisson or gamma, got %q", l.Arrival)
+			}
+			if l.Burstiness != 0 && l.Process() != "gamma" {
+				bad(key+".burstiness", "applies to arrival: gamma only")
+			}
+			if l.Burstiness < 0 {
+				bad(key+".burstiness", "must be positive, got %g", l.Burstiness)
+			}
 		}
-		k := l.Key()
-		if j, dup := seen[k]; dup {
-			bad(key, "canary[%d] and canary[%d] both produce target=%q scenario=%q test=%q", j, i, k.Target, k.Scenario, k.Test)
+		names, _ := l.Scenarios()
+		for _, name := range names {
+			s := scenarios[name]
+			if s == nil || t == nil {
+				continue
+			}
+			if s.Conversation != nil && t.API != "chat" {
+				bad(key, "scenario %q has conversations, which need a chat target; target %q has api %s", name, t.Name, t.API)
+			}
+			if s.Cancel != nil && s.Cancel.After >= t.Timeout {
+				bad(key, "scenario %q cancels after %s, which must be less than target %q's timeout %s", name, s.Cancel.After, t.Name, t.Timeout)
+			}
+			if s.Conversation != nil && l.Replay != nil {
+				bad(key+".replay", "scenario %q has conversations, which a replay does not make", name)
+			}
+			k := Key{Target: l.Target, Scenario: name, Test: CanaryTest}
+			if j, dup := seen[k]; dup {
+				bad(key, "canary[%d] and canary[%d] both produce target=%q scenario=%q test=%q", j, i, k.Target, k.Scenario, k.Test)
+			}
+			seen[k] = i
 		}
-		seen[k] = i
-		if l.IsEnabled() && l.Rate > 0 {
-			rate += l.Rate
+		if l.IsEnabled() && len(errs) == 0 {
+			rate += c.LoadRate(l)
 		}
 	}
 	if c.Global.MaxRate > 0 && rate > c.Global.MaxRate {
@@ -342,9 +558,74 @@ func validateURL(s string) error {
 	return nil
 }
 
-// Key returns the label set of a canary load.
-func (l *LoadConfig) Key() Key {
-	return Key{Target: l.Target, Scenario: l.Scenario, Test: CanaryTest}
+// Keys returns the label sets of a canary load, one per scenario, in the
+// order of Scenarios.
+func (l *LoadConfig) Keys() []Key {
+	names, _ := l.Scenarios()
+	keys := make([]Key, len(names))
+	for i, n := range names {
+		keys[i] = Key{Target: l.Target, Scenario: n, Test: CanaryTest}
+	}
+	return keys
+}
+
+// LoadRate is the intended request rate of a load, req/s: its rate, or for
+// a replay the trace's mean rate times the speed.
+func (c *Config) LoadRate(l *LoadConfig) float64 {
+	if l.Replay != nil && l.Replay.Trace != nil {
+		return workload.MeanRate(l.Replay.Trace) * l.Replay.Speed
+	}
+	return l.Rate
+}
+
+// ScenarioRates splits a load's intended rate over its scenarios by weight,
+// in the order of Scenarios.
+func (c *Config) ScenarioRates(l *LoadConfig) []float64 {
+	_, weights := l.Scenarios()
+	sum := 0.0
+	for _, w := range weights {
+		sum += w
+	}
+	rates := make([]float64, len(weights))
+	for i, w := range weights {
+		rates[i] = c.LoadRate(l) * w / sum
+	}
+	return rates
+}
+
+// readTrace reads a trace file once per configuration.
+func (c *Config) readTrace(tf *TraceFile) error {
+	if tf.File == "" {
+		return errors.New("file: must not be empty")
+	}
+	if !slices.Contains(workload.Formats, tf.Format) {
+		return fmt.Errorf("format: must be one of %s, got %q", strings.Join(workload.Formats, ", "), tf.Format)
+	}
+	path := commoncfg.JoinDir(c.dir, tf.File)
+	id := tf.Format + "\x00" + path
+	if t, ok := c.traces[id]; ok {
+		tf.Trace = t
+		return nil
+	}
+	t, err := workload.LoadTrace(path, tf.Format)
+	if err != nil {
+		return fmt.Errorf("file: %w", err)
+	}
+	if c.traces == nil {
+		c.traces = map[string]*workload.Trace{}
+	}
+	c.traces[id] = t
+	tf.Trace = t
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // SLO is one configured threshold.

@@ -210,3 +210,17 @@ func readJSONL(r io.Reader, format string) (*Trace, error) {
 	}
 	return t, nil
 }
+
+// MeanRate is the trace's request rate, req/s: a replay that loops sends
+// len(records) requests every duration plus one mean gap.
+func MeanRate(t *Trace) float64 {
+	n := len(t.Records)
+	if !t.Timed || n < 2 {
+		return 0
+	}
+	d := t.Records[n-1].At - t.Records[0].At
+	if d <= 0 {
+		return 0
+	}
+	return float64(n-1) / d.Seconds()
+}
