@@ -47,11 +47,11 @@ var (
 		OutputTokens: workload.FixedLength(64),
 		Objective:    0.99,
 	}
-	DefaultLoadConfig  = LoadConfig{}
-	DefaultReplay      = ReplayConfig{Speed: 1}
-	DefaultBurstiness  = 1.0
-	DefaultArrival     = "poisson"
-	arrivalProcesses   = []string{"constant", "poisson", "gamma"}
+	DefaultLoadConfig = LoadConfig{}
+	DefaultReplay     = ReplayConfig{Speed: 1}
+	DefaultBurstiness = 1.0
+	DefaultArrival    = "poisson"
+	arrivalProcesses  = []string{"constant", "poisson", "gamma"}
 )
 
 // Config is the whole configuration file.
