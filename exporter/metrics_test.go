@@ -3,6 +3,7 @@ package exporter_test
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os/exec"
 	"strings"
 	"sync"
@@ -320,4 +321,59 @@ func TestShutdownOutcome(t *testing.T) {
 	require.Zero(t, v("sloprober_time_to_first_token_seconds"), "no token arrived")
 	require.Equal(t, sent, v("sloprober_schedule_lag_seconds"), "lag is observed for every sent request")
 	require.Zero(t, v("sloprober_requests_in_flight"))
+}
+
+// TestCancellation: requests the workload cancels end as cancelled, add no
+// TTFT or ITL, and stay out of the attainment denominator; one that ends
+// before its cancel time keeps its natural outcome.
+func TestCancellation(t *testing.T) {
+	url := startSim(t, "slots: 0\nfixed: {ttft: 20ms, itl: 20ms}\n")
+	cfg := mustConfig(t, fmt.Sprintf(`
+targets: [{name: sim, url: "%s", model: sim-model}]
+scenarios:
+  - {name: tab-closed, output_tokens: 50, ignore_eos: true, slo: {ttft: 1s}, cancel: {share: 1, after: 100ms}}
+  - {name: too-late, output_tokens: 2, ignore_eos: true, slo: {ttft: 1s}, cancel: {share: 1, after: 5s}}
+canary:
+  - {target: sim, scenario: tab-closed, rate: 20, arrival: constant}
+  - {target: sim, scenario: too-late, rate: 20, arrival: constant}
+`, url))
+	reg, _, mgr := run(t, cfg)
+	waitSent(t, reg, 10, "tab-closed", "too-late")
+	mgr.Stop(10 * time.Second)
+	v := func(s, name string, extra ...string) float64 { return value(t, reg, name, load(s, extra...)) }
+	sent := v("tab-closed", "sloprober_requests_sent_total")
+	require.Equal(t, sent, v("tab-closed", "sloprober_requests_finished_total", "outcome", "cancelled"))
+	require.Zero(t, v("tab-closed", "sloprober_time_to_first_token_seconds"), "cancelled requests add no TTFT")
+	require.Zero(t, v("tab-closed", "sloprober_inter_token_latency_seconds"), "nor ITL")
+	require.Zero(t, v("tab-closed", "sloprober_slo_missed_total", "slo", "ttft"), "not in the denominator")
+	require.Zero(t, v("tab-closed", "sloprober_requests_good_total"))
+	require.Greater(t, v("tab-closed", "sloprober_output_tokens_total"), 0.0, "tokens before the cancel are counted")
+
+	sent = v("too-late", "sloprober_requests_sent_total")
+	require.Equal(t, sent, v("too-late", "sloprober_requests_finished_total", "outcome", "ok"))
+	require.Equal(t, sent, v("too-late", "sloprober_requests_good_total"))
+}
+
+// TestMixSeries: a mix gives each scenario its own series, splits the
+// intended rate by weight and draws scenarios by weight.
+func TestMixSeries(t *testing.T) {
+	url := startSim(t, "slots: 0\nfixed: {ttft: 1ms, itl: 1ms}\n")
+	cfg := mustConfig(t, fmt.Sprintf(`
+targets: [{name: sim, url: "%s", model: sim-model}]
+scenarios:
+  - {name: a, output_tokens: 2, ignore_eos: true, slo: {ttft: 1s}}
+  - {name: b, output_tokens: 2, ignore_eos: true, slo: {ttft: 1ms}}
+canary:
+  - {target: sim, mix: {a: 3, b: 1}, rate: 40, arrival: poisson}
+`, url))
+	reg, _, mgr := run(t, cfg)
+	require.Equal(t, 30.0, value(t, reg, "sloprober_intended_request_rate", load("a")))
+	require.Equal(t, 10.0, value(t, reg, "sloprober_intended_request_rate", load("b")))
+	require.Equal(t, 0.001, value(t, reg, "sloprober_slo_threshold_seconds", load("b", "slo", "ttft")), "each scenario keeps its SLOs")
+	waitSent(t, reg, 60, "a")
+	mgr.Stop(5 * time.Second)
+	a, b := value(t, reg, "sloprober_requests_scheduled_total", load("a")), value(t, reg, "sloprober_requests_scheduled_total", load("b"))
+	n := a + b
+	require.InDelta(t, 0.75*n, a, 4*math.Sqrt(n*0.75*0.25)+1, "a: %v, b: %v", a, b)
+	require.Equal(t, value(t, reg, "sloprober_requests_sent_total", load("a")), value(t, reg, "sloprober_requests_good_total", load("a")))
 }

@@ -149,8 +149,11 @@ func (s *scenarioRun) next(req *Request, r *Result, now time.Time, scenario int)
 // blockPrompt builds a prompt from Mooncake hash ids: every id is the same
 // 512-token block of text wherever it appears, so equal ids make a real
 // shared prefix and a server's prefix cache sees the trace's hit pattern.
-// Each pass of a looping replay salts the ids, so a second pass does not hit
-// what the first one cached. The last block is cut to the input length.
+// Every word of a block is followed by a space, so a block's text (and its
+// tokens, in a tokenizer of four characters a token) is the same whatever
+// follows it. Each pass of a looping replay salts the ids, so a second pass
+// does not hit what the first one cached. The last block is cut to the input
+// length.
 func blockPrompt(ids []int, pass, tokens int) string {
 	var b strings.Builder
 	b.Grow(tokens * 4)
@@ -161,16 +164,11 @@ func blockPrompt(ids []int, pass, tokens int) string {
 			break
 		}
 		n := min(left, workload.MooncakeBlockTokens)
-		if b.Len() > 0 {
-			b.WriteByte(' ')
-		}
 		b.WriteString(SynthesizePrompt(salt, uint64(id), workload.MooncakeBlockTokens)[:wordsLen(n)])
+		b.WriteByte(' ')
 		left -= n
 	}
 	if left > 0 { // more input than blocks: the rest is the request's own
-		if b.Len() > 0 {
-			b.WriteByte(' ')
-		}
 		b.WriteString(SynthesizePrompt(salt, uint64(len(ids))<<32|uint64(tokens), left))
 	}
 	return b.String()

@@ -3,6 +3,7 @@ package simtest
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 
@@ -24,6 +25,12 @@ type Server struct {
 // and stops it, engine and server, when the test ends.
 func Start(t testing.TB, cfg string) *Server {
 	t.Helper()
+	return StartWith(t, cfg, nil)
+}
+
+// StartWith is Start with the handler wrapped, to look at requests.
+func StartWith(t testing.TB, cfg string, wrap func(http.Handler) http.Handler) *Server {
+	t.Helper()
 	c, err := simulator.Parse([]byte(cfg))
 	if err != nil {
 		t.Fatalf("simulator config: %v", err)
@@ -38,7 +45,11 @@ func Start(t testing.TB, cfg string) *Server {
 		defer close(done)
 		sim.Run(ctx)
 	}()
-	srv := httptest.NewServer(sim.Handler())
+	h := sim.Handler()
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		cancel()
 		<-done

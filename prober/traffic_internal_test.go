@@ -1,0 +1,206 @@
+package prober
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/prober/config"
+	"github.com/sloprober/sloprober/prober/workload"
+)
+
+func TestPromptWordsAreThreeLetters(t *testing.T) {
+	for _, w := range promptWords {
+		require.Len(t, w, 3, "blockPrompt cuts blocks by wordsLen")
+	}
+}
+
+// gaps returns the gaps of n arrivals in seconds.
+func gaps(a Arrivals, n int) []float64 {
+	prev := a.Next().Due
+	out := make([]float64, n)
+	for i := range out {
+		next := a.Next().Due
+		out[i] = next.Sub(prev).Seconds()
+		prev = next
+	}
+	return out
+}
+
+func meanCV(xs []float64) (float64, float64) {
+	m := 0.0
+	for _, x := range xs {
+		m += x
+	}
+	m /= float64(len(xs))
+	v := 0.0
+	for _, x := range xs {
+		v += (x - m) * (x - m)
+	}
+	return m, math.Sqrt(v/float64(len(xs))) / m
+}
+
+// TestGammaBurstiness: the gamma shape sets the coefficient of variation of
+// the gaps, 1/sqrt(shape), at the same mean rate.
+func TestGammaBurstiness(t *testing.T) {
+	start := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	for _, shape := range []float64{0.25, 0.5, 1, 4} {
+		m, cv := meanCV(gaps(NewGammaArrivals(10, shape, 5, start), 50000))
+		// Window boundaries restart the renewal process once a minute
+		// (every ~600 gaps), which shortens a few gaps: a small bias.
+		require.InEpsilon(t, 0.1, m, 0.03, "mean gap at shape %g", shape)
+		require.InEpsilon(t, 1/math.Sqrt(shape), cv, 0.06, "CV at shape %g", shape)
+	}
+}
+
+// TestMixArrivals: a mix draws scenarios by weight, the same for the same
+// arrival, independent of the order arrivals are drawn in.
+func TestMixArrivals(t *testing.T) {
+	start := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	weights := []float64{7, 2, 1}
+	a := NewMixArrivals(NewPoissonArrivals(100, 1, start), 9, weights)
+	counts := make([]int, 3)
+	const n = 30000
+	first := map[uint64]int{}
+	for range n {
+		arr := a.Next()
+		counts[arr.Scenario]++
+		first[arr.Seq] = arr.Scenario
+	}
+	for i, w := range weights {
+		p := w / 10
+		require.InDelta(t, p*n, counts[i], 4*math.Sqrt(n*p*(1-p)), "scenario %d", i)
+	}
+	// A restart in the middle draws the same scenarios for the same arrivals.
+	b := NewMixArrivals(NewPoissonArrivals(100, 1, start.Add(time.Minute)), 9, weights)
+	for range 1000 {
+		arr := b.Next()
+		require.Equal(t, first[arr.Seq], arr.Scenario)
+	}
+}
+
+// TestReplayArrivals: a replay keeps the trace's relative times, scaled by
+// the speed, from its start, and starts over one mean gap after the end.
+func TestReplayArrivals(t *testing.T) {
+	tr := &workload.Trace{Timed: true, Records: []workload.Record{
+		{At: 0, Input: 1}, {At: 1 * time.Second, Input: 2}, {At: 3 * time.Second, Input: 3},
+	}}
+	start := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	a := NewReplayArrivals(tr, 2, true, start)
+	want := []time.Duration{0, 500 * time.Millisecond, 1500 * time.Millisecond, 2250 * time.Millisecond, 2750 * time.Millisecond}
+	for i, w := range want {
+		arr := a.Next()
+		require.Equal(t, start.Add(w), arr.Due, "arrival %d", i)
+		require.Equal(t, i/3, arr.Pass)
+		require.Equal(t, i%3+1, arr.Record.Input)
+	}
+	once := NewReplayArrivals(tr, 1, false, start)
+	for range 3 {
+		require.False(t, once.Next().Due.IsZero())
+	}
+	require.True(t, once.Next().Due.IsZero(), "no loop: the replay ends")
+}
+
+func scenario(t *testing.T, yml string) *scenarioRun {
+	t.Helper()
+	c, err := config.Load([]byte("scenarios:\n  - "+yml+"\n"), false)
+	require.NoError(t, err)
+	return newScenarioRun(*c.Scenarios[0], config.Key{Target: "t", Scenario: c.Scenarios[0].Name, Test: "canary"})
+}
+
+// TestPrefixGroups: a share of prompts begin with one of the groups' shared
+// prompts, identical text; the others share nothing.
+func TestPrefixGroups(t *testing.T) {
+	s := scenario(t, "{name: sys, input_tokens: 300, prefix: {tokens: 200, share: 0.75, groups: 3}}")
+	require.Len(t, s.prefixes, 3)
+	for i, p := range s.prefixes {
+		require.Len(t, strings.Fields(p), 200)
+		for j := range i {
+			require.NotEqual(t, strings.Fields(p)[0:4], strings.Fields(s.prefixes[j])[0:4], "groups differ from their first words")
+		}
+	}
+	const n = 4000
+	groups := make([]int, 3)
+	plain := 0
+	firstWords := map[string]bool{}
+	for seq := range uint64(n) {
+		req := s.request(Arrival{Seq: seq})
+		require.Len(t, strings.Fields(req.Prompt), 300)
+		require.Equal(t, 300, req.InputTokens)
+		g := -1
+		for i, p := range s.prefixes {
+			if strings.HasPrefix(req.Prompt, p+" ") {
+				g = i
+			}
+		}
+		if g < 0 {
+			plain++
+			firstWords[strings.Join(strings.Fields(req.Prompt)[:4], " ")] = true
+			continue
+		}
+		groups[g]++
+	}
+	require.InDelta(t, 0.25*n, plain, 4*math.Sqrt(n*0.25*0.75))
+	require.Len(t, firstWords, plain, "prompts without a prefix share nothing")
+	for g := range groups {
+		require.InDelta(t, 0.25*n, groups[g], 4*math.Sqrt(n*0.25*0.75), "group %d", g)
+	}
+	// Every load of the scenario uses the same shared prompts.
+	other := newScenarioRun(s.cfg, config.Key{Target: "u", Scenario: "sys", Test: "canary"})
+	require.Equal(t, s.prefixes, other.prefixes)
+}
+
+// TestJointLengths: lengths_from draws input and output together, so their
+// correlation survives; distributions are drawn per request.
+func TestJointLengths(t *testing.T) {
+	c, err := config.Load([]byte(`
+scenarios:
+  - name: azure
+    lengths_from: {file: ../../shared/workloads/azure-llm-inference-2023-conv.csv, format: azure}
+`), false)
+	require.NoError(t, err)
+	s := newScenarioRun(*c.Scenarios[0], config.Key{Target: "t", Scenario: "azure", Test: "canary"})
+	tr := &workload.Trace{}
+	for seq := range uint64(10000) {
+		req := s.request(Arrival{Seq: seq})
+		tr.Records = append(tr.Records, workload.Record{Input: req.InputTokens, Output: req.OutputTokens})
+	}
+	drawn := workload.ComputeStats(tr)
+	real := workload.ComputeStats(c.Scenarios[0].LengthsFrom.Trace)
+	// Sampling 10,000 pairs: the correlation's standard error is about 0.01.
+	require.InDelta(t, real.Correlation, drawn.Correlation, 0.04, "the joint distribution is kept")
+	require.Less(t, drawn.Correlation, -0.05)
+	require.InEpsilon(t, real.Input.Mean, drawn.Input.Mean, 0.03)
+	require.InEpsilon(t, real.Output.Mean, drawn.Output.Mean, 0.03)
+	require.InEpsilon(t, real.Input.P50, drawn.Input.P50, 0.03)
+}
+
+// TestCancelShare: a share of requests is marked for cancellation.
+func TestCancelShare(t *testing.T) {
+	s := scenario(t, "{name: c, cancel: {share: 0.2, after: 300ms}}")
+	const n = 5000
+	cancelled := 0
+	for seq := range uint64(n) {
+		if req := s.request(Arrival{Seq: seq}); req.CancelAfter > 0 {
+			require.Equal(t, 300*time.Millisecond, req.CancelAfter)
+			cancelled++
+		}
+	}
+	require.InDelta(t, 0.2*n, cancelled, 4*math.Sqrt(n*0.2*0.8))
+}
+
+// TestBlockPrompt: equal Mooncake ids are equal text, cut at the input length.
+func TestBlockPrompt(t *testing.T) {
+	a := blockPrompt([]int{0, 1, 2}, 0, 1100)
+	b := blockPrompt([]int{0, 3}, 0, 600)
+	require.Len(t, strings.Fields(a), 1100)
+	require.Len(t, strings.Fields(b), 600)
+	require.Equal(t, a[:4*512], b[:4*512], "block 0 is shared, its trailing space included")
+	require.NotEqual(t, a[:4*513], b[:4*513], "then they differ")
+	require.Len(t, a, 4*1100, "four characters a token")
+	require.NotEqual(t, a[:wordsLen(512)], blockPrompt([]int{0}, 1, 512), "a second pass salts the ids")
+	require.Len(t, strings.Fields(blockPrompt([]int{7}, 0, 700)), 700, "more input than blocks")
+}

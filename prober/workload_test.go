@@ -1,0 +1,219 @@
+package prober_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/promslog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/prober/config"
+	"github.com/sloprober/sloprober/prober/simulator/simtest"
+)
+
+// recorder keeps every finished result, by scenario.
+type recorder struct {
+	mu      sync.Mutex
+	results map[string][]*prober.Result
+	dropped int
+}
+
+func (r *recorder) Observe(info prober.LoadInfo) prober.Observer { return &recObs{r, info.Scenario} }
+func (r *recorder) Forget(prober.LoadInfo)                       {}
+
+func (r *recorder) get(scenario string) []*prober.Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*prober.Result(nil), r.results[scenario]...)
+}
+
+type recObs struct {
+	r        *recorder
+	scenario string
+}
+
+func (o *recObs) Scheduled() {}
+func (o *recObs) Sent()      {}
+func (o *recObs) Dropped(prober.DropReason) {
+	o.r.mu.Lock()
+	o.r.dropped++
+	o.r.mu.Unlock()
+}
+func (o *recObs) Finished(res *prober.Result) {
+	o.r.mu.Lock()
+	defer o.r.mu.Unlock()
+	if o.r.results == nil {
+		o.r.results = map[string][]*prober.Result{}
+	}
+	o.r.results[o.scenario] = append(o.r.results[o.scenario], res)
+}
+
+// runLoads applies a configuration (YAML, with %s the simulator's base URL,
+// read from dir) and returns the recorder and a stop function.
+func runLoads(t *testing.T, dir, yml, url string) (*recorder, func()) {
+	t.Helper()
+	file := filepath.Join(dir, "sloprober.yml")
+	require.NoError(t, os.WriteFile(file, []byte(fmt.Sprintf(yml, url)), 0o600))
+	cfg, err := config.LoadFile(file, false)
+	require.NoError(t, err)
+	rec := &recorder{}
+	m := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
+	require.NoError(t, m.Apply(cfg, nil))
+	var once sync.Once
+	stop := func() { once.Do(func() { m.Stop(5 * time.Second) }) }
+	t.Cleanup(stop)
+	return rec, stop
+}
+
+// TestReplayAgainstSimulator: a replay sends at the trace's relative times
+// (scaled), with the trace's lengths, and its hash ids make real prefix
+// cache hits in the server.
+func TestReplayAgainstSimulator(t *testing.T) {
+	sim := simtest.Start(t, `
+slots: 4
+prefill: {base: 1ms, per_token: 20us}
+decode: {base: 5ms, per_sequence: 0s}
+prefix_cache: {block_tokens: 512}
+`)
+	dir := t.TempDir()
+	trace := `{"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [0, 1, 2]}
+{"timestamp": 200, "input_length": 600, "output_length": 3, "hash_ids": [0, 3]}
+{"timestamp": 400, "input_length": 1024, "output_length": 2, "hash_ids": [0, 1]}
+{"timestamp": 1000, "input_length": 300, "output_length": 4, "hash_ids": [4]}
+`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "trace.jsonl"), []byte(trace), 0o600))
+	rec, stop := runLoads(t, dir, `
+targets: [{name: sim, url: "%s/v1", model: sim-model}]
+scenarios: [{name: replayed, ignore_eos: true}]
+canary:
+  - {target: sim, scenario: replayed, replay: {file: trace.jsonl, format: mooncake, speed: 2, loop: false}}
+`, sim.URL)
+	require.Eventually(t, func() bool { return len(rec.get("replayed")) == 4 }, 10*time.Second, 10*time.Millisecond)
+	stop()
+	rs := rec.get("replayed")
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Scheduled.Before(rs[j].Scheduled) })
+	for i, want := range []struct {
+		at            time.Duration
+		in, out, hits int
+	}{
+		{0, 1100, 5, 0},
+		{100 * time.Millisecond, 600, 3, 512},   // block 0 shared
+		{200 * time.Millisecond, 1024, 2, 1023}, // blocks 0 and 1 (one token is always computed)
+		{500 * time.Millisecond, 300, 4, 0},
+	} {
+		r := rs[i]
+		require.Equal(t, prober.OutcomeOK, r.Outcome, r.Error())
+		require.Equal(t, want.at, r.Scheduled.Sub(rs[0].Scheduled), "request %d due at its trace time / speed", i)
+		require.Less(t, r.Lag(), 50*time.Millisecond)
+		require.Equal(t, want.in, r.Usage.PromptTokens, "request %d input", i)
+		require.Equal(t, want.out, r.Usage.CompletionTokens, "request %d output", i)
+		require.Equal(t, want.hits, r.Timings.CacheN, "request %d prefix cache hits", i)
+	}
+}
+
+// TestConversationHistory: each turn resends the history with the server's
+// real replies, a think time after the previous reply.
+func TestConversationHistory(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []map[string]any
+	sim := simtest.StartWith(t, "slots: 0\nfixed: {ttft: 5ms, itl: 1ms}\n", func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			var body map[string]any
+			_ = json.Unmarshal(b, &body)
+			mu.Lock()
+			bodies = append(bodies, body)
+			mu.Unlock()
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			h.ServeHTTP(w, r)
+		})
+	})
+	rec, stop := runLoads(t, t.TempDir(), `
+targets: [{name: sim, url: "%s/v1", model: sim-model}]
+scenarios:
+  - {name: conv, input_tokens: 20, output_tokens: 5, ignore_eos: true, conversation: {turns: 3, think_time: 100ms}}
+canary:
+  - {target: sim, scenario: conv, rate: 6, arrival: constant}
+`, sim.URL)
+	// Conversations start at 6/3 = 2 per second; wait for two whole ones.
+	require.Eventually(t, func() bool {
+		n := 0
+		for _, r := range rec.get("conv") {
+			if r.Usage != nil && r.Usage.PromptTokens == 70 {
+				n++
+			}
+		}
+		return n >= 2
+	}, 10*time.Second, 10*time.Millisecond)
+	stop()
+
+	byFirst := map[string][][]any{}
+	mu.Lock()
+	for _, b := range bodies {
+		msgs := b["messages"].([]any)
+		first := msgs[0].(map[string]any)["content"].(string)
+		byFirst[first] = append(byFirst[first], msgs)
+	}
+	mu.Unlock()
+	whole := 0
+	for _, turns := range byFirst {
+		if len(turns) < 3 {
+			continue
+		}
+		whole++
+		sort.Slice(turns, func(i, j int) bool { return len(turns[i]) < len(turns[j]) })
+		for k, msgs := range turns {
+			require.Len(t, msgs, 2*k+1, "turn %d sends the history", k+1)
+			for i, m := range msgs {
+				role := m.(map[string]any)["role"]
+				require.Equal(t, map[bool]string{true: "user", false: "assistant"}[i%2 == 0], role)
+			}
+			if k > 0 {
+				require.Equal(t, turns[k-1], msgs[:2*k-1], "the history is kept")
+				reply := msgs[2*k-1].(map[string]any)["content"].(string)
+				require.Len(t, reply, 5*4, "the previous reply: 5 tokens of 4 characters")
+			}
+		}
+	}
+	require.GreaterOrEqual(t, whole, 2)
+
+	// The server counts the whole history; sloprober's estimate agrees.
+	var prompt []int
+	for _, r := range rec.get("conv") {
+		require.Equal(t, prober.OutcomeOK, r.Outcome, r.Error())
+		require.Equal(t, r.InputTokens, r.Usage.PromptTokens)
+		prompt = append(prompt, r.Usage.PromptTokens)
+	}
+	require.Subset(t, []int{20, 45, 70}, prompt)
+	require.Contains(t, prompt, 45)
+	// Later turns are due a think time after the previous reply ended.
+	var firsts, seconds []*prober.Result
+	for _, r := range rec.get("conv") {
+		switch r.Usage.PromptTokens {
+		case 20:
+			firsts = append(firsts, r)
+		case 45:
+			seconds = append(seconds, r)
+		}
+	}
+	for _, s := range seconds {
+		ok := false
+		for _, f := range firsts {
+			gap := s.Scheduled.Sub(f.Sent.Add(f.Ended))
+			if gap >= 100*time.Millisecond && gap < 150*time.Millisecond {
+				ok = true
+			}
+		}
+		require.True(t, ok, "a second turn is due 100ms after a first turn's reply")
+	}
+}
