@@ -71,8 +71,11 @@ type Request struct {
 	// CancelAfter, when set, is when the workload cancels the request (a
 	// user closing the tab), from sending.
 	CancelAfter time.Duration
+	// Words is the number of synthesized words in the prompt.
+	Words int
 
-	turn *Turn
+	calibrate bool // the server's count of this prompt calibrates its target
+	turn      *Turn
 }
 
 // body encodes the request for the target's API. It always streams and asks

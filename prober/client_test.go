@@ -283,7 +283,7 @@ fixed: {ttft: 10ms, itl: 50ms}
 		time.AfterFunc(100*time.Millisecond, func() { cancel(cause) })
 		r := &prober.Result{Scheduled: time.Now()}
 		s := &config.ScenarioConfig{InputTokens: workload.FixedLength(8), OutputTokens: workload.FixedLength(100), IgnoreEOS: true}
-		c.Do(ctx, prober.NewRequest(s, config.Key{Target: "sim", Scenario: "s", Test: "t"}), r)
+		c.Do(ctx, prober.NewRequest(s, config.Key{Target: "sim", Scenario: "s", Test: "t"}, prober.NewCalibrator()), r)
 		want := map[error]prober.Outcome{prober.ErrCancelled: prober.OutcomeCancelled, prober.ErrShutdown: prober.OutcomeShutdown}[cause]
 		require.Equal(t, want, r.Outcome)
 		require.NotEmpty(t, r.Chunks, "tokens arrived before the cancel")

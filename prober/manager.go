@@ -57,9 +57,41 @@ type Manager struct {
 // errStopped is returned by Apply once Stop has been called.
 var errStopped = errors.New("the prober is stopping")
 
+// targetClient is the connection pool and the prompt calibration of a
+// target; both outlive reloads that leave the target unchanged.
 type targetClient struct {
 	cfg    config.TargetConfig
 	client *Client
+	cal    *Calibrator
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// newTargetClient builds a target's client and starts calibrating its
+// prompts from /tokenize in the background.
+func newTargetClient(logger *slog.Logger, t *config.TargetConfig, userAgent string) (*targetClient, error) {
+	c, err := NewClient(t, userAgent)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tc := &targetClient{cfg: *t, client: c, cal: NewCalibrator(), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(tc.done)
+		if err := c.Tokenize(ctx, tc.cal); err != nil {
+			logger.Debug("No token counts from /tokenize: calibrating prompt lengths from usage only", "target", t.Name, "err", err)
+			return
+		}
+		overhead, perWord := tc.cal.Model()
+		logger.Debug("Prompt lengths calibrated from /tokenize", "target", t.Name, "overhead_tokens", overhead, "tokens_per_word", perWord)
+	}()
+	return tc, nil
+}
+
+func (tc *targetClient) close() {
+	tc.cancel()
+	<-tc.done
+	tc.client.Close()
 }
 
 // load is one running (or paused) load: one scenario, or a mix.
@@ -106,16 +138,16 @@ func (m *Manager) Apply(cfg *config.Config, prepare func()) error {
 			clients[t.Name] = old
 			continue
 		}
-		c, err := NewClient(t, m.userAgent)
+		tc, err := newTargetClient(m.logger, t, m.userAgent)
 		if err != nil {
 			for name, tc := range clients {
 				if m.clients[name] != tc {
-					tc.client.Close()
+					tc.close()
 				}
 			}
 			return err
 		}
-		clients[t.Name] = &targetClient{cfg: *t, client: c}
+		clients[t.Name] = tc
 	}
 	if prepare != nil {
 		prepare()
@@ -160,12 +192,12 @@ func (m *Manager) Apply(cfg *config.Config, prepare func()) error {
 		for _, info := range l.infos {
 			l.obs = append(l.obs, m.factory.Observe(info))
 		}
-		m.start(l, clients[l.target.Name].client)
+		m.start(l, clients[l.target.Name])
 		m.logger.Info("Load started", "load", name, "rate", l.rate, "arrival", l.infos[0].Arrival, "enabled", l.cfg.IsEnabled())
 	}
 	for name, tc := range m.clients {
 		if clients[name] != tc {
-			tc.client.Close()
+			tc.close()
 		}
 	}
 	m.clients, m.loads = clients, desired
@@ -194,7 +226,7 @@ func (l *load) sameAs(o *load) bool {
 }
 
 // start schedules a load, unless it is paused.
-func (m *Manager) start(l *load, c *Client) {
+func (m *Manager) start(l *load, c *targetClient) {
 	if !l.cfg.IsEnabled() {
 		return
 	}
@@ -241,11 +273,11 @@ func (m *Manager) start(l *load, c *Client) {
 
 // request sends the request of one arrival, reports it, and schedules the
 // next turn of its conversation.
-func (m *Manager) request(ctx context.Context, l *load, c *Client, a Arrival, done func()) {
+func (m *Manager) request(ctx context.Context, l *load, c *targetClient, a Arrival, done func()) {
 	defer done()
 	s := l.scen[a.Scenario]
 	info := l.infos[a.Scenario]
-	req := s.request(a)
+	req := s.request(a, c.cal)
 	if req.CancelAfter > 0 {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
@@ -256,8 +288,17 @@ func (m *Manager) request(ctx context.Context, l *load, c *Client, a Arrival, do
 		}()
 	}
 	r := &Result{Target: info.Target, Scenario: info.Scenario, Test: info.Test, Scheduled: a.Due}
-	c.Do(ctx, req, r)
+	c.client.Do(ctx, req, r)
 	l.obs[a.Scenario].Finished(r)
+	if req.calibrate && r.Usage != nil && r.Usage.PromptTokens > 0 {
+		c.cal.Observe(req.Words, r.Usage.PromptTokens)
+		if c.cal.record(InputWithinTolerance(req.InputTokens, r.Usage.PromptTokens)) {
+			overhead, perWord := c.cal.Model()
+			m.logger.Warn("The target's prompt token counts stay off the requested lengths after calibration; see sloprober_length_mismatches_total",
+				"target", c.cfg.Name, "requested", req.InputTokens, "counted", r.Usage.PromptTokens,
+				"overhead_tokens", overhead, "tokens_per_word", perWord)
+		}
+	}
 	if next, ok := s.next(req, r, time.Now(), a.Scenario); ok {
 		l.sched.Later(next)
 	}
@@ -268,9 +309,9 @@ func (m *Manager) request(ctx context.Context, l *load, c *Client, a Arrival, do
 
 // NewRequest builds the request of a scenario for an arrival due now, as a
 // load would: for `sloprober probe`.
-func NewRequest(s *config.ScenarioConfig, k config.Key) *Request {
+func NewRequest(s *config.ScenarioConfig, k config.Key, cal *Calibrator) *Request {
 	now := time.Now()
-	return newScenarioRun(*s, k).request(Arrival{Due: now, Seq: uint64(now.UnixNano())})
+	return newScenarioRun(*s, k).request(Arrival{Due: now, Seq: uint64(now.UnixNano())}, cal)
 }
 
 // failureLogInterval is the least time between two logged failures of a
@@ -324,7 +365,7 @@ func (m *Manager) Stop(grace time.Duration) {
 	}
 	wg.Wait()
 	for _, tc := range m.clients {
-		tc.client.Close()
+		tc.close()
 	}
 	m.loads, m.clients = map[string]*load{}, map[string]*targetClient{}
 }

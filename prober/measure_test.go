@@ -125,12 +125,25 @@ func TestMeasure(t *testing.T) {
 			OutputTokens: 5, HasOutput: true, InputTokens: 130, InputMismatch: true, OutputMismatch: true, Counted: true, Good: true},
 	}, {
 		name: "short output without ignore_eos is no mismatch",
-		r:    Result{Outcome: OutcomeOK, Chunks: chunks[:1], Usage: &Usage{PromptTokens: 120, CompletionTokens: 1}, InputTokens: 100, OutputTokens: 64},
+		r:    Result{Outcome: OutcomeOK, Chunks: chunks[:1], Usage: &Usage{PromptTokens: 108, CompletionTokens: 1}, InputTokens: 100, OutputTokens: 64},
 		want: Measurement{Outcome: OutcomeOK, TTFT: ms(80), HasTTFT: true, E2E: ms(80), HasE2E: true,
-			OutputTokens: 1, HasOutput: true, InputTokens: 120, Counted: true, Good: true},
+			OutputTokens: 1, HasOutput: true, InputTokens: 108, Counted: true, Good: true},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.want, Measure(&tc.r, tc.slos))
 		})
+	}
+}
+
+func TestInputWithinTolerance(t *testing.T) {
+	for _, tc := range []struct {
+		requested, counted int
+		want               bool
+	}{
+		{100, 108, true}, {100, 92, true}, {100, 109, false}, {100, 91, false},
+		{255, 263, true}, {256, 268, true}, {256, 269, false},
+		{1000, 1050, true}, {1000, 950, true}, {1000, 1051, false},
+	} {
+		require.Equal(t, tc.want, InputWithinTolerance(tc.requested, tc.counted), "%d vs %d", tc.requested, tc.counted)
 	}
 }

@@ -46,23 +46,17 @@ const (
 // requests. Every draw of a request is seeded from the load's seed and the
 // arrival's Seq, so a request is the same on every replica and after a
 // restart.
+//
+// The shared prompts of prefix groups are the same for every load of a
+// scenario (they are an application's system prompts, not a load's): each
+// is synthesized from the scenario's name and the group's number.
 type scenarioRun struct {
-	cfg      config.ScenarioConfig
-	seed     uint64
-	prefixes []string // the shared system prompts of the prefix groups
+	cfg  config.ScenarioConfig
+	seed uint64
 }
 
 func newScenarioRun(cfg config.ScenarioConfig, k config.Key) *scenarioRun {
-	s := &scenarioRun{cfg: cfg, seed: Seed(k.Target, k.Scenario, k.Test)}
-	if p := cfg.Prefix; p != nil {
-		// The same shared prompts for every load of the scenario: they are
-		// the system prompts of an application, not of a load.
-		ps := Seed("prefix", cfg.Name)
-		for g := range p.Groups {
-			s.prefixes = append(s.prefixes, SynthesizePrompt(ps, uint64(g), p.Tokens))
-		}
-	}
-	return s
+	return &scenarioRun{cfg: cfg, seed: Seed(k.Target, k.Scenario, k.Test)}
 }
 
 // turns returns the number of requests a conversation of the scenario makes.
@@ -73,8 +67,9 @@ func (s *scenarioRun) turns() int {
 	return s.cfg.Conversation.Turns
 }
 
-// request builds the request of an arrival.
-func (s *scenarioRun) request(a Arrival) *Request {
+// request builds the request of an arrival. Lengths are in the server's
+// tokens: cal converts them to words of synthesized text.
+func (s *scenarioRun) request(a Arrival, cal *Calibrator) *Request {
 	rng := rand.New(rand.NewPCG(s.seed, a.Seq))
 	var in, out int
 	switch {
@@ -95,17 +90,24 @@ func (s *scenarioRun) request(a Arrival) *Request {
 		OutputTokens: out,
 		IgnoreEOS:    s.cfg.IgnoreEOS,
 	}
+	// The whole prompt carries the server's fixed overhead (a chat
+	// template) once; its parts (blocks, a prefix) count at the per-word
+	// rate.
+	words := cal.Words(in)
 	switch p := s.cfg.Prefix; {
 	case a.Record != nil && len(a.Record.HashIDs) > 0:
-		req.Prompt = blockPrompt(a.Record.HashIDs, a.Pass, in)
+		req.Prompt = blockPrompt(a.Record.HashIDs, a.Pass, cal.BlockWords(workload.MooncakeBlockTokens), words)
 	case p != nil && unitFloat(s.seed, a.Seq, saltPrefix) < p.Share:
-		g := int(unitFloat(s.seed, a.Seq, saltGroup) * float64(len(s.prefixes)))
-		own := max(in-p.Tokens, 1)
-		req.Prompt = s.prefixes[g] + " " + SynthesizePrompt(s.seed, a.Seq, own)
-		req.InputTokens = p.Tokens + own
+		g := int(unitFloat(s.seed, a.Seq, saltGroup) * float64(p.Groups))
+		pw := cal.BlockWords(p.Tokens)
+		own := max(words-pw, 1)
+		req.Prompt = SynthesizePrompt(Seed("prefix", s.cfg.Name), uint64(g), pw) + " " + SynthesizePrompt(s.seed, a.Seq, own)
+		words = pw + own
+		req.InputTokens = max(in, p.Tokens+1)
 	default:
-		req.Prompt = SynthesizePrompt(s.seed, a.Seq, in)
+		req.Prompt = SynthesizePrompt(s.seed, a.Seq, words)
 	}
+	req.Words, req.calibrate = words, true
 	if c := s.cfg.Cancel; c != nil && unitFloat(s.seed, a.Seq, saltCancel) < c.Share {
 		req.CancelAfter = time.Duration(c.After)
 	}
@@ -113,6 +115,10 @@ func (s *scenarioRun) request(a Arrival) *Request {
 		turn := a.Turn
 		if turn == nil {
 			turn = &Turn{Conv: &Conversation{ID: a.Seq, Turns: s.cfg.Conversation.Turns}, N: 1}
+		} else {
+			// A later turn's new text adds no template of its own.
+			req.Prompt = SynthesizePrompt(s.seed, a.Seq, cal.BlockWords(in))
+			req.calibrate = false
 		}
 		c := turn.Conv
 		c.mu.Lock()
@@ -146,30 +152,30 @@ func (s *scenarioRun) next(req *Request, r *Result, now time.Time, scenario int)
 	}, true
 }
 
-// blockPrompt builds a prompt from Mooncake hash ids: every id is the same
-// 512-token block of text wherever it appears, so equal ids make a real
-// shared prefix and a server's prefix cache sees the trace's hit pattern.
-// Every word of a block is followed by a space, so a block's text (and its
-// tokens, in a tokenizer of four characters a token) is the same whatever
-// follows it. Each pass of a looping replay salts the ids, so a second pass
-// does not hit what the first one cached. The last block is cut to the input
-// length.
-func blockPrompt(ids []int, pass, tokens int) string {
+// blockPrompt builds a prompt of words words from Mooncake hash ids: every
+// id is the same block of blockWords words (512 of the server's tokens)
+// wherever it appears, so equal ids make a real shared prefix and a server's
+// prefix cache sees the trace's hit pattern. Every word of a block is
+// followed by a space, so a block's text (and its tokens, in a tokenizer of
+// four characters a token) is the same whatever follows it. Each pass of a
+// looping replay salts the ids, so a second pass does not hit what the
+// first one cached. The last block is cut to the prompt's length.
+func blockPrompt(ids []int, pass, blockWords, words int) string {
 	var b strings.Builder
-	b.Grow(tokens * 4)
+	b.Grow(words * 4)
 	salt := Seed("block", fmt.Sprint(pass))
-	left := tokens
+	left := words
 	for _, id := range ids {
 		if left <= 0 {
 			break
 		}
-		n := min(left, workload.MooncakeBlockTokens)
-		b.WriteString(SynthesizePrompt(salt, uint64(id), workload.MooncakeBlockTokens)[:wordsLen(n)])
+		n := min(left, blockWords)
+		b.WriteString(SynthesizePrompt(salt, uint64(id), blockWords)[:wordsLen(n)])
 		b.WriteByte(' ')
 		left -= n
 	}
 	if left > 0 { // more input than blocks: the rest is the request's own
-		b.WriteString(SynthesizePrompt(salt, uint64(len(ids))<<32|uint64(tokens), left))
+		b.WriteString(SynthesizePrompt(salt, uint64(len(ids))<<32|uint64(words), left))
 	}
 	return b.String()
 }

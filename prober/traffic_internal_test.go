@@ -115,23 +115,25 @@ func scenario(t *testing.T, yml string) *scenarioRun {
 // prompts, identical text; the others share nothing.
 func TestPrefixGroups(t *testing.T) {
 	s := scenario(t, "{name: sys, input_tokens: 300, prefix: {tokens: 200, share: 0.75, groups: 3}}")
-	require.Len(t, s.prefixes, 3)
-	for i, p := range s.prefixes {
-		require.Len(t, strings.Fields(p), 200)
-		for j := range i {
-			require.NotEqual(t, strings.Fields(p)[0:4], strings.Fields(s.prefixes[j])[0:4], "groups differ from their first words")
+	var prefixes []string
+	for g := range 3 {
+		p := SynthesizePrompt(Seed("prefix", "sys"), uint64(g), 200)
+		for _, q := range prefixes {
+			require.NotEqual(t, strings.Fields(p)[0:4], strings.Fields(q)[0:4], "groups differ from their first words")
 		}
+		prefixes = append(prefixes, p)
 	}
 	const n = 4000
 	groups := make([]int, 3)
 	plain := 0
 	firstWords := map[string]bool{}
+	cal := NewCalibrator()
 	for seq := range uint64(n) {
-		req := s.request(Arrival{Seq: seq})
+		req := s.request(Arrival{Seq: seq}, cal)
 		require.Len(t, strings.Fields(req.Prompt), 300)
 		require.Equal(t, 300, req.InputTokens)
 		g := -1
-		for i, p := range s.prefixes {
+		for i, p := range prefixes {
 			if strings.HasPrefix(req.Prompt, p+" ") {
 				g = i
 			}
@@ -150,7 +152,11 @@ func TestPrefixGroups(t *testing.T) {
 	}
 	// Every load of the scenario uses the same shared prompts.
 	other := newScenarioRun(s.cfg, config.Key{Target: "u", Scenario: "sys", Test: "canary"})
-	require.Equal(t, s.prefixes, other.prefixes)
+	found := false
+	for seq := range uint64(20) {
+		found = found || strings.HasPrefix(other.request(Arrival{Seq: seq}, cal).Prompt, prefixes[0]+" ")
+	}
+	require.True(t, found)
 }
 
 // TestJointLengths: lengths_from draws input and output together, so their
@@ -165,7 +171,7 @@ scenarios:
 	s := newScenarioRun(*c.Scenarios[0], config.Key{Target: "t", Scenario: "azure", Test: "canary"})
 	tr := &workload.Trace{}
 	for seq := range uint64(10000) {
-		req := s.request(Arrival{Seq: seq})
+		req := s.request(Arrival{Seq: seq}, NewCalibrator())
 		tr.Records = append(tr.Records, workload.Record{Input: req.InputTokens, Output: req.OutputTokens})
 	}
 	drawn := workload.ComputeStats(tr)
@@ -184,7 +190,7 @@ func TestCancelShare(t *testing.T) {
 	const n = 5000
 	cancelled := 0
 	for seq := range uint64(n) {
-		if req := s.request(Arrival{Seq: seq}); req.CancelAfter > 0 {
+		if req := s.request(Arrival{Seq: seq}, NewCalibrator()); req.CancelAfter > 0 {
 			require.Equal(t, 300*time.Millisecond, req.CancelAfter)
 			cancelled++
 		}
@@ -194,13 +200,42 @@ func TestCancelShare(t *testing.T) {
 
 // TestBlockPrompt: equal Mooncake ids are equal text, cut at the input length.
 func TestBlockPrompt(t *testing.T) {
-	a := blockPrompt([]int{0, 1, 2}, 0, 1100)
-	b := blockPrompt([]int{0, 3}, 0, 600)
+	a := blockPrompt([]int{0, 1, 2}, 0, 512, 1100)
+	b := blockPrompt([]int{0, 3}, 0, 512, 600)
 	require.Len(t, strings.Fields(a), 1100)
 	require.Len(t, strings.Fields(b), 600)
 	require.Equal(t, a[:4*512], b[:4*512], "block 0 is shared, its trailing space included")
 	require.NotEqual(t, a[:4*513], b[:4*513], "then they differ")
 	require.Len(t, a, 4*1100, "four characters a token")
-	require.NotEqual(t, a[:wordsLen(512)], blockPrompt([]int{0}, 1, 512), "a second pass salts the ids")
-	require.Len(t, strings.Fields(blockPrompt([]int{7}, 0, 700)), 700, "more input than blocks")
+	require.NotEqual(t, a[:4*512], blockPrompt([]int{0}, 1, 512, 512), "a second pass salts the ids")
+	require.Len(t, strings.Fields(blockPrompt([]int{7}, 0, 512, 700)), 700, "more input than blocks")
+	require.Len(t, strings.Fields(blockPrompt([]int{0, 1}, 0, 256, 500)), 500, "calibrated: 256 words a block")
+}
+
+// TestCalibrator: the affine model from two points, the ratio from one
+// length, and a persistent mismatch reported once.
+func TestCalibrator(t *testing.T) {
+	c := NewCalibrator()
+	require.Equal(t, 500, c.Words(500), "one word a token before any observation")
+	c.Observe(100, 132) // 12 tokens of template + 1.2 a word
+	c.Observe(1000, 1212)
+	overhead, perWord := c.Model()
+	require.InDelta(t, 12, overhead, 1e-9)
+	require.InDelta(t, 1.2, perWord, 1e-9)
+	require.Equal(t, 407, c.Words(500))
+	require.Equal(t, 427, c.BlockWords(512), "a block inside a prompt carries no overhead")
+
+	one := NewCalibrator()
+	one.Observe(256, 512)
+	one.Observe(256, 512)
+	require.Equal(t, 50, one.Words(100), "one length only: the ratio")
+
+	reported := 0
+	for i := range 40 {
+		one.Observe(256, 512)
+		if one.record(i%3 == 0) { // two in three off
+			reported++
+		}
+	}
+	require.Equal(t, 1, reported, "a persistent mismatch is reported once")
 }

@@ -217,3 +217,46 @@ canary:
 		require.True(t, ok, "a second turn is due 100ms after a first turn's reply")
 	}
 }
+
+// TestCalibration: whatever the server's tokenizer, after a warm-up of at
+// most 10 responses the input tokens it counts are within tolerance of the
+// requested length (5%, or 8 tokens below 256) for at least 90% of requests,
+// with /tokenize and from usage alone.
+func TestCalibration(t *testing.T) {
+	for _, tok := range []string{"{words: true}", "{chars_per_token: 2}", "{chars_per_token: 6}"} {
+		for _, withTokenize := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s tokenize=%v", tok, withTokenize), func(t *testing.T) {
+				t.Parallel()
+				sim := simtest.StartWith(t, "slots: 0\nfixed: {ttft: 1ms, itl: 1ms}\ntokenizer: "+tok+"\n", func(h http.Handler) http.Handler {
+					return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						if r.URL.Path == "/tokenize" && !withTokenize {
+							http.NotFound(w, r)
+							return
+						}
+						h.ServeHTTP(w, r)
+					})
+				})
+				rec, stop := runLoads(t, t.TempDir(), `
+targets: [{name: sim, url: "%s/v1", model: sim-model}]
+scenarios:
+  - {name: cal, input_tokens: {distribution: uniform, min: 50, max: 2000}, output_tokens: 1, ignore_eos: true}
+canary:
+  - {target: sim, scenario: cal, rate: 20, arrival: constant}
+`, sim.URL)
+				require.Eventually(t, func() bool { return len(rec.get("cal")) >= 50 }, 20*time.Second, 20*time.Millisecond)
+				stop()
+				rs := rec.get("cal")
+				sort.Slice(rs, func(i, j int) bool { return rs[i].Sent.Before(rs[j].Sent) })
+				within, n := 0, 0
+				for _, r := range rs[10:] {
+					require.Equal(t, prober.OutcomeOK, r.Outcome, r.Error())
+					n++
+					if prober.InputWithinTolerance(r.InputTokens, r.Usage.PromptTokens) {
+						within++
+					}
+				}
+				require.GreaterOrEqual(t, float64(within), 0.9*float64(n), "%d of %d within tolerance", within, n)
+			})
+		}
+	}
+}

@@ -66,11 +66,19 @@ func (c *probeCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 	}
 	defer client.Close()
 
-	req := prober.NewRequest(s, config.Key{Target: t.Name, Scenario: s.Name, Test: "probe"})
+	// Calibrate the prompt length from the target's /tokenize, if it has one.
+	cal := prober.NewCalibrator()
+	calibrated := client.Tokenize(context.Background(), cal) == nil
+	req := prober.NewRequest(s, config.Key{Target: t.Name, Scenario: s.Name, Test: "probe"}, cal)
 	r := &prober.Result{Target: t.Name, Scenario: s.Name, Test: "probe", Scheduled: time.Now()}
 	client.Do(context.Background(), req, r)
 	m := prober.Measure(r, s.SLO.List())
 	printTimeline(stdout, t, s, r, &m)
+	if overhead, perWord := cal.Model(); calibrated {
+		fmt.Fprintf(stdout, "prompt:     %d words for %d tokens (from /tokenize: %.1f tokens of overhead, %.3f tokens a word)\n", req.Words, req.InputTokens, overhead, perWord)
+	} else {
+		fmt.Fprintf(stdout, "prompt:     %d words for %d tokens (no /tokenize: one token a word assumed)\n", req.Words, req.InputTokens)
+	}
 	if m.Good {
 		return 0
 	}
