@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/sloprober/sloprober/prober/simulator"
 	"github.com/sloprober/sloprober/prober/simulator/simtest"
 )
 
@@ -285,6 +286,13 @@ func TestCheckConfig(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, stdout, "SUCCESS: testdata/good.yml")
 	require.Equal(t, "FAILED: testdata/bad.yml: not a valid duration string: \"-5s\"\n", stderr)
+
+	// The shipped examples are valid.
+	code, stdout, stderr = runCLI(t, "check", "config", "../../examples/production-like.yml")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "SUCCESS")
+	_, err := simulator.LoadFile("../../examples/sim-prefix-cache.yml")
+	require.NoError(t, err)
 }
 
 func TestProbeCommand(t *testing.T) {
