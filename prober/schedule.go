@@ -224,25 +224,8 @@ func NewMixArrivals(base Arrivals, seed uint64, weights []float64) Arrivals {
 
 func (m *mixArrivals) Next() Arrival {
 	a := m.base.Next()
-	a.Scenario = pick(m.weights, unitFloat(m.seed, a.Seq, 0))
+	a.Scenario = workload.Pick(m.weights, unitFloat(m.seed, a.Seq, 0))
 	return a
-}
-
-// pick returns the index that u in [0, 1) falls on when [0, 1) is cut in
-// proportion to the weights.
-func pick(weights []float64, u float64) int {
-	sum := 0.0
-	for _, w := range weights {
-		sum += w
-	}
-	x := u * sum
-	for i, w := range weights {
-		if x < w {
-			return i
-		}
-		x -= w
-	}
-	return len(weights) - 1
 }
 
 // unitFloat is a uniform draw from [0, 1) determined by its arguments: one

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sort"
 )
 
 // Distribution kinds.
@@ -164,7 +163,7 @@ func (d *Distribution) Sample(r *rand.Rand) int {
 		if len(d.Weights) == 0 {
 			return d.Values[r.IntN(len(d.Values))]
 		}
-		return d.Values[weighted(d.Weights, r.Float64())]
+		return d.Values[Pick(d.Weights, r.Float64())]
 	}
 	n := max(int(math.Round(v)), d.Min)
 	if d.Max > 0 {
@@ -173,9 +172,9 @@ func (d *Distribution) Sample(r *rand.Rand) int {
 	return n
 }
 
-// weighted returns the index that u in [0, 1) falls on when [0, 1) is cut
-// in proportion to the weights.
-func weighted(weights []float64, u float64) int {
+// Pick returns the index that u in [0, 1) falls on when [0, 1) is cut in
+// proportion to the weights: a weighted draw from one uniform draw.
+func Pick(weights []float64, u float64) int {
 	sum := 0.0
 	for _, w := range weights {
 		sum += w
@@ -188,36 +187,4 @@ func weighted(weights []float64, u float64) int {
 		x -= w
 	}
 	return len(weights) - 1
-}
-
-// Chooser draws one of several named choices by weight; names are taken in
-// sorted order so a seed always gives the same sequence.
-type Chooser struct {
-	Names   []string
-	weights []float64
-}
-
-// NewChooser returns a chooser over a map of weights.
-func NewChooser(weights map[string]float64) *Chooser {
-	c := &Chooser{}
-	for n := range weights {
-		c.Names = append(c.Names, n)
-	}
-	sort.Strings(c.Names)
-	for _, n := range c.Names {
-		c.weights = append(c.weights, weights[n])
-	}
-	return c
-}
-
-// Choose returns the index of the choice for u in [0, 1).
-func (c *Chooser) Choose(u float64) int { return weighted(c.weights, u) }
-
-// Share returns the share of choice i.
-func (c *Chooser) Share(i int) float64 {
-	sum := 0.0
-	for _, w := range c.weights {
-		sum += w
-	}
-	return c.weights[i] / sum
 }

@@ -97,21 +97,6 @@ func TestDistributionSamples(t *testing.T) {
 		sampleN(Distribution{Kind: Lognormal, Median: 600, P90: 3000, Min: 1}, 100), "the same seed gives the same draws")
 }
 
-func TestChooser(t *testing.T) {
-	c := NewChooser(map[string]float64{"chat": 7, "real-mix": 2, "code": 1})
-	require.Equal(t, []string{"chat", "code", "real-mix"}, c.Names)
-	require.InDelta(t, 0.7, c.Share(0), 1e-12)
-	r := rand.New(rand.NewPCG(3, 4))
-	counts := make([]int, 3)
-	const n = 20000
-	for range n {
-		counts[c.Choose(r.Float64())]++
-	}
-	require.InDelta(t, 0.7*n, counts[0], 4*math.Sqrt(n*0.7*0.3))
-	require.InDelta(t, 0.1*n, counts[1], 4*math.Sqrt(n*0.1*0.9))
-	require.InDelta(t, 0.2*n, counts[2], 4*math.Sqrt(n*0.2*0.8))
-}
-
 // The real traces of ../shared/workloads.
 const (
 	azureTrace    = "../../../shared/workloads/azure-llm-inference-2023-conv.csv"
