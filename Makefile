@@ -20,7 +20,7 @@ TOOLS            := $(CURDIR)/.tools/bin
 PROMETHEUS_MOD   ?= v0.316.0
 PROMTOOL         := $(TOOLS)/promtool
 
-.PHONY: all build test fmt-check vet unit run sim tools clean
+.PHONY: all build test fmt-check vet unit run sim tools prometheus clean
 
 all: build
 
@@ -38,11 +38,15 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-unit: $(PROMTOOL)
+unit: $(PROMTOOL) prometheus
 	PROMTOOL=$(PROMTOOL) $(GO) test -race -count=1 ./...
 
-## tools: install the tools the tests need into .tools/bin
-tools: $(PROMTOOL)
+## tools: install the tools the tests need: promtool 3.x into .tools/bin, Prometheus 2.42
+tools: $(PROMTOOL) prometheus
+
+## prometheus: install Debian's Prometheus 2.42 (server and promtool) unless it is on the PATH
+prometheus:
+	@scripts/install-prometheus.sh >/dev/null
 
 $(PROMTOOL):
 	GOBIN=$(TOOLS) $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_MOD)
