@@ -36,11 +36,11 @@ func TestMain(m *testing.M) {
 // exact lower bounds. Upper bounds allow for goroutine scheduling on a loaded
 // 2-core machine under -race (with other test packages running): medians
 // must be within medianSlack, every request within maxSlack. A decode step
-// of at least 20ms makes an off-by-one-chunk error (which would be 20ms)
+// of at least 22ms makes an off-by-one-chunk error (which would be 22ms)
 // fail the median check. Sub-millisecond accuracy is a benchmark claim.
 const (
-	medianSlack = 5 * time.Millisecond
-	maxSlack    = 30 * time.Millisecond
+	medianSlack = 10 * time.Millisecond
+	maxSlack    = 40 * time.Millisecond
 )
 
 // startSim serves a simulator with cfg (YAML over the defaults) on
@@ -137,7 +137,7 @@ decode: {base: 20ms, per_sequence: 2ms}
 			}
 			require.Less(t, median(ttftErr), medianSlack, "median TTFT error: %v", ttftErr)
 			require.Less(t, median(e2eErr), medianSlack, "median E2E error: %v", e2eErr)
-			require.Less(t, median(tpotErr), medianSlack/20, "median TPOT error: %v", tpotErr)
+			require.Less(t, median(tpotErr), time.Millisecond, "median TPOT error: %v", tpotErr)
 		})
 	}
 }

@@ -75,16 +75,18 @@ scrape_configs:
 		require.Eventually(t, func() bool { return api.nonEmpty(q) }, 30*time.Second, 500*time.Millisecond,
 			"dashboard query returns nothing: %s", q)
 	}
+	// Healthy: once 20 requests count (the burn-rate guard), the chat error
+	// ratio is 0 and nothing burns.
 	burn := alertExpr(t, "SloproberErrorBudgetBurn")
-	require.False(t, api.nonEmpty(`target_scenario_test:sloprober_slo_error_ratio:ratio_rate5m{scenario="chat"} > 0`),
+	require.Eventually(t, func() bool {
+		return api.nonEmpty(`target_scenario_test:sloprober_slo_requests:increase1h{scenario="chat"} >= 20`)
+	}, 60*time.Second, 500*time.Millisecond, "the burn-rate guard needs 20 requests")
+	require.True(t, api.nonEmpty(`target_scenario_test:sloprober_slo_error_ratio:ratio_rate5m{scenario="chat"} == 0`),
 		"the healthy simulator has no errors")
 	require.False(t, api.nonEmpty(chatOnly(burn)), "no burn while the simulator is healthy")
 
 	// The simulator fails every request: the error ratios rise and the
 	// fast-burn expression (the alert without its `for`) holds.
-	require.Eventually(t, func() bool {
-		return api.nonEmpty(`target_scenario_test:sloprober_slo_requests:increase1h{scenario="chat"} >= 20`)
-	}, 60*time.Second, 500*time.Millisecond, "the burn-rate guard needs 20 requests")
 	req, err := http.NewRequest(http.MethodPut, "http://"+simAddr+"/sim/faults", strings.NewReader(`{"error_rate": {"500": 1}}`))
 	require.NoError(t, err)
 	resp, err := http.DefaultClient.Do(req)
