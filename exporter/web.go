@@ -5,6 +5,7 @@ import (
 	"html/template"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,8 @@ type WebOptions struct {
 	Ready func() bool
 	// Notes are lines shown at the top of the landing page.
 	Notes func() []string
+	// Pprof serves net/http/pprof on /debug/pprof/.
+	Pprof bool
 }
 
 // NewHandler returns the handler of every web endpoint.
@@ -60,6 +63,13 @@ func NewHandler(o WebOptions) http.Handler {
 		}
 		fmt.Fprintln(w, "Configuration reloaded.")
 	})
+	if o.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("/config", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprint(w, o.Config())

@@ -12,6 +12,7 @@ import (
 	"net/http/httptrace"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	commoncfg "github.com/prometheus/common/config"
@@ -28,32 +29,51 @@ const RequestIDHeader = "X-Request-Id"
 // the stream open must not hold the request.
 const drainTimeout = 100 * time.Millisecond
 
-// Client sends probe requests to one target over one connection pool.
+// Client sends probe requests to one target over keep-alive connection pools.
 type Client struct {
 	target   *config.TargetConfig
 	endpoint string
-	http     *http.Client
+	http     *http.Client   // the first pool; also for /tokenize
+	pools    []*http.Client // requests take them in turn
+	next     atomic.Uint64
 }
 
-// NewClient builds the client of a target; userAgent is sent on every request.
-func NewClient(t *config.TargetConfig, userAgent string) (*Client, error) {
-	rt, err := commoncfg.NewRoundTripperFromConfig(t.HTTPClientConfig, "sloprober_"+t.Name, commoncfg.WithUserAgent(userAgent))
-	if err != nil {
-		return nil, fmt.Errorf("target %q: %w", t.Name, err)
+// idlePerPool is the idle-connection limit of prometheus/common's
+// transport per host (MaxIdleConnsPerHost). Above it, connections of ended
+// streams would be closed and new ones dialed for every request, so a client
+// for more concurrent streams gets one pool per idlePerPool streams.
+const idlePerPool = 1000
+
+// NewClient builds the client of a target for up to maxStreams concurrent
+// requests; userAgent is sent on every request.
+func NewClient(t *config.TargetConfig, userAgent string, maxStreams int) (*Client, error) {
+	c := &Client{target: t}
+	for range max(1, (maxStreams+idlePerPool-1)/idlePerPool) {
+		rt, err := commoncfg.NewRoundTripperFromConfig(t.HTTPClientConfig, "sloprober_"+t.Name, commoncfg.WithUserAgent(userAgent))
+		if err != nil {
+			return nil, fmt.Errorf("target %q: %w", t.Name, err)
+		}
+		hc := &http.Client{Transport: rt}
+		if !t.HTTPClientConfig.FollowRedirects {
+			hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		}
+		c.pools = append(c.pools, hc)
 	}
-	c := &http.Client{Transport: rt}
-	if !t.HTTPClientConfig.FollowRedirects {
-		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	}
+	c.http = c.pools[0]
 	path := "/chat/completions"
 	if t.API == "completions" {
 		path = "/completions"
 	}
-	return &Client{target: t, endpoint: strings.TrimSuffix(t.URL, "/") + path, http: c}, nil
+	c.endpoint = strings.TrimSuffix(t.URL, "/") + path
+	return c, nil
 }
 
 // Close releases the client's idle connections.
-func (c *Client) Close() { c.http.CloseIdleConnections() }
+func (c *Client) Close() {
+	for _, p := range c.pools {
+		p.CloseIdleConnections()
+	}
+}
 
 // Request is one probe request.
 type Request struct {
@@ -130,9 +150,10 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 	hreq.Header.Set("Accept", "text/event-stream")
 	hreq.Header.Set(RequestIDHeader, req.ID)
 
+	pool := c.pools[c.next.Add(1)%uint64(len(c.pools))]
 	r.Sent = time.Now()
 	tr.start = r.Sent
-	resp, err := c.http.Do(hreq)
+	resp, err := pool.Do(hreq)
 	defer func() {
 		r.Ended = time.Since(r.Sent)
 		r.Trace = tr.result()
@@ -217,6 +238,9 @@ func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *
 		}
 		if c.hasText() {
 			r.Chunks = append(r.Chunks, at)
+			if c.SimTS != 0 {
+				r.Stamps = append(r.Stamps, c.SimTS)
+			}
 			if reply != nil {
 				for i := range c.Choices {
 					reply.WriteString(c.Choices[i].Delta.Content)

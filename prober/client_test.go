@@ -59,7 +59,7 @@ func target(url string) *config.TargetConfig {
 
 func newClient(t *testing.T, tc *config.TargetConfig) *prober.Client {
 	t.Helper()
-	c, err := prober.NewClient(tc, "sloprober/test")
+	c, err := prober.NewClient(tc, "sloprober/test", 8)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return c

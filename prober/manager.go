@@ -60,22 +60,23 @@ var errStopped = errors.New("the prober is stopping")
 // targetClient is the connection pool and the prompt calibration of a
 // target; both outlive reloads that leave the target unchanged.
 type targetClient struct {
-	cfg    config.TargetConfig
-	client *Client
-	cal    *Calibrator
-	cancel context.CancelFunc
-	done   chan struct{}
+	cfg     config.TargetConfig
+	streams int
+	client  *Client
+	cal     *Calibrator
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
 // newTargetClient builds a target's client and starts calibrating its
 // prompts from /tokenize in the background.
-func newTargetClient(logger *slog.Logger, t *config.TargetConfig, userAgent string) (*targetClient, error) {
-	c, err := NewClient(t, userAgent)
+func newTargetClient(logger *slog.Logger, t *config.TargetConfig, userAgent string, maxStreams int) (*targetClient, error) {
+	c, err := NewClient(t, userAgent, maxStreams)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	tc := &targetClient{cfg: *t, client: c, cal: NewCalibrator(), cancel: cancel, done: make(chan struct{})}
+	tc := &targetClient{cfg: *t, streams: maxStreams, client: c, cal: NewCalibrator(), cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(tc.done)
 		if err := c.Tokenize(ctx, tc.cal); err != nil {
@@ -134,11 +135,20 @@ func (m *Manager) Apply(cfg *config.Config, prepare func()) error {
 
 	clients := map[string]*targetClient{}
 	for _, t := range cfg.Targets {
-		if old := m.clients[t.Name]; old != nil && reflect.DeepEqual(old.cfg, *t) {
+		// Enough pooled connections for every request in flight the
+		// target's loads may have.
+		streams := 0
+		for _, l := range cfg.Canary {
+			if l.Target == t.Name {
+				streams += t.MaxInFlight
+			}
+		}
+		streams = min(streams, cfg.Global.MaxInFlight)
+		if old := m.clients[t.Name]; old != nil && reflect.DeepEqual(old.cfg, *t) && old.streams == streams {
 			clients[t.Name] = old
 			continue
 		}
-		tc, err := newTargetClient(m.logger, t, m.userAgent)
+		tc, err := newTargetClient(m.logger, t, m.userAgent, streams)
 		if err != nil {
 			for name, tc := range clients {
 				if m.clients[name] != tc {

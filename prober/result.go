@@ -118,6 +118,10 @@ type Result struct {
 	Chunks []time.Duration
 	// Ended is when the response ended, completely or not.
 	Ended time.Duration
+	// Stamps are the server's write times (Unix ns) of the text chunks,
+	// where it sends them ("sim_ts" of the simulator's stamp_chunks): the
+	// truth Chunks is checked against by `sloprober bench`.
+	Stamps []int64
 
 	StatusCode   int
 	Usage        *Usage

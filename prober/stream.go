@@ -39,7 +39,7 @@ type sseReader struct {
 }
 
 func newSSEReader(r io.Reader) *sseReader {
-	return &sseReader{br: bufio.NewReaderSize(r, 16<<10), data: make([]byte, 0, 1024)}
+	return &sseReader{br: bufio.NewReaderSize(r, 4<<10), data: make([]byte, 0, 1024)}
 }
 
 // readLine returns the next line without its line end. The slice is valid
@@ -152,6 +152,8 @@ type streamChunk struct {
 	Error   json.RawMessage `json:"error"`
 	Object  string          `json:"object"`
 	Message string          `json:"message"`
+	// SimTS is the simulator's write time of the chunk (stamp_chunks).
+	SimTS int64 `json:"sim_ts"`
 }
 
 // hasText reports whether the chunk carries generated text: delta.content,

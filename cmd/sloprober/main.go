@@ -31,6 +31,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	probe := newProbeCommand(app)
 	sim := newSimCommand(app)
 	wstats := newWorkloadStatsCommand(app)
+	benchCmd := newBenchCommand(app)
 
 	cmd, err := app.Parse(args)
 	if err != nil {
@@ -49,6 +50,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return sim.run(logger)
 	case wstats.cmd.FullCommand():
 		return wstats.run(stdout, stderr)
+	case benchCmd.cmd.FullCommand():
+		return benchCmd.run(logger, stdout, stderr)
 	}
 	return 0
 }

@@ -59,7 +59,7 @@ func (c *probeCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sloprober: --scenario %q: no such scenario in the configuration (have: %s)\n", *c.scenario, names(cfg.Scenarios, func(s *config.ScenarioConfig) string { return s.Name }))
 		return 1
 	}
-	client, err := prober.NewClient(t, userAgent())
+	client, err := prober.NewClient(t, userAgent(), 1)
 	if err != nil {
 		fmt.Fprintf(stderr, "sloprober: %v\n", err)
 		return 1

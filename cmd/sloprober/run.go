@@ -120,6 +120,7 @@ type runCommand struct {
 	web       *web.FlagConfig
 	grace     *time.Duration
 	simlisten *string
+	pprof     *bool
 }
 
 func newRunCommand(app *kingpin.Application) *runCommand {
@@ -130,6 +131,7 @@ func newRunCommand(app *kingpin.Application) *runCommand {
 		Default("15s").Duration()
 	c.simlisten = c.cmd.Flag("sim.listen-address", "Where the built-in simulator listens when no --config.file is given (loopback only; port 0 picks a free port).").
 		Default("127.0.0.1:0").String()
+	c.pprof = c.cmd.Flag("debug.pprof", "Serve Go profiling (net/http/pprof) on /debug/pprof/.").Default("false").Bool()
 	return c
 }
 
@@ -242,6 +244,7 @@ func (c *runCommand) run(logger *slog.Logger) int {
 				return ""
 			},
 			Loads: d.manager.Loads,
+			Pprof: *c.pprof,
 			Ready: func() bool { return d.cfg.Load() != nil },
 			Notes: func() []string {
 				if sim == nil {

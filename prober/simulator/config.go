@@ -84,6 +84,10 @@ type Config struct {
 	Faults       Faults             `yaml:"faults" json:"faults"`
 	// Seed seeds the output-length and fault streams, so a run is repeatable.
 	Seed uint64 `yaml:"seed" json:"seed"`
+	// StampChunks adds "sim_ts", the wall-clock time the chunk was written
+	// in Unix nanoseconds, to every token chunk: the truth a client's
+	// timestamps are compared with by `sloprober bench`.
+	StampChunks bool `yaml:"stamp_chunks,omitempty" json:"stamp_chunks,omitempty"`
 }
 
 // PrefillConfig: prefill time = Base + PerToken * uncached input tokens.

@@ -477,21 +477,28 @@ func (rp *reply) stream(ctx context.Context) {
 	flush := func() { _ = rc.Flush() }
 
 	id := rp.idString()
-	head := `data: {"id":"` + id + `","object":"` + rp.object() + `","created":` +
-		strconv.FormatInt(rp.created, 10) + `,"model":` + rp.sim.modelJSON + `,"choices":[{"index":0,`
+	// A token chunk is prefix [,"sim_ts":N] open token close.
+	prefix := `data: {"id":"` + id + `","object":"` + rp.object() + `","created":` +
+		strconv.FormatInt(rp.created, 10) + `,"model":` + rp.sim.modelJSON
+	head := prefix + `,"choices":[{"index":0,`
 	var open, close string
 	if rp.chat {
-		open, close = head+`"delta":{"content":"`, `"},"logprobs":null,"finish_reason":null}]}`+"\n\n"
+		open, close = `,"choices":[{"index":0,"delta":{"content":"`, `"},"logprobs":null,"finish_reason":null}]}`+"\n\n"
 		_, _ = io.WriteString(w, head+`"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`+"\n\n")
 		flush()
 	} else {
-		open, close = head+`"text":"`, `","logprobs":null,"finish_reason":null}]}`+"\n\n"
+		open, close = `,"choices":[{"index":0,"text":"`, `","logprobs":null,"finish_reason":null}]}`+"\n\n"
 	}
 
 	mid := (rp.n + 1) / 2
 	buf := make([]byte, 0, 512)
+	stamp := rp.sim.cfg.StampChunks
 	emit := func(i int) bool {
-		buf = append(append(append(buf[:0], open...), rp.token(i)...), close...)
+		buf = append(buf[:0], prefix...)
+		if stamp {
+			buf = strconv.AppendInt(append(buf, `,"sim_ts":`...), time.Now().UnixNano(), 10)
+		}
+		buf = append(append(append(buf, open...), rp.token(i)...), close...)
 		if _, err := w.Write(buf); err != nil {
 			return false
 		}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+
+	"github.com/sloprober/sloprober/internal/bench"
+)
+
+// benchCommand is `sloprober bench`: the end-to-end load benchmark.
+type benchCommand struct {
+	cmd     *kingpin.CmdClause
+	streams *string
+	measure *time.Duration
+	json    *string
+}
+
+func newBenchCommand(app *kingpin.Application) *benchCommand {
+	c := &benchCommand{cmd: app.Command("bench", "Benchmark sloprober end to end against a simulator in a separate process (loopback only).")}
+	c.streams = c.cmd.Flag("streams", "Comma-separated concurrency levels; 5000 and above use 100 ms between tokens, the others 20 ms.").
+		Default("100,500,1000,2000,5000").String()
+	c.measure = c.cmd.Flag("measure", "Measurement window of each level, after its warm-up.").Default("20s").Duration()
+	c.json = c.cmd.Flag("json", "Also write the results as JSON to this file.").String()
+	return c
+}
+
+func (c *benchCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
+	var steps []bench.Step
+	for _, f := range strings.Split(*c.streams, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(stderr, "sloprober: --streams: %q is not a positive number\n", f)
+			return 2
+		}
+		s := bench.Step{Streams: n, TTFT: 80 * time.Millisecond, ITL: 20 * time.Millisecond, Tokens: 200}
+		if n >= 5000 {
+			s.ITL = 100 * time.Millisecond
+		}
+		steps = append(steps, s)
+	}
+	binary, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "sloprober: %v\n", err)
+		return 1
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	results, err := bench.Run(ctx, bench.Options{Binary: binary, Steps: steps, Measure: *c.measure, Logger: logger})
+	bench.WriteTable(stdout, results)
+	if err != nil {
+		fmt.Fprintf(stderr, "sloprober: %v\n", err)
+		return 1
+	}
+	if *c.json != "" {
+		b, _ := json.MarshalIndent(results, "", "  ")
+		if err := os.WriteFile(*c.json, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintf(stderr, "sloprober: %v\n", err)
+			return 1
+		}
+	}
+	return 0
+}

@@ -1,0 +1,368 @@
+// Package bench is the end-to-end load benchmark of `sloprober bench`: it
+// starts the simulator in a separate process with a fixed timing that stamps
+// every chunk with its write time, drives sloprober's normal open-loop path
+// (manager, scheduler, client, stream reader, Prometheus metrics) at rising
+// concurrency, and reports how faithfully sloprober sends and measures, and
+// what it costs.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sloprober/sloprober/exporter"
+	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/prober/config"
+)
+
+// Step is one load level: Streams concurrent streams of Tokens tokens, the
+// first after TTFT, then one every ITL.
+type Step struct {
+	Streams int
+	TTFT    time.Duration
+	ITL     time.Duration
+	Tokens  int
+}
+
+// Duration is how long one stream lasts.
+func (s Step) Duration() time.Duration { return s.TTFT + time.Duration(s.Tokens-1)*s.ITL }
+
+// Rate is the arrival rate that keeps Streams streams in flight.
+func (s Step) Rate() float64 { return float64(s.Streams) / s.Duration().Seconds() }
+
+// DefaultSteps are the issue's load levels: 80 ms to the first token, 200
+// tokens 20 ms apart (50 tokens/s a stream), and 100 ms apart at 5,000
+// streams; about 50,000 chunks/s at 1,000 and at 5,000 streams.
+var DefaultSteps = []Step{
+	{Streams: 100, TTFT: 80 * time.Millisecond, ITL: 20 * time.Millisecond, Tokens: 200},
+	{Streams: 500, TTFT: 80 * time.Millisecond, ITL: 20 * time.Millisecond, Tokens: 200},
+	{Streams: 1000, TTFT: 80 * time.Millisecond, ITL: 20 * time.Millisecond, Tokens: 200},
+	{Streams: 2000, TTFT: 80 * time.Millisecond, ITL: 20 * time.Millisecond, Tokens: 200},
+	{Streams: 5000, TTFT: 80 * time.Millisecond, ITL: 100 * time.Millisecond, Tokens: 200},
+}
+
+// Options configure a benchmark run.
+type Options struct {
+	// Binary is the sloprober executable that serves the simulator.
+	Binary string
+	Steps  []Step
+	// Measure is the measurement window of a step, after a warm-up of one
+	// stream duration (the load ramps up to its streams) plus 2 seconds.
+	Measure time.Duration
+	Logger  *slog.Logger
+}
+
+// Result is what one step measured. Times are in milliseconds.
+type Result struct {
+	Streams      int     `json:"streams"`
+	ITLMS        float64 `json:"itl_ms"`
+	IntendedRate float64 `json:"intended_rate"`
+	AchievedRate float64 `json:"achieved_rate"`
+	Scheduled    int     `json:"scheduled"`
+	Sent         int     `json:"sent"`
+	Dropped      int     `json:"dropped"`
+	Failed       int     `json:"failed"`
+	LagP50MS     float64 `json:"lag_p50_ms"`
+	LagP99MS     float64 `json:"lag_p99_ms"`
+	LagMaxMS     float64 `json:"lag_max_ms"`
+	TTFTErrP50MS float64 `json:"ttft_err_p50_ms"`
+	TTFTErrP99MS float64 `json:"ttft_err_p99_ms"`
+	TTFTErrMean  float64 `json:"ttft_err_mean_ms"`
+	ITLErrP50MS  float64 `json:"itl_err_p50_ms"`
+	ITLErrP99MS  float64 `json:"itl_err_p99_ms"`
+	ITLErrMean   float64 `json:"itl_err_mean_ms"`
+	Chunks       int     `json:"chunks"`
+	ChunksPerSec float64 `json:"chunks_per_s"`
+	CPUCores     float64 `json:"cpu_cores"`
+	CPUMSPer1000 float64 `json:"cpu_ms_per_1000_chunks"`
+	RSSMB        float64 `json:"rss_mb"`
+	RSSPerKiB    float64 `json:"rss_per_stream_kib"`
+	Goroutines   int     `json:"goroutines"`
+}
+
+// Run runs the steps one after the other.
+func Run(ctx context.Context, o Options) ([]Result, error) {
+	var out []Result
+	for _, s := range o.Steps {
+		o.Logger.Info("Benchmark step", "streams", s.Streams, "itl", s.ITL, "rate", fmt.Sprintf("%.1f req/s", s.Rate()), "measure", o.Measure)
+		r, err := runStep(ctx, o, s)
+		if err != nil {
+			return out, fmt.Errorf("%d streams: %w", s.Streams, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// tap observes the requests of the measurement window, beside the metrics.
+type tap struct {
+	metrics *exporter.Metrics
+
+	mu                       sync.Mutex
+	measuring                bool
+	scheduled, sent, dropped int
+	failed, chunks           int
+	lags, ttftErrs           []float64
+	itlErrs                  []float32
+}
+
+func (t *tap) Observe(info prober.LoadInfo) prober.Observer {
+	return &tapObserver{t: t, next: t.metrics.Observe(info)}
+}
+
+func (t *tap) Forget(info prober.LoadInfo) { t.metrics.Forget(info) }
+
+func (t *tap) setMeasuring(on bool) {
+	t.mu.Lock()
+	t.measuring = on
+	t.mu.Unlock()
+}
+
+type tapObserver struct {
+	t    *tap
+	next prober.Observer
+}
+
+func (o *tapObserver) count(f func(t *tap)) {
+	o.t.mu.Lock()
+	if o.t.measuring {
+		f(o.t)
+	}
+	o.t.mu.Unlock()
+}
+
+func (o *tapObserver) Scheduled() {
+	o.next.Scheduled()
+	o.count(func(t *tap) { t.scheduled++ })
+}
+
+func (o *tapObserver) Dropped(r prober.DropReason) {
+	o.next.Dropped(r)
+	o.count(func(t *tap) { t.dropped++ })
+}
+
+func (o *tapObserver) Sent() {
+	o.next.Sent()
+	o.count(func(t *tap) { t.sent++ })
+}
+
+// Finished records the send lag and, against the simulator's stamps, the
+// error of the first-token time and of every inter-token gap: a chunk's
+// arrival (t0 on the wall clock plus its monotonic offset) minus the
+// simulator's write time.
+func (o *tapObserver) Finished(r *prober.Result) {
+	o.next.Finished(r)
+	o.count(func(t *tap) {
+		t.lags = append(t.lags, ms(r.Lag()))
+		if r.Outcome != prober.OutcomeOK {
+			t.failed++
+			return
+		}
+		t.chunks += len(r.Chunks)
+		if len(r.Stamps) != len(r.Chunks) || len(r.Chunks) == 0 {
+			return
+		}
+		sent := r.Sent.UnixNano()
+		t.ttftErrs = append(t.ttftErrs, float64(sent+int64(r.Chunks[0])-r.Stamps[0])/1e6)
+		for i := 1; i < len(r.Chunks); i++ {
+			gap := int64(r.Chunks[i]-r.Chunks[i-1]) - (r.Stamps[i] - r.Stamps[i-1])
+			t.itlErrs = append(t.itlErrs, float32(gap)/1e6)
+		}
+	})
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+func runStep(ctx context.Context, o Options, s Step) (Result, error) {
+	dir, err := os.MkdirTemp("", "sloprober-bench")
+	if err != nil {
+		return Result{}, err
+	}
+	defer os.RemoveAll(dir)
+	simURL, stopSim, err := startSim(ctx, o.Binary, dir, s)
+	if err != nil {
+		return Result{}, err
+	}
+	defer stopSim()
+
+	rate := s.Rate()
+	cfg, err := config.Load([]byte(fmt.Sprintf(`
+global: {max_rate: %g, max_in_flight: %d}
+targets:
+  - {name: sim, url: "%s/v1", model: sim-model, timeout: 5m, max_in_flight: %d}
+scenarios:
+  - {name: bench, input_tokens: 32, output_tokens: %d, ignore_eos: true, slo: {ttft: 1s}}
+canary:
+  - {target: sim, scenario: bench, rate: %g, arrival: constant}
+`, 2*rate+1, 2*s.Streams, simURL, s.Streams+s.Streams/5+10, s.Tokens, rate)), false)
+	if err != nil {
+		return Result{}, err
+	}
+	runtime.GC()
+	rssBefore := rss()
+	reg := prometheus.NewRegistry()
+	t := &tap{metrics: exporter.NewMetrics(reg)}
+	m := prober.NewManager(o.Logger, t, "sloprober/bench")
+	if err := m.Apply(cfg, func() { t.metrics.ApplyConfig(cfg) }); err != nil {
+		return Result{}, err
+	}
+	defer m.Stop(0)
+
+	if !sleep(ctx, s.Duration()+2*time.Second) {
+		return Result{}, ctx.Err()
+	}
+	cpu0 := cpuTime()
+	t.setMeasuring(true)
+	start := time.Now()
+	if !sleep(ctx, o.Measure) {
+		return Result{}, ctx.Err()
+	}
+	t.setMeasuring(false)
+	window := time.Since(start)
+	cpu := cpuTime() - cpu0
+	res := Result{Streams: s.Streams, ITLMS: ms(s.ITL), IntendedRate: rate, Goroutines: runtime.NumGoroutine()}
+	res.RSSMB = float64(rss()) / (1 << 20)
+	res.RSSPerKiB = float64(rss()-rssBefore) / 1024 / float64(s.Streams)
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	res.Scheduled, res.Sent, res.Dropped, res.Failed, res.Chunks = t.scheduled, t.sent, t.dropped, t.failed, t.chunks
+	res.AchievedRate = float64(t.sent) / window.Seconds()
+	res.ChunksPerSec = float64(t.chunks) / window.Seconds()
+	res.LagP50MS, res.LagP99MS, res.LagMaxMS = quantile(t.lags, 0.5), quantile(t.lags, 0.99), quantile(t.lags, 1)
+	res.TTFTErrP50MS, res.TTFTErrP99MS, res.TTFTErrMean = quantile(t.ttftErrs, 0.5), quantile(t.ttftErrs, 0.99), mean(t.ttftErrs)
+	itl := make([]float64, len(t.itlErrs))
+	for i, v := range t.itlErrs {
+		itl[i] = float64(v)
+	}
+	res.ITLErrP50MS, res.ITLErrP99MS, res.ITLErrMean = quantile(itl, 0.5), quantile(itl, 0.99), mean(itl)
+	res.CPUCores = cpu.Seconds() / window.Seconds()
+	if t.chunks > 0 {
+		res.CPUMSPer1000 = ms(cpu) / float64(t.chunks) * 1000
+	}
+	return res, nil
+}
+
+// startSim starts `sloprober sim` in its own process with the step's fixed
+// timing and chunk stamps, on a free loopback port.
+func startSim(ctx context.Context, binary, dir string, s Step) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfgFile := filepath.Join(dir, "sim.yml")
+	if err := os.WriteFile(cfgFile, []byte(fmt.Sprintf("slots: 0\nfixed: {ttft: %s, itl: %s}\nstamp_chunks: true\n", s.TTFT, s.ITL)), 0o600); err != nil {
+		return "", nil, err
+	}
+	cmd := exec.CommandContext(ctx, binary, "sim", "--config.file="+cfgFile, "--web.listen-address="+addr, "--log.level=warn")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("starting the simulator: %w", err)
+	}
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}
+	url := "http://" + addr
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		resp, err := http.Get(url + "/v1/models")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return url, stop, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return "", nil, errors.New("the simulator did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// rss is the process's resident set size in bytes, from /proc/self/statm.
+func rss() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
+
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1 // nearest rank
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
+}
+
+// WriteTable prints the results as a table.
+func WriteTable(w io.Writer, rs []Result) {
+	fmt.Fprintf(w, "%7s %6s %9s %9s %7s %8s %8s %8s %9s %9s %9s %9s %9s %9s %6s %8s %7s %8s %10s\n",
+		"streams", "itl", "intended", "achieved", "dropped", "lag p50", "lag p99", "lag max",
+		"ttft p50", "ttft p99", "ttft mean", "itl p50", "itl p99", "itl mean", "cores", "ms/1k ch", "rss MB", "KiB/str", "goroutines")
+	for _, r := range rs {
+		fmt.Fprintf(w, "%7d %4.0fms %7.1f/s %7.1f/s %7d %6.2fms %6.2fms %6.2fms %7.3fms %7.3fms %7.3fms %7.3fms %7.3fms %7.3fms %6.2f %8.1f %7.1f %8.1f %10d\n",
+			r.Streams, r.ITLMS, r.IntendedRate, r.AchievedRate, r.Dropped, r.LagP50MS, r.LagP99MS, r.LagMaxMS,
+			r.TTFTErrP50MS, r.TTFTErrP99MS, r.TTFTErrMean, r.ITLErrP50MS, r.ITLErrP99MS, r.ITLErrMean,
+			r.CPUCores, r.CPUMSPer1000, r.RSSMB, r.RSSPerKiB, r.Goroutines)
+	}
+}
