@@ -194,6 +194,7 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 // connection can be reused.
 func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *strings.Builder) {
 	sr := newSSEReader(body)
+	var c chunk
 	for {
 		ev, err := sr.next()
 		if err != nil {
@@ -223,8 +224,7 @@ func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *
 			}
 			continue
 		}
-		var c streamChunk
-		if err := json.Unmarshal(ev.Data, &c); err != nil {
+		if err := parseChunk(ev.Data, &c, reply != nil); err != nil {
 			if r.ProtocolErr == "" {
 				r.ProtocolErr = fmt.Sprintf("chunk is not valid JSON: %v: %s", err, excerpt(ev.Data, 80))
 			}
@@ -236,31 +236,26 @@ func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *
 			}
 			continue
 		}
-		if c.hasText() {
+		if c.text {
 			r.Chunks = append(r.Chunks, at)
-			if c.SimTS != 0 {
-				r.Stamps = append(r.Stamps, c.SimTS)
+			if c.simTS != 0 {
+				r.Stamps = append(r.Stamps, c.simTS)
 			}
-			if reply != nil {
-				for i := range c.Choices {
-					reply.WriteString(c.Choices[i].Delta.Content)
-					reply.WriteString(c.Choices[i].Text)
-				}
+			for _, s := range c.contents {
+				reply.WriteString(unquote(s))
 			}
 		}
-		for i := range c.Choices {
-			if fr := c.Choices[i].FinishReason; fr != nil && *fr != "" {
-				r.FinishReason = *fr
-			}
+		if len(c.finish) > 0 {
+			r.FinishReason = string(c.finish)
 		}
-		if u := c.Usage; u != nil {
-			r.Usage = &Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens}
-			if u.PromptTokensDetails != nil {
-				r.Usage.CachedTokens = u.PromptTokensDetails.CachedTokens
-			}
+		if c.usage {
+			r.Usage = &Usage{PromptTokens: c.prompt, CompletionTokens: c.complete, CachedTokens: c.cached}
 		}
-		if c.Timings != nil {
-			r.Timings = c.Timings
+		if c.timings != nil {
+			var t ServerTimings
+			if json.Unmarshal(c.timings, &t) == nil {
+				r.Timings = &t
+			}
 		}
 	}
 }

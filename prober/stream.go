@@ -3,7 +3,6 @@ package prober
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -128,61 +127,4 @@ func excerpt(b []byte, n int) string {
 		return string(b[:n]) + "..."
 	}
 	return string(b)
-}
-
-// streamChunk is the part of a streamed completion chunk sloprober reads.
-type streamChunk struct {
-	Choices []struct {
-		Delta struct {
-			Content          string `json:"content"`
-			ReasoningContent string `json:"reasoning_content"`
-			Reasoning        string `json:"reasoning"`
-		} `json:"delta"`
-		Text         string  `json:"text"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *struct {
-		PromptTokens        int `json:"prompt_tokens"`
-		CompletionTokens    int `json:"completion_tokens"`
-		PromptTokensDetails *struct {
-			CachedTokens int `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-	} `json:"usage"`
-	Timings *ServerTimings  `json:"timings"`
-	Error   json.RawMessage `json:"error"`
-	Object  string          `json:"object"`
-	Message string          `json:"message"`
-	// SimTS is the simulator's write time of the chunk (stamp_chunks).
-	SimTS int64 `json:"sim_ts"`
-}
-
-// hasText reports whether the chunk carries generated text: delta.content,
-// delta.reasoning_content, delta.reasoning or text non-empty. A role-only
-// chunk, an empty-content chunk and a usage-only chunk are not tokens.
-func (c *streamChunk) hasText() bool {
-	for i := range c.Choices {
-		ch := &c.Choices[i]
-		if ch.Delta.Content != "" || ch.Delta.ReasoningContent != "" || ch.Delta.Reasoning != "" || ch.Text != "" {
-			return true
-		}
-	}
-	return false
-}
-
-// errorMessage returns the message of an error object in the stream, or "".
-// Servers send {"error": {...}} (OpenAI, vLLM) or {"object": "error", ...}.
-func (c *streamChunk) errorMessage() string {
-	if len(c.Error) > 0 && string(c.Error) != "null" {
-		var e struct {
-			Message string `json:"message"`
-		}
-		if json.Unmarshal(c.Error, &e) == nil && e.Message != "" {
-			return e.Message
-		}
-		return string(c.Error)
-	}
-	if c.Object == "error" {
-		return c.Message
-	}
-	return ""
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,6 +25,7 @@ type benchCommand struct {
 	streams *string
 	measure *time.Duration
 	json    *string
+	profile *string
 }
 
 func newBenchCommand(app *kingpin.Application) *benchCommand {
@@ -32,6 +34,7 @@ func newBenchCommand(app *kingpin.Application) *benchCommand {
 		Default("100,500,1000,2000,5000").String()
 	c.measure = c.cmd.Flag("measure", "Measurement window of each level, after its warm-up.").Default("20s").Duration()
 	c.json = c.cmd.Flag("json", "Also write the results as JSON to this file.").String()
+	c.profile = c.cmd.Flag("cpuprofile", "Write a CPU profile of the whole run to this file (go tool pprof).").String()
 	return c
 }
 
@@ -53,6 +56,19 @@ func (c *benchCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "sloprober: %v\n", err)
 		return 1
+	}
+	if *c.profile != "" {
+		f, err := os.Create(*c.profile)
+		if err != nil {
+			fmt.Fprintf(stderr, "sloprober: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "sloprober: %v\n", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
