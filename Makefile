@@ -20,7 +20,7 @@ TOOLS            := $(CURDIR)/.tools/bin
 PROMETHEUS_MOD   ?= v0.316.0
 PROMTOOL         := $(TOOLS)/promtool
 
-.PHONY: all build test fmt-check vet unit run sim tools prometheus clean
+.PHONY: all build test fmt-check vet unit run sim tools prometheus bench bench-long clean
 
 all: build
 
@@ -58,6 +58,15 @@ $(PROMTOOL):
 ## run: start the daemon on its embedded default: probing a built-in simulator, /metrics on :9477
 run: build
 	./$(BINARY) run
+
+## bench: hot-path micro-benchmarks, then the end-to-end load benchmark (about 4 minutes; results in bench.json)
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./prober/ ./exporter/
+	./$(BINARY) bench --log.level=warn --json bench.json
+
+## bench-long: schedule fidelity, 10 minutes of Poisson arrivals at 500 req/s
+bench-long: build
+	./$(BINARY) bench --long --log.level=warn --json bench-long.json
 
 ## sim: start the simulator on 127.0.0.1:8000
 sim: build

@@ -176,6 +176,9 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 		r.ErrorBody = strings.Join(strings.Fields(string(b)), " ")
 		return
 	}
+	// One chunk a token, as a rule: room for all of them up front, not
+	// twice as much after append's doublings.
+	r.Chunks = make([]time.Duration, 0, min(req.OutputTokens, 4096))
 	var reply *strings.Builder
 	if req.KeepReply {
 		reply = &strings.Builder{}

@@ -37,8 +37,11 @@ type sseReader struct {
 	lines   int
 }
 
+// newSSEReader reads from r through a 1 KiB buffer: a chunk is a few
+// hundred bytes, longer lines are assembled, and at 5,000 concurrent
+// streams every KiB a stream costs is 5 MB.
 func newSSEReader(r io.Reader) *sseReader {
-	return &sseReader{br: bufio.NewReaderSize(r, 4<<10), data: make([]byte, 0, 1024)}
+	return &sseReader{br: bufio.NewReaderSize(r, 1<<10), data: make([]byte, 0, 512)}
 }
 
 // readLine returns the next line without its line end. The slice is valid

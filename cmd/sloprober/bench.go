@@ -26,6 +26,9 @@ type benchCommand struct {
 	measure *time.Duration
 	json    *string
 	profile *string
+	heap    *string
+	long    *bool
+	longFor *time.Duration
 }
 
 func newBenchCommand(app *kingpin.Application) *benchCommand {
@@ -35,6 +38,9 @@ func newBenchCommand(app *kingpin.Application) *benchCommand {
 	c.measure = c.cmd.Flag("measure", "Measurement window of each level, after its warm-up.").Default("20s").Duration()
 	c.json = c.cmd.Flag("json", "Also write the results as JSON to this file.").String()
 	c.profile = c.cmd.Flag("cpuprofile", "Write a CPU profile of the whole run to this file (go tool pprof).").String()
+	c.heap = c.cmd.Flag("memprofile", "Write a heap profile at the end of each level's measurement to this file.").String()
+	c.long = c.cmd.Flag("long", "Instead of the levels, check schedule fidelity: Poisson arrivals at 500 req/s for --long.duration.").Default("false").Bool()
+	c.longFor = c.cmd.Flag("long.duration", "How long the schedule-fidelity run sends.").Default("10m").Duration()
 	return c
 }
 
@@ -72,11 +78,25 @@ func (c *benchCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	results, err := bench.Run(ctx, bench.Options{Binary: binary, Steps: steps, Measure: *c.measure, Logger: logger})
-	bench.WriteTable(stdout, results)
-	if err != nil {
-		fmt.Fprintf(stderr, "sloprober: %v\n", err)
-		return 1
+	opts := bench.Options{Binary: binary, Steps: steps, Measure: *c.measure, Logger: logger, HeapProfile: *c.heap}
+	var results any
+	if *c.long {
+		f, err := bench.RunFidelity(ctx, opts, 500, *c.longFor)
+		if err != nil {
+			fmt.Fprintf(stderr, "sloprober: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "schedule fidelity: %.0f req/s Poisson for %.0fs: %d arrivals due, %d scheduled (%.3f%% off), %d sent, %d dropped, %d lags recorded, lag P50 %.3f ms, P99 %.3f ms, max %.3f ms\n",
+			f.Rate, f.Seconds, f.Expected, f.Scheduled, f.OffPct, f.Sent, f.Dropped, f.Lags, f.LagP50MS, f.LagP99MS, f.LagMaxMS)
+		results = f
+	} else {
+		rs, err := bench.Run(ctx, opts)
+		bench.WriteTable(stdout, rs)
+		if err != nil {
+			fmt.Fprintf(stderr, "sloprober: %v\n", err)
+			return 1
+		}
+		results = rs
 	}
 	if *c.json != "" {
 		b, _ := json.MarshalIndent(results, "", "  ")

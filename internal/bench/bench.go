@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -68,6 +69,9 @@ type Options struct {
 	// stream duration (the load ramps up to its streams) plus 2 seconds.
 	Measure time.Duration
 	Logger  *slog.Logger
+	// HeapProfile, when set, gets a heap profile at the end of each step's
+	// measurement window (the last step's stays).
+	HeapProfile string
 }
 
 // Result is what one step measured. Times are in milliseconds.
@@ -95,6 +99,8 @@ type Result struct {
 	CPUMSPer1000 float64 `json:"cpu_ms_per_1000_chunks"`
 	RSSMB        float64 `json:"rss_mb"`
 	RSSPerKiB    float64 `json:"rss_per_stream_kib"`
+	HeapPerKiB   float64 `json:"heap_per_stream_kib"`
+	StackPerKiB  float64 `json:"stack_per_stream_kib"`
 	Goroutines   int     `json:"goroutines"`
 }
 
@@ -218,6 +224,8 @@ canary:
 	}
 	runtime.GC()
 	rssBefore := rss()
+	var msBefore runtime.MemStats
+	runtime.ReadMemStats(&msBefore)
 	reg := prometheus.NewRegistry()
 	t := &tap{metrics: exporter.NewMetrics(reg)}
 	m := prober.NewManager(o.Logger, t, "sloprober/bench")
@@ -238,9 +246,19 @@ canary:
 	t.setMeasuring(false)
 	window := time.Since(start)
 	cpu := cpuTime() - cpu0
+	if o.HeapProfile != "" {
+		if f, err := os.Create(o.HeapProfile); err == nil {
+			_ = pprof.WriteHeapProfile(f)
+			f.Close()
+		}
+	}
 	res := Result{Streams: s.Streams, ITLMS: ms(s.ITL), IntendedRate: rate, Goroutines: runtime.NumGoroutine()}
 	res.RSSMB = float64(rss()) / (1 << 20)
 	res.RSSPerKiB = float64(rss()-rssBefore) / 1024 / float64(s.Streams)
+	var msAfter runtime.MemStats
+	runtime.ReadMemStats(&msAfter)
+	res.HeapPerKiB = (float64(msAfter.HeapInuse) - float64(msBefore.HeapInuse)) / 1024 / float64(s.Streams)
+	res.StackPerKiB = (float64(msAfter.StackInuse) - float64(msBefore.StackInuse)) / 1024 / float64(s.Streams)
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -356,13 +374,88 @@ func mean(xs []float64) float64 {
 
 // WriteTable prints the results as a table.
 func WriteTable(w io.Writer, rs []Result) {
-	fmt.Fprintf(w, "%7s %6s %9s %9s %7s %8s %8s %8s %9s %9s %9s %9s %9s %9s %6s %8s %7s %8s %10s\n",
+	fmt.Fprintf(w, "%7s %6s %9s %9s %7s %8s %8s %8s %9s %9s %9s %9s %9s %9s %6s %8s %7s %8s %8s %8s %10s\n",
 		"streams", "itl", "intended", "achieved", "dropped", "lag p50", "lag p99", "lag max",
-		"ttft p50", "ttft p99", "ttft mean", "itl p50", "itl p99", "itl mean", "cores", "ms/1k ch", "rss MB", "KiB/str", "goroutines")
+		"ttft p50", "ttft p99", "ttft mean", "itl p50", "itl p99", "itl mean", "cores", "ms/1k ch", "rss MB",
+		"KiB/str", "heap/str", "stk/str", "goroutines")
 	for _, r := range rs {
-		fmt.Fprintf(w, "%7d %4.0fms %7.1f/s %7.1f/s %7d %6.2fms %6.2fms %6.2fms %7.3fms %7.3fms %7.3fms %7.3fms %7.3fms %7.3fms %6.2f %8.1f %7.1f %8.1f %10d\n",
+		fmt.Fprintf(w, "%7d %4.0fms %7.1f/s %7.1f/s %7d %6.2fms %6.2fms %6.2fms %7.3fms %7.3fms %7.3fms %7.3fms %7.3fms %7.3fms %6.2f %8.1f %7.1f %8.1f %8.1f %8.1f %10d\n",
 			r.Streams, r.ITLMS, r.IntendedRate, r.AchievedRate, r.Dropped, r.LagP50MS, r.LagP99MS, r.LagMaxMS,
 			r.TTFTErrP50MS, r.TTFTErrP99MS, r.TTFTErrMean, r.ITLErrP50MS, r.ITLErrP99MS, r.ITLErrMean,
-			r.CPUCores, r.CPUMSPer1000, r.RSSMB, r.RSSPerKiB, r.Goroutines)
+			r.CPUCores, r.CPUMSPer1000, r.RSSMB, r.RSSPerKiB, r.HeapPerKiB, r.StackPerKiB, r.Goroutines)
 	}
+}
+
+// Fidelity is the result of the schedule-fidelity run: sloprober's sends
+// against the arrivals its seeded schedule says were due.
+type Fidelity struct {
+	Rate      float64 `json:"rate"`
+	Seconds   float64 `json:"seconds"`
+	Expected  int     `json:"expected_arrivals"`
+	Scheduled int     `json:"scheduled"`
+	Sent      int     `json:"sent"`
+	Dropped   int     `json:"dropped"`
+	Lags      int     `json:"lags_recorded"`
+	OffPct    float64 `json:"scheduled_off_expected_pct"`
+	LagP50MS  float64 `json:"lag_p50_ms"`
+	LagP99MS  float64 `json:"lag_p99_ms"`
+	LagMaxMS  float64 `json:"lag_max_ms"`
+}
+
+// RunFidelity sends Poisson arrivals at rate for d (short requests: 10 ms
+// to the first of 5 tokens, 10 ms apart) and compares what sloprober
+// scheduled and sent with the arrivals of the same seeded Poisson schedule.
+func RunFidelity(ctx context.Context, o Options, rate float64, d time.Duration) (Fidelity, error) {
+	dir, err := os.MkdirTemp("", "sloprober-bench")
+	if err != nil {
+		return Fidelity{}, err
+	}
+	defer os.RemoveAll(dir)
+	step := Step{Streams: int(rate), TTFT: 10 * time.Millisecond, ITL: 10 * time.Millisecond, Tokens: 5}
+	simURL, stopSim, err := startSim(ctx, o.Binary, dir, step)
+	if err != nil {
+		return Fidelity{}, err
+	}
+	defer stopSim()
+	cfg, err := config.Load([]byte(fmt.Sprintf(`
+global: {max_rate: %g, max_in_flight: 10000}
+targets:
+  - {name: sim, url: "%s/v1", model: sim-model, timeout: 1m, max_in_flight: 10000}
+scenarios:
+  - {name: fidelity, input_tokens: 16, output_tokens: 5, ignore_eos: true}
+canary:
+  - {target: sim, scenario: fidelity, rate: %g, arrival: poisson}
+`, rate+1, simURL, rate)), false)
+	if err != nil {
+		return Fidelity{}, err
+	}
+	t := &tap{metrics: exporter.NewMetrics(prometheus.NewRegistry())}
+	m := prober.NewManager(o.Logger, t, "sloprober/bench")
+	if err := m.Apply(cfg, func() { t.metrics.ApplyConfig(cfg) }); err != nil {
+		return Fidelity{}, err
+	}
+	defer m.Stop(0)
+	if !sleep(ctx, 2*time.Second) {
+		return Fidelity{}, ctx.Err()
+	}
+	t.setMeasuring(true)
+	start := time.Now()
+	if !sleep(ctx, d) {
+		return Fidelity{}, ctx.Err()
+	}
+	t.setMeasuring(false)
+	end := time.Now()
+	// The same schedule: the manager seeds a load from its label sets.
+	arrivals := prober.NewPoissonArrivals(rate, prober.Seed("sim/fidelity/canary"), start)
+	expected := 0
+	for a := arrivals.Next(); a.Due.Before(end); a = arrivals.Next() {
+		expected++
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f := Fidelity{Rate: rate, Seconds: end.Sub(start).Seconds(), Expected: expected, Scheduled: t.scheduled,
+		Sent: t.sent, Dropped: t.dropped, Lags: len(t.lags)}
+	f.OffPct = 100 * math.Abs(float64(t.scheduled-expected)) / float64(expected)
+	f.LagP50MS, f.LagP99MS, f.LagMaxMS = quantile(t.lags, 0.5), quantile(t.lags, 0.99), quantile(t.lags, 1)
+	return f, nil
 }
