@@ -99,8 +99,11 @@ func (c *benchCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 		results = rs
 	}
 	if *c.json != "" {
-		b, _ := json.MarshalIndent(results, "", "  ")
-		if err := os.WriteFile(*c.json, append(b, '\n'), 0o644); err != nil {
+		b, err := json.MarshalIndent(results, "", "  ")
+		if err == nil {
+			err = os.WriteFile(*c.json, append(b, '\n'), 0o644)
+		}
+		if err != nil {
 			fmt.Fprintf(stderr, "sloprober: %v\n", err)
 			return 1
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -327,4 +328,25 @@ func TestWorkloadStats(t *testing.T) {
 	code, _, stderr = runCLI(t, "workload", "stats", "--file=main.go", "--format=mooncake")
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "sloprober: main.go: line 1: invalid character")
+}
+
+// TestBenchSmoke runs `sloprober bench` at one small level: it must send
+// without drops and report its numbers (speed belongs to make bench).
+func TestBenchSmoke(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "bench.json")
+	code, stdout, stderr := runCLI(t, "bench", "--streams=20", "--measure=1s", "--log.level=warn", "--json="+out)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "streams")
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	var rs []struct {
+		Streams, Sent, Dropped, Chunks int
+		ITLErrP99MS                    float64 `json:"itl_err_p99_ms"`
+	}
+	require.NoError(t, json.Unmarshal(b, &rs))
+	require.Len(t, rs, 1)
+	require.Equal(t, 20, rs[0].Streams)
+	require.Positive(t, rs[0].Sent)
+	require.Zero(t, rs[0].Dropped)
+	require.Positive(t, rs[0].Chunks)
 }

@@ -351,9 +351,10 @@ func rss() int64 {
 	return pages * int64(os.Getpagesize())
 }
 
+// quantile is the nearest-rank quantile; 0 for no values (JSON has no NaN).
 func quantile(xs []float64, q float64) float64 {
 	if len(xs) == 0 {
-		return math.NaN()
+		return 0
 	}
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
@@ -363,7 +364,7 @@ func quantile(xs []float64, q float64) float64 {
 
 func mean(xs []float64) float64 {
 	if len(xs) == 0 {
-		return math.NaN()
+		return 0
 	}
 	sum := 0.0
 	for _, x := range xs {
