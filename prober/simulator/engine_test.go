@@ -20,6 +20,7 @@ import (
 const (
 	wakeSlackMS = 25.0 // loose maximum: how late a chunk may be read after it exists
 	nominalMS   = 3.0  // median overshoot of a timed phase over its nominal length
+	clientSlack = 10.0 // median difference of a client's and the server's view of a phase
 )
 
 // TestFIFOQueueOneSlot: with one slot, requests are served one at a time in
