@@ -98,12 +98,11 @@ type Metrics struct {
 	targetInfo, costPerHour                                                          *prometheus.GaugeVec
 	reloadSuccess, reloadTimestamp                                                   prometheus.Gauge
 
-	mu      sync.Mutex
-	layout  map[string][]float64
-	hist    *histograms
-	series  map[config.Key]*series
-	recent  *Recent
-	targets []*config.TargetConfig
+	mu     sync.Mutex
+	layout map[string][]float64
+	hist   *histograms
+	series map[config.Key]*series
+	recent *Recent
 }
 
 // NewMetrics creates the metrics and registers them with reg.

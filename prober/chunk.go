@@ -249,14 +249,6 @@ func (p *chunkParser) literal() error {
 	return p.fail("character where a value was expected")
 }
 
-func (p *chunkParser) null() bool {
-	if bytes.HasPrefix(p.b[p.i:], []byte("null")) {
-		p.i += 4
-		return true
-	}
-	return false
-}
-
 // skip parses and discards any value.
 func (p *chunkParser) skip() error {
 	switch c := p.peek(); {

@@ -47,7 +47,6 @@ var (
 		OutputTokens: workload.FixedLength(64),
 		Objective:    0.99,
 	}
-	DefaultLoadConfig = LoadConfig{}
 	DefaultReplay     = ReplayConfig{Speed: 1}
 	DefaultBurstiness = 1.0
 	DefaultArrival    = "poisson"
@@ -268,13 +267,6 @@ func (c *TargetConfig) UnmarshalYAML(unmarshal func(any) error) error {
 func (c *ScenarioConfig) UnmarshalYAML(unmarshal func(any) error) error {
 	*c = DefaultScenarioConfig
 	type plain ScenarioConfig
-	return unmarshal((*plain)(c))
-}
-
-// UnmarshalYAML implements yaml.Unmarshaler.
-func (c *LoadConfig) UnmarshalYAML(unmarshal func(any) error) error {
-	*c = DefaultLoadConfig
-	type plain LoadConfig
 	return unmarshal((*plain)(c))
 }
 

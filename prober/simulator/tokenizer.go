@@ -3,7 +3,6 @@ package simulator
 import (
 	"container/list"
 	"unicode"
-	"unicode/utf8"
 )
 
 // tokenizer counts text in tokens the way TokenizerConfig says. It is a model,
@@ -49,17 +48,6 @@ func (t tokenizer) forEach(text string, fn func(tok string)) {
 	if n > 0 {
 		fn(text[start:])
 	}
-}
-
-// count returns the number of tokens of text.
-func (t tokenizer) count(text string) int {
-	if t.words {
-		n := 0
-		t.forEach(text, func(string) { n++ })
-		return n
-	}
-	runes := utf8.RuneCountInString(text)
-	return (runes + t.charsPerToken - 1) / t.charsPerToken
 }
 
 // tokenID maps a token to a stable id, for POST /tokenize.
