@@ -20,7 +20,7 @@ TOOLS            := $(CURDIR)/.tools/bin
 PROMETHEUS_MOD   ?= v0.316.0
 PROMTOOL         := $(TOOLS)/promtool
 
-.PHONY: all build test fmt-check vet unit run sim tools prometheus bench bench-long clean
+.PHONY: all build test fmt-check vet unit fuzz run sim tools prometheus bench bench-long clean
 
 all: build
 
@@ -28,8 +28,8 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BINARY) ./cmd/sloprober
 
-## test: gofmt check, go vet and every test with the race detector
-test: fmt-check vet unit
+## test: gofmt check, go vet, every test with the race detector, then every fuzz target briefly
+test: fmt-check vet unit fuzz
 
 fmt-check:
 	@unformatted=$$(gofmt -l $(GOFILES)); \
@@ -44,6 +44,11 @@ vet:
 unit: $(PROMTOOL) prometheus
 	PROMTOOL=$(PROMTOOL) $(GO) test -race -count=1 $$($(GO) list ./... | grep -v /rules$$)
 	PROMTOOL=$(PROMTOOL) $(GO) test -race -count=1 ./rules/
+
+## fuzz: run every fuzz target for FUZZTIME (default 20000x: executions, a few seconds) each
+FUZZTIME ?= 20000x
+fuzz:
+	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 ## tools: install the tools the tests need: promtool 3.x into .tools/bin, Prometheus 2.42
 tools: $(PROMTOOL) prometheus
@@ -64,9 +69,10 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./prober/ ./exporter/
 	./$(BINARY) bench --log.level=warn --json bench.json
 
-## bench-long: schedule fidelity, 10 minutes of Poisson arrivals at 500 req/s
+## bench-long: schedule fidelity, 10 minutes of Poisson arrivals at 500 req/s; 10 minutes of toggled faults with a live-heap bound
 bench-long: build
 	./$(BINARY) bench --long --log.level=warn --json bench-long.json
+	SLOPROBER_FAULT_RUN=10m $(GO) test -count=1 -v -run '^TestToggledFaults$$' -timeout 15m ./exporter/
 
 ## sim: start the simulator on 127.0.0.1:8000
 sim: build

@@ -27,7 +27,7 @@ func BenchmarkFinished(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		obs.Sent()
+		obs.Sent(0)
 		obs.Finished(r)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/chunk")

@@ -88,7 +88,8 @@ func newHistograms(l map[string][]float64) *histograms {
 
 // Metrics holds every sloprober metric. It implements
 // prober.ObserverFactory: each load gets a series observer whose children
-// are resolved once, so recording a result takes no label lookups.
+// are resolved once, so recording a result takes no label lookups. It also
+// implements prober.CalibrationObserver, per target.
 type Metrics struct {
 	reg prometheus.Registerer
 
@@ -97,13 +98,25 @@ type Metrics struct {
 	inFlight, intendedRate, objective, sloThreshold                                  *prometheus.GaugeVec
 	targetInfo, costPerHour                                                          *prometheus.GaugeVec
 	reloadSuccess, reloadTimestamp                                                   prometheus.Gauge
+	calFrozen                                                                        *prometheus.GaugeVec
+	calRejected                                                                      *prometheus.CounterVec
 
 	mu     sync.Mutex
 	layout map[string][]float64
 	hist   *histograms
 	series map[config.Key]*series
 	recent *Recent
+	// calTargets are the targets with calibration series; configured is
+	// set by the first ApplyConfig, after which only configured targets
+	// have them.
+	calTargets map[string]bool
+	configured bool
 }
+
+var (
+	_ prober.ObserverFactory     = (*Metrics)(nil)
+	_ prober.CalibrationObserver = (*Metrics)(nil)
+)
 
 // NewMetrics creates the metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -138,15 +151,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Whether the last configuration reload attempt was successful."}),
 		reloadTimestamp: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "config_last_reload_success_timestamp_seconds",
 			Help: "Timestamp of the last successful configuration reload."}),
-		layout: layouts(nil),
-		series: map[config.Key]*series{},
-		recent: NewRecent(20),
+		calFrozen: gauge("calibration_frozen",
+			"1 while a target's prompt calibration has stopped adapting because the server's prompt token counts cannot be followed (truncation, constant counts), else 0.", "target"),
+		calRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "calibration_rejected_total",
+			Help: "Prompt token counts of a target that calibration refused to learn from."}, []string{"target"}),
+		layout:     layouts(nil),
+		series:     map[config.Key]*series{},
+		recent:     NewRecent(20),
+		calTargets: map[string]bool{},
 	}
 	m.hist = newHistograms(m.layout)
 	reg.MustRegister(m.scheduled, m.dropped, m.sent, m.finished, m.responses, m.good, m.sloMissed,
 		m.inputTokens, m.outputTokens, m.goodOutputTokens, m.outputChunks, m.fallbacks, m.mismatches,
 		m.inFlight, m.intendedRate, m.objective, m.sloThreshold, m.targetInfo, m.costPerHour,
-		m.reloadSuccess, m.reloadTimestamp)
+		m.reloadSuccess, m.reloadTimestamp, m.calFrozen, m.calRejected)
 	for _, h := range m.hist.all() {
 		reg.MustRegister(h)
 	}
@@ -166,21 +184,35 @@ func (m *Metrics) ReloadResult(ok bool) {
 	}
 }
 
-// ApplyConfig sets the target gauges and, when the configured SLO
-// thresholds change, rebuilds the histograms with their new classic layout
-// (their series start again from zero, which rate() takes as a reset).
-// Call it before the prober applies the same configuration.
+// ApplyConfig sets the target gauges, creates the calibration series of
+// new targets at zero (those of kept targets keep their values, as the
+// prober keeps their calibration) and deletes those of removed targets,
+// and, when the configured SLO thresholds change, rebuilds the histograms
+// with their new classic layout (their series start again from zero, which
+// rate() takes as a reset). Call it before the prober applies the same
+// configuration.
 func (m *Metrics) ApplyConfig(cfg *config.Config) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.targetInfo.Reset()
 	m.costPerHour.Reset()
+	targets := make(map[string]bool, len(cfg.Targets))
 	for _, t := range cfg.Targets {
 		m.targetInfo.WithLabelValues(t.Name, t.Model, t.API).Set(1)
 		if t.CostPerHour != nil {
 			m.costPerHour.WithLabelValues(t.Name).Set(*t.CostPerHour)
 		}
+		targets[t.Name] = true
+		m.calFrozen.WithLabelValues(t.Name)
+		m.calRejected.WithLabelValues(t.Name)
 	}
+	for name := range m.calTargets {
+		if !targets[name] {
+			m.calFrozen.DeleteLabelValues(name)
+			m.calRejected.DeleteLabelValues(name)
+		}
+	}
+	m.calTargets, m.configured = targets, true
 	l := layouts(cfg.Scenarios)
 	if equalLayouts(l, m.layout) {
 		return
@@ -205,6 +237,49 @@ func equalLayouts(a, b map[string][]float64) bool {
 		}
 	}
 	return len(a) == len(b)
+}
+
+// calibrationTarget reports whether target may have calibration series,
+// and creates them at zero on the first call when no configuration has
+// been applied. Once one has, a target it does not name gets none: a
+// request of a removed target that ends after the reload must not bring
+// its series back for good. Call it with m.mu held.
+func (m *Metrics) calibrationTarget(target string) bool {
+	if m.calTargets[target] {
+		return true
+	}
+	if m.configured {
+		return false
+	}
+	m.calTargets[target] = true
+	m.calRejected.WithLabelValues(target)
+	m.calFrozen.WithLabelValues(target)
+	return true
+}
+
+// CalibrationFrozen implements prober.CalibrationObserver:
+// sloprober_calibration_frozen{target} is 1 while frozen, else 0.
+func (m *Metrics) CalibrationFrozen(target string, frozen bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.calibrationTarget(target) {
+		return
+	}
+	v := 0.0
+	if frozen {
+		v = 1
+	}
+	m.calFrozen.WithLabelValues(target).Set(v)
+}
+
+// CalibrationRejected implements prober.CalibrationObserver: it counts
+// sloprober_calibration_rejected_total{target}.
+func (m *Metrics) CalibrationRejected(target string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.calibrationTarget(target) {
+		m.calRejected.WithLabelValues(target).Inc()
+	}
 }
 
 // Observe implements prober.ObserverFactory: it creates every series of a
@@ -310,9 +385,10 @@ func (s *series) resolveHistograms(h *histograms) {
 
 func (s *series) Scheduled()                  { s.scheduled.Inc() }
 func (s *series) Dropped(r prober.DropReason) { s.dropped[r].Inc() }
-func (s *series) Sent() {
+func (s *series) Sent(lag time.Duration) {
 	s.sent.Inc()
 	s.inFlight.Inc()
+	s.hist.Load().lag.Observe(lag.Seconds())
 }
 
 // Finished records a finished request by the definitions of docs/metrics.md.
@@ -324,7 +400,6 @@ func (s *series) Finished(r *prober.Result) {
 	if r.StatusCode != 0 {
 		s.response(r.StatusCode).Inc()
 	}
-	h.lag.Observe(r.Lag().Seconds())
 	if m.HasTTFT {
 		h.ttft.Observe(m.TTFT.Seconds())
 	}

@@ -3,7 +3,10 @@ package exporter_test
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"sync"
@@ -376,4 +379,105 @@ canary:
 	n := a + b
 	require.InDelta(t, 0.75*n, a, 4*math.Sqrt(n*0.75*0.25)+1, "a: %v, b: %v", a, b)
 	require.Equal(t, value(t, reg, "sloprober_requests_sent_total", load("a")), value(t, reg, "sloprober_requests_good_total", load("a")))
+}
+
+// TestLagObservedAtSend: the lag of a request is observed when it is sent,
+// so sloprober_schedule_lag_seconds_count equals requests_sent_total while
+// requests are in flight, even those that never end.
+func TestLagObservedAtSend(t *testing.T) {
+	// A server that never answers: every request stays in flight until
+	// the manager stops. (The server sees a client go away only once it
+	// has read the request body.)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) }) // before srv.Close, which waits for handlers
+	cfg := mustConfig(t, fmt.Sprintf(`
+targets: [{name: sim, url: "%s/v1", model: m, max_in_flight: 5}]
+scenarios: [{name: silent, input_tokens: 16, output_tokens: 2}]
+canary: [{target: sim, scenario: silent, rate: 40, arrival: constant}]
+`, srv.URL))
+	reg, _, mgr := run(t, cfg)
+	defer mgr.Stop(0)
+	v := func(name string, extra ...string) float64 { return value(t, reg, name, load("silent", extra...)) }
+	// The five slots fill and stay taken, so later arrivals are dropped.
+	// A request is counted as sent, with its lag, when its HTTP call
+	// starts, which may be a moment after it took its slot: wait for the
+	// five sends rather than assume them at the first drop.
+	require.Eventually(t, func() bool {
+		return v("sloprober_requests_dropped_total", "reason", "max_in_flight") > 0 &&
+			v("sloprober_requests_sent_total") == 5 && v("sloprober_schedule_lag_seconds") == 5
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, 5.0, v("sloprober_requests_in_flight"), "no request has ended")
+	require.Equal(t, 5.0, v("sloprober_schedule_lag_seconds"), "a lag for every send, none of which has ended")
+	for _, o := range prober.Outcomes {
+		require.Zero(t, v("sloprober_requests_finished_total", "outcome", string(o)))
+	}
+}
+
+// TestCalibrationMetrics: sloprober_calibration_frozen{target} and
+// sloprober_calibration_rejected_total{target} exist at zero for every
+// configured target, keep their values over a reload that keeps the target,
+// and disappear with it.
+func TestCalibrationMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := exporter.NewMetrics(reg)
+	var obs prober.CalibrationObserver = m
+	target := func(name string) map[string]string { return map[string]string{"target": name} }
+	frozen := func(name string) float64 { return value(t, reg, "sloprober_calibration_frozen", target(name)) }
+	rejected := func(name string) float64 { return value(t, reg, "sloprober_calibration_rejected_total", target(name)) }
+
+	// Before any configuration, a target's series appear on its first call.
+	obs.CalibrationRejected("early")
+	require.Equal(t, 1.0, rejected("early"))
+	require.Zero(t, frozen("early"))
+
+	const targets = `
+targets:
+%s
+scenarios: [{name: chat}]
+canary: [{target: a, scenario: chat, rate: 1}]
+`
+	m.ApplyConfig(mustConfig(t, fmt.Sprintf(targets, `  - {name: a, url: "http://127.0.0.1:1/v1", model: m}
+  - {name: b, url: "http://127.0.0.1:2/v1", model: m}`)))
+	require.Nil(t, find(t, reg, "sloprober_calibration_rejected_total", target("early")), "not configured")
+	for _, name := range []string{"a", "b"} {
+		require.Zero(t, frozen(name), "created at zero")
+		require.Zero(t, rejected(name), "created at zero")
+	}
+
+	// Calls come from request goroutines, concurrently.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				obs.CalibrationRejected("a")
+			}
+		})
+	}
+	wg.Wait()
+	obs.CalibrationFrozen("a", true)
+	require.Equal(t, 800.0, rejected("a"))
+	require.Equal(t, 1.0, frozen("a"))
+	require.Zero(t, frozen("b"))
+
+	// A reload that keeps target a keeps its state, as the prober keeps
+	// its calibration; removing b deletes its series, and a request of b
+	// ending after the reload does not bring them back.
+	m.ApplyConfig(mustConfig(t, fmt.Sprintf(targets, `  - {name: a, url: "http://127.0.0.1:1/v1", model: m}`)))
+	require.Equal(t, 1.0, frozen("a"))
+	require.Equal(t, 800.0, rejected("a"))
+	obs.CalibrationRejected("b")
+	obs.CalibrationFrozen("b", true)
+	require.Nil(t, find(t, reg, "sloprober_calibration_frozen", target("b")))
+	require.Nil(t, find(t, reg, "sloprober_calibration_rejected_total", target("b")))
+
+	obs.CalibrationFrozen("a", false)
+	require.Zero(t, frozen("a"), "0 once adapting again")
 }

@@ -20,8 +20,18 @@ type RecentResult struct {
 	Tokens    int
 	Good      bool
 	Missed    []string
-	Error     string
+	// Error is what went wrong, whole: the prober keeps a server's message
+	// up to prober.MaxServerMessageBytes, and the page escapes it.
+	Error string
 }
+
+// maxErrorBytes bounds the error kept with a recent result: a server's
+// message (bounded by the prober) with the prober's own words around it
+// fits; it guards the memory of the store against any longer text.
+const maxErrorBytes = 2 * prober.MaxServerMessageBytes
+
+// boundError cuts s to maxErrorBytes at a rune boundary.
+func boundError(s string) string { return prober.Truncate(s, maxErrorBytes) }
 
 // recentLoad keeps the last results of a load, and apart from them its last
 // failures (results that were not good), so a failure stays visible after
@@ -64,7 +74,7 @@ func (r *Recent) Forget(k config.Key) {
 func (r *Recent) Add(k config.Key, res *prober.Result, m *prober.Measurement) {
 	rr := RecentResult{
 		Time: res.Sent, RequestID: res.RequestID, Outcome: res.Outcome, Status: res.StatusCode,
-		Tokens: m.OutputTokens, Good: m.Good, Missed: m.Missed, Error: res.Error(),
+		Tokens: m.OutputTokens, Good: m.Good, Missed: m.Missed, Error: boundError(res.Error()),
 	}
 	if m.HasTTFT {
 		rr.TTFT = m.TTFT

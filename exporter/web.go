@@ -1,11 +1,13 @@
 package exporter
 
 import (
+	"errors"
 	"fmt"
 	"html/template"
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,19 +34,43 @@ type WebOptions struct {
 	Notes func() []string
 	// Pprof serves net/http/pprof on /debug/pprof/.
 	Pprof bool
+	// Stopping reports whether sloprober is stopping (nil: never). While
+	// it is, /-/reload refuses at once and /-/ready answers 503, and every
+	// other endpoint keeps answering: the landing page and /metrics are
+	// what an operator looks at while requests in flight drain.
+	Stopping func() bool
+}
+
+// ErrStopping is returned by a reload refused because sloprober is
+// stopping; /-/reload answers it with 503 at once instead of waiting for
+// the grace period to end.
+var ErrStopping = errors.New("sloprober is stopping")
+
+// Handler serves every web endpoint of `sloprober run`.
+type Handler struct {
+	mux *http.ServeMux
+
+	mu      sync.Mutex
+	waiting []chan struct{} // closed by the next scrape of /metrics
 }
 
 // NewHandler returns the handler of every web endpoint.
-func NewHandler(o WebOptions) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{
+func NewHandler(o WebOptions) *Handler {
+	stopping := func() bool { return o.Stopping != nil && o.Stopping() }
+	h := &Handler{mux: http.NewServeMux()}
+	mux := h.mux
+	mux.Handle("/metrics", h.notifyScrapes(promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{
 		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelError),
 		EnableOpenMetrics: true,
-	}))
+	})))
 	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "Healthy.")
 	})
 	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, r *http.Request) {
+		if stopping() {
+			http.Error(w, "Not ready: sloprober is stopping.", http.StatusServiceUnavailable)
+			return
+		}
 		if !o.Ready() {
 			http.Error(w, "Not ready: no configuration applied yet.", http.StatusServiceUnavailable)
 			return
@@ -57,8 +83,18 @@ func NewHandler(o WebOptions) http.Handler {
 			http.Error(w, "Use POST or PUT to reload the configuration.", http.StatusMethodNotAllowed)
 			return
 		}
+		// Checked before Reload, which may wait for a reload in progress:
+		// a client must not hang until the grace period ends.
+		if stopping() {
+			http.Error(w, "Failed to reload config: "+ErrStopping.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		if err := o.Reload(); err != nil {
-			http.Error(w, fmt.Sprintf("Failed to reload config: %s", err), http.StatusInternalServerError)
+			code := http.StatusInternalServerError
+			if errors.Is(err, ErrStopping) {
+				code = http.StatusServiceUnavailable
+			}
+			http.Error(w, fmt.Sprintf("Failed to reload config: %s", err), code)
 			return
 		}
 		fmt.Fprintln(w, "Configuration reloaded.")
@@ -79,9 +115,42 @@ func NewHandler(o WebOptions) http.Handler {
 			http.NotFound(w, r)
 			return
 		}
-		serveLanding(w, o)
+		serveLanding(w, o, stopping())
 	})
-	return mux
+	return h
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// NextScrape returns a channel that is closed once a scrape of /metrics
+// that began after the call has been answered. On shutdown, sloprober waits
+// for one after the drain (at most --shutdown.linger), so that Prometheus
+// sees the final counts, the requests ended as shutdown included, before
+// the process exits.
+func (h *Handler) NextScrape() <-chan struct{} {
+	ch := make(chan struct{})
+	h.mu.Lock()
+	h.waiting = append(h.waiting, ch)
+	h.mu.Unlock()
+	return ch
+}
+
+// notifyScrapes wraps the /metrics handler: each scrape, once answered,
+// closes the channels NextScrape handed out before it began. A scrape
+// already in progress when NextScrape is called may have gathered earlier
+// counts, so it does not count.
+func (h *Handler) notifyScrapes(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.mu.Lock()
+		waiting := h.waiting
+		h.waiting = nil
+		h.mu.Unlock()
+		next.ServeHTTP(w, r)
+		for _, ch := range waiting {
+			close(ch)
+		}
+	})
 }
 
 // landingLoad is one load on the landing page.
@@ -91,7 +160,7 @@ type landingLoad struct {
 	Recent, Failed []RecentResult
 }
 
-func serveLanding(w http.ResponseWriter, o WebOptions) {
+func serveLanding(w http.ResponseWriter, o WebOptions, stopping bool) {
 	var loads []landingLoad
 	for _, st := range o.Loads() {
 		l := landingLoad{LoadStatus: st}
@@ -100,9 +169,10 @@ func serveLanding(w http.ResponseWriter, o WebOptions) {
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	err := landingTemplate.Execute(w, map[string]any{
-		"Version": version.Info(),
-		"Notes":   o.Notes(),
-		"Loads":   loads,
+		"Version":  version.Info(),
+		"Notes":    o.Notes(),
+		"Loads":    loads,
+		"Stopping": stopping,
 	})
 	if err != nil {
 		o.Logger.Error("Error rendering the landing page", "err", err)
@@ -133,11 +203,13 @@ table{border-collapse:collapse;margin:.5em 0 1.5em}
 td,th{border:1px solid #ccc;padding:.2em .6em;font-size:90%;text-align:left}
 th{background:#f3f3f3}
 .bad{color:#b00}.good{color:#070}
+td.error{max-width:40em;white-space:pre-wrap;overflow-wrap:anywhere}
 h2{margin-top:1.5em}
 </style></head>
 <body>
 <h1>sloprober</h1>
 <p>{{.Version}}</p>
+{{if .Stopping}}<p class="bad"><strong>sloprober is stopping:</strong> no new requests are sent; requests in flight are draining.</p>{{end}}
 {{range .Notes}}<p>{{.}}</p>{{end}}
 <p><a href="/metrics">Metrics</a> · <a href="/config">Configuration</a> · <a href="/-/healthy">Health</a> · <a href="/-/ready">Readiness</a></p>
 <h2>Loads</h2>
@@ -160,7 +232,7 @@ h2{margin-top:1.5em}
 <tr><th>sent</th><th>request id</th><th>outcome</th><th>status</th><th>TTFT</th><th>TPOT</th><th>E2E</th><th>tokens</th><th>verdict</th><th>error</th></tr>
 {{range .}}<tr><td>{{clock .Time}}</td><td><code>{{.RequestID}}</code></td><td>{{.Outcome}}</td><td>{{.Status}}</td>
 <td>{{ms .TTFT}}</td><td>{{ms .TPOT}}</td><td>{{ms .E2E}}</td><td>{{.Tokens}}</td>
-<td>{{if .Good}}<span class="good">good</span>{{else}}<span class="bad">missed {{range .Missed}}{{.}} {{end}}</span>{{end}}</td><td>{{.Error}}</td></tr>
+<td>{{if .Good}}<span class="good">good</span>{{else}}<span class="bad">missed {{range .Missed}}{{.}} {{end}}</span>{{end}}</td><td class="error">{{.Error}}</td></tr>
 {{else}}<tr><td colspan="10">None yet.</td></tr>{{end}}
 </table>{{end}}
 `))

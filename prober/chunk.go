@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 )
 
 // chunk is what sloprober reads of a streamed completion chunk. parseChunk
@@ -20,11 +22,13 @@ type chunk struct {
 	prompt   int
 	complete int
 	cached   int
-	timings  []byte // the raw "timings" object
-	errRaw   []byte // the raw "error" value, when not null
-	object   []byte // "object" (a string's raw contents)
-	message  []byte // "message"
-	simTS    int64
+	// hasCached: usage.prompt_tokens_details.cached_tokens was sent.
+	hasCached bool
+	timings   []byte // the raw "timings" object
+	errRaw    []byte // the raw "error" value, when not null
+	object    []byte // "object" (a string's raw contents)
+	message   []byte // "message"
+	simTS     int64
 	// contents are the raw (still escaped) delta.content and text strings,
 	// for a conversation's reply; only collected when asked for.
 	contents [][]byte
@@ -286,12 +290,25 @@ func (p *chunkParser) integer() (int64, error) {
 	v, err := strconv.ParseInt(string(n), 10, 64)
 	if err != nil {
 		f, ferr := strconv.ParseFloat(string(n), 64)
-		if ferr != nil {
+		switch {
+		case ferr != nil && !errors.Is(ferr, strconv.ErrRange):
 			return 0, p.fail("number")
+		case f >= -(1<<62) && f <= 1<<62:
+			v = int64(f)
+		default: // beyond int64: no count a server could mean
+			v = -1
 		}
-		v = int64(f)
 	}
 	return v, nil
+}
+
+// clampInt converts a reported count to an int; values beyond any count a
+// server could mean become -1 (not valid, see validCount).
+func clampInt(v int64) int {
+	if v < 0 || v > 1<<40 {
+		return -1
+	}
+	return int(v)
 }
 
 // is reports whether the next value starts with c. Fields of an unexpected
@@ -396,10 +413,10 @@ func (p *chunkParser) usage(key []byte) error {
 	switch string(key) {
 	case "prompt_tokens":
 		v, err = p.integer()
-		p.c.prompt = int(v)
+		p.c.prompt = clampInt(v)
 	case "completion_tokens":
 		v, err = p.integer()
-		p.c.complete = int(v)
+		p.c.complete = clampInt(v)
 	case "prompt_tokens_details":
 		if !p.is('{') {
 			return p.skip()
@@ -407,7 +424,7 @@ func (p *chunkParser) usage(key []byte) error {
 		return p.object(func(k []byte) error {
 			if string(k) == "cached_tokens" {
 				v, err := p.integer()
-				p.c.cached = int(v)
+				p.c.cached, p.c.hasCached = clampInt(v), true
 				return err
 			}
 			return p.skip()
@@ -419,22 +436,44 @@ func (p *chunkParser) usage(key []byte) error {
 }
 
 // errorMessage returns the message of an error in the chunk, or "": an
-// "error" value ({"error": {...}} in OpenAI's and vLLM's streams) or an
-// object of type "error".
+// "error" value ({"error": {...}} in OpenAI's and vLLM's streams, or a
+// string) or an object of type "error", at most MaxServerMessageBytes.
 func (c *chunk) errorMessage() string {
 	if c.errRaw != nil {
 		var e struct {
 			Message string `json:"message"`
 		}
-		if json.Unmarshal(c.errRaw, &e) == nil && e.Message != "" {
-			return e.Message
+		var s string
+		switch {
+		case json.Unmarshal(c.errRaw, &e) == nil && e.Message != "":
+			return boundMessage(e.Message)
+		case json.Unmarshal(c.errRaw, &s) == nil && s != "":
+			return boundMessage(s)
 		}
-		return string(c.errRaw)
+		return boundMessage(string(c.errRaw))
 	}
 	if string(c.object) == "error" {
-		return unquote(c.message)
+		if msg := boundMessage(unquote(c.message)); msg != "" {
+			return msg
+		}
+		return "(no message)"
 	}
 	return ""
+}
+
+// decodeString decodes a raw JSON string's contents as encoding/json does:
+// escapes resolved, invalid UTF-8 replaced by U+FFFD byte by byte.
+func decodeString(raw []byte) string {
+	if utf8.Valid(raw) {
+		return unquote(raw)
+	}
+	var s string
+	q := make([]byte, 0, len(raw)+2)
+	q = append(append(append(q, '"'), raw...), '"')
+	if json.Unmarshal(q, &s) != nil {
+		return strings.ToValidUTF8(string(raw), "\uFFFD")
+	}
+	return s
 }
 
 // unquote resolves the escapes of a raw JSON string's contents.

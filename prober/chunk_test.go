@@ -28,7 +28,7 @@ func TestParseChunk(t *testing.T) {
 		{name: "completions text", data: `{"choices":[{"text":"a\"b","finish_reason":"length"}]}`, want: chunk{text: true, finish: []byte("length")}},
 		{name: "escaped text", data: `{"choices":[{"delta":{"content":"\u00e9\n"}}]}`, want: chunk{text: true}},
 		{name: "usage only", data: `{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":4}}}`,
-			want: chunk{usage: true, prompt: 12, complete: 3, cached: 4}},
+			want: chunk{usage: true, prompt: 12, complete: 3, cached: 4, hasCached: true}},
 		{name: "usage null", data: `{"choices":[{"delta":{"content":"x"}}],"usage":null}`, want: chunk{text: true}},
 		{name: "timings", data: `{"choices":[],"timings":{"prompt_ms":1.5e0,"predicted_n":3}}`, want: chunk{timings: []byte(`{"prompt_ms":1.5e0,"predicted_n":3}`)}},
 		{name: "error", data: `{"error":{"message":"boom","code":503}}`, want: chunk{errRaw: []byte(`{"message":"boom","code":503}`)}},
@@ -86,7 +86,10 @@ func reference(data []byte) (valid bool, text bool, finish string, simTS int64) 
 	var m map[string]any
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
-	if !json.Valid(data) || d.Decode(&m) != nil {
+	// A chunk is a JSON object: "null" decodes into a map without error,
+	// but `data: null` is no chunk (protocol_error), as for any other
+	// non-object.
+	if !json.Valid(data) || d.Decode(&m) != nil || m == nil {
 		return false, false, "", 0
 	}
 	choices, _ := m["choices"].([]any)
@@ -144,7 +147,7 @@ func FuzzParseChunk(f *testing.F) {
 		if err != nil {
 			t.Fatalf("rejected valid JSON %q: %v", data, err)
 		}
-		if c.text != text || string(c.finish) != finish || (simTS != 0 && c.simTS != simTS) {
+		if c.text != text || decodeString(c.finish) != finish || (simTS != 0 && c.simTS != simTS) {
 			t.Fatalf("%q: got text %v finish %q sim_ts %d, encoding/json says %v %q %d", data, c.text, c.finish, c.simTS, text, finish, simTS)
 		}
 	})

@@ -24,6 +24,13 @@ import (
 // find (or exclude) synthetic traffic.
 const RequestIDHeader = "X-Request-Id"
 
+// maxReplyBytes bounds the generated text kept for a conversation's next
+// turn: 16 bytes a requested token plus 4 KiB, at most 4 MiB. A server that
+// sends more than it was asked for cannot grow the history beyond that.
+func maxReplyBytes(maxTokens int) int {
+	return min(16*max(maxTokens, 0)+4<<10, 4<<20)
+}
+
 // drainTimeout bounds the wait for the end of a response after [DONE]:
 // reading to the end keeps the connection reusable, but a server that keeps
 // the stream open must not hold the request.
@@ -53,10 +60,7 @@ func NewClient(t *config.TargetConfig, userAgent string, maxStreams int) (*Clien
 		if err != nil {
 			return nil, fmt.Errorf("target %q: %w", t.Name, err)
 		}
-		hc := &http.Client{Transport: rt}
-		if !t.HTTPClientConfig.FollowRedirects {
-			hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-		}
+		hc := &http.Client{Transport: rt, CheckRedirect: checkRedirect(t.HTTPClientConfig.FollowRedirects)}
 		c.pools = append(c.pools, hc)
 	}
 	c.http = c.pools[0]
@@ -66,6 +70,28 @@ func NewClient(t *config.TargetConfig, userAgent string, maxStreams int) (*Clien
 	}
 	c.endpoint = strings.TrimSuffix(t.URL, "/") + path
 	return c, nil
+}
+
+// maxRedirects bounds the redirects a probe follows where following them is
+// configured.
+const maxRedirects = 3
+
+// checkRedirect returns the redirect policy of probes. A probe must send
+// what it says: by default no redirect is followed (the 3xx is a
+// protocol_error naming the Location). With follow_redirects, only
+// redirects that keep the method and body (307, 308) to the same scheme,
+// host and port are followed: net/http turns a POST into a body-less GET on
+// 301, 302 and 303, and prometheus/common's round tripper sends the
+// target's credentials to whatever URL a request goes to.
+func checkRedirect(follow bool) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		first := via[0]
+		if !follow || len(via) > maxRedirects || req.Method != first.Method ||
+			req.URL.Scheme != first.URL.Scheme || req.URL.Host != first.URL.Host {
+			return http.ErrUseLastResponse
+		}
+		return nil
+	}
 }
 
 // Close releases the client's idle connections.
@@ -93,9 +119,27 @@ type Request struct {
 	CancelAfter time.Duration
 	// Words is the number of synthesized words in the prompt.
 	Words int
+	// InputBase is the part of InputTokens the server counted before: a
+	// conversation's history up to the previous prompt. Only the rest is
+	// judged against the server's count.
+	InputBase int
+	// TurnReply is the previous reply's tokens in a later turn of a
+	// conversation (within InputTokens).
+	TurnReply int
+	// CutToContext: the workload asked for more input than the target's
+	// context holds with the output; the prompt was cut to fit.
+	CutToContext bool
 
-	calibrate bool // the server's count of this prompt calibrates its target
-	turn      *Turn
+	// Skip, when set, ends the request before it is sent, with this
+	// cause (ErrConversationFull).
+	Skip error
+	// OnSend, when set, is called with t0 when the HTTP call starts (or,
+	// for a request that never gets that far, when it ends).
+	OnSend func(t0 time.Time)
+
+	calibrate  bool // the server's count of this prompt calibrates its target
+	calibrated bool // built from a model calibrated by at least one count
+	turn       *Turn
 }
 
 // body encodes the request for the target's API. It always streams and asks
@@ -119,20 +163,41 @@ func (c *Client) body(req *Request) ([]byte, error) {
 	if req.IgnoreEOS {
 		b["ignore_eos"] = true
 	}
-	return json.Marshal(b)
+	// No HTML escaping: a reply full of <, > and & is resent in the next
+	// turn at its size, not six bytes a character.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(b); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // Do sends req and reads the reply into r, which it fills from Sent on; the
 // caller sets the labels and Scheduled. The request's deadline is the
-// target's timeout. r.Outcome is set on return.
+// target's timeout. r.Outcome is set on return. The response is bounded
+// (LimitsFor): a stream beyond its bounds is cut (stream_error).
 func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 	r.RequestID = req.ID
 	r.InputTokens, r.OutputTokens, r.IgnoreEOS = req.InputTokens, req.OutputTokens, req.IgnoreEOS
+	r.InputBase = req.InputBase
 	defer func() { r.Outcome = Classify(r) }()
 
+	markSent := func() {
+		r.Sent = time.Now()
+		if req.OnSend != nil {
+			req.OnSend(r.Sent)
+		}
+	}
+	if ctx.Err() != nil { // stopping (or cancelled) before sending
+		markSent()
+		r.Cause = context.Cause(ctx)
+		return
+	}
 	body, err := c.body(req)
 	if err != nil {
-		r.Sent = time.Now()
+		markSent()
 		r.ProtocolErr = "encoding request: " + err.Error()
 		return
 	}
@@ -142,7 +207,7 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 	ctx = httptrace.WithClientTrace(ctx, tr.clientTrace())
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
 	if err != nil {
-		r.Sent = time.Now()
+		markSent()
 		r.ConnectErr = err.Error()
 		return
 	}
@@ -151,7 +216,7 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 	hreq.Header.Set(RequestIDHeader, req.ID)
 
 	pool := c.pools[c.next.Add(1)%uint64(len(c.pools))]
-	r.Sent = time.Now()
+	markSent()
 	tr.start = r.Sent
 	resp, err := pool.Do(hreq)
 	defer func() {
@@ -171,11 +236,17 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 	}
 	defer resp.Body.Close()
 	r.StatusCode = resp.StatusCode
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		r.ErrorBody = strings.Join(strings.Fields(string(b)), " ")
+	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+		r.ProtocolErr = fmt.Sprintf("redirect (HTTP %d) to %q not followed: a probe sends its POST to the configured URL only",
+			resp.StatusCode, boundMessage(config.RedactURL(resp.Header.Get("Location"))))
 		return
 	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
+		r.ErrorBody = serverMessage(b)
+		return
+	}
+	limits := LimitsFor(req.OutputTokens)
 	// One chunk a token, as a rule: room for all of them up front, not
 	// twice as much after append's doublings.
 	r.Chunks = make([]time.Duration, 0, min(req.OutputTokens, 4096))
@@ -184,20 +255,30 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 		reply = &strings.Builder{}
 		defer func() { r.Reply = reply.String() }()
 	}
-	readStream(resp.Body, r, func() time.Duration { return time.Since(r.Sent) }, reply)
+	body2 := &limitedBody{r: resp.Body, limit: limits.Bytes}
+	readStream(readCloser{body2, resp.Body}, r, func() time.Duration { return time.Since(r.Sent) }, reply, limits)
 	if !r.Done && ctx.Err() != nil {
 		r.Cause = context.Cause(ctx)
 	}
+}
+
+// readCloser reads from one reader and closes another.
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 // readStream reads an SSE completion stream into r. now returns the current
 // offset from t0; it is read in this goroutine the moment an event has been
 // parsed. The generated text goes to reply when it is not nil. After [DONE]
 // the rest of the body is drained for at most drainTimeout, so the
-// connection can be reused.
-func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *strings.Builder) {
+// connection can be reused. The stream is cut (stream_error) beyond the
+// text chunks and events of limits; the bytes are bounded by the caller.
+func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *strings.Builder, limits StreamLimits) {
 	sr := newSSEReader(body)
+	replyLimit := maxReplyBytes(r.OutputTokens)
 	var c chunk
+	events := 0
 	for {
 		ev, err := sr.next()
 		if err != nil {
@@ -206,6 +287,8 @@ func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *
 			case errors.Is(err, errNotSSE):
 				r.ProtocolErr = err.Error()
 			case r.Done:
+			case errors.Is(err, errStreamCut):
+				r.StreamErr = err.Error()
 			default:
 				r.StreamErr = "stream broken: " + err.Error()
 			}
@@ -215,6 +298,10 @@ func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *
 		if r.Done {
 			continue // nothing counts after [DONE]
 		}
+		if events++; events > limits.Events {
+			r.StreamErr = fmt.Sprintf("%v: more than %d SSE events", errStreamCut, limits.Events)
+			return
+		}
 		if string(ev.Data) == "[DONE]" {
 			r.Done = true
 			t := time.AfterFunc(drainTimeout, func() { _ = body.Close() })
@@ -223,13 +310,13 @@ func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *
 		}
 		if ev.Name == "error" {
 			if r.StreamErr == "" {
-				r.StreamErr = "error event in stream: " + excerpt(ev.Data, 200)
+				r.StreamErr = "error event in stream: " + serverMessage(ev.Data)
 			}
 			continue
 		}
 		if err := parseChunk(ev.Data, &c, reply != nil); err != nil {
 			if r.ProtocolErr == "" {
-				r.ProtocolErr = fmt.Sprintf("chunk is not valid JSON: %v: %s", err, excerpt(ev.Data, 80))
+				r.ProtocolErr = fmt.Sprintf("chunk is not valid JSON: %v: %s", err, boundMessage(excerpt(ev.Data, 80)))
 			}
 			continue
 		}
@@ -240,23 +327,37 @@ func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *
 			continue
 		}
 		if c.text {
+			if len(r.Chunks) >= limits.TextChunks {
+				r.StreamErr = fmt.Sprintf("%v: more than %d text chunks for %d requested tokens (the server does not stop at the maximum)",
+					errStreamCut, limits.TextChunks, r.OutputTokens)
+				return
+			}
 			r.Chunks = append(r.Chunks, at)
 			if c.simTS != 0 {
 				r.Stamps = append(r.Stamps, c.simTS)
 			}
-			for _, s := range c.contents {
-				reply.WriteString(unquote(s))
+			if reply != nil {
+				for _, s := range c.contents {
+					if t := unquote(s); reply.Len()+len(t) <= replyLimit {
+						reply.WriteString(t)
+					}
+				}
 			}
 		}
 		if len(c.finish) > 0 {
-			r.FinishReason = string(c.finish)
+			r.FinishReason = boundMessage(decodeString(c.finish))
 		}
 		if c.usage {
-			r.Usage = &Usage{PromptTokens: c.prompt, CompletionTokens: c.complete, CachedTokens: c.cached}
+			u := &Usage{PromptTokens: validCount(c.prompt), CompletionTokens: validCount(c.complete)}
+			if c.hasCached {
+				n := validCount(c.cached)
+				u.CachedTokens = &n
+			}
+			r.Usage = u
 		}
 		if c.timings != nil {
 			var t ServerTimings
-			if json.Unmarshal(c.timings, &t) == nil {
+			if json.Unmarshal(c.timings, &t) == nil && validTimings(&t) {
 				r.Timings = &t
 			}
 		}

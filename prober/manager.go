@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sloprober/sloprober/prober/config"
@@ -20,6 +21,19 @@ type ObserverFactory interface {
 	Observe(LoadInfo) Observer
 	// Forget deletes the series of a load once it has stopped.
 	Forget(LoadInfo)
+}
+
+// CalibrationObserver is implemented by an ObserverFactory that exports the
+// state of each target's prompt calibration (see Calibrator). The manager
+// calls it from request goroutines, concurrently.
+type CalibrationObserver interface {
+	// CalibrationFrozen reports whether a target's calibration has stopped
+	// adapting because the server's prompt token counts cannot be followed
+	// (sloprober_calibration_frozen).
+	CalibrationFrozen(target string, frozen bool)
+	// CalibrationRejected counts one observation of a target that
+	// calibration refused (sloprober_calibration_rejected_total).
+	CalibrationRejected(target string)
 }
 
 // LoadInfo describes a load: its labels and what it is configured to do.
@@ -60,31 +74,69 @@ var errStopped = errors.New("the prober is stopping")
 // targetClient is the connection pool and the prompt calibration of a
 // target; both outlive reloads that leave the target unchanged.
 type targetClient struct {
-	cfg     config.TargetConfig
-	streams int
-	client  *Client
-	cal     *Calibrator
-	cancel  context.CancelFunc
-	done    chan struct{}
+	cfg config.TargetConfig
+	// pools is the client's number of connection pools (poolsFor); a
+	// reload that needs another number swaps the client, keeping the
+	// calibration and the loads.
+	pools  int
+	client atomic.Pointer[Client]
+	cal    *Calibrator
+	// reportMu orders the calibration reports of a target; applied is
+	// closed once the Apply that made the client has registered the
+	// target's series, before which reports would be lost.
+	reportMu sync.Mutex
+	applied  chan struct{}
+	cancel   context.CancelFunc
+	done     chan struct{}
+	// contextKnown is closed once the target's context length is known
+	// (or known to be unknown).
+	contextKnown chan struct{}
+
+	warnedCut    atomic.Bool // a prompt was cut to the context: logged once
+	warnedFrozen atomic.Bool // calibration froze: logged once
+	warnedThawed atomic.Bool // calibration adapted again: logged once
 }
+
+// poolsFor is the number of connection pools of a client for streams
+// concurrent requests (see idlePerPool).
+func poolsFor(streams int) int { return max(1, (streams+idlePerPool-1)/idlePerPool) }
 
 // newTargetClient builds a target's client and starts calibrating its
 // prompts from /tokenize in the background.
-func newTargetClient(logger *slog.Logger, t *config.TargetConfig, userAgent string, maxStreams int) (*targetClient, error) {
+func newTargetClient(logger *slog.Logger, factory ObserverFactory, t *config.TargetConfig, userAgent string, maxStreams int) (*targetClient, error) {
 	c, err := NewClient(t, userAgent, maxStreams)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	tc := &targetClient{cfg: *t, streams: maxStreams, client: c, cal: NewCalibrator(), cancel: cancel, done: make(chan struct{})}
+	tc := &targetClient{cfg: *t, pools: poolsFor(maxStreams), cal: NewCalibrator(), cancel: cancel,
+		applied: make(chan struct{}), contextKnown: make(chan struct{}), done: make(chan struct{})}
+	tc.client.Store(c)
 	go func() {
 		defer close(tc.done)
-		if err := c.Tokenize(ctx, tc.cal); err != nil {
-			logger.Debug("No token counts from /tokenize: calibrating prompt lengths from usage only", "target", t.Name, "err", err)
+		info := c.LearnContext(ctx, tc.cal)
+		close(tc.contextKnown)
+		info = c.tokenize(ctx, tc.cal, info)
+		select {
+		case <-tc.applied:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
 			return
 		}
+		if cobs, ok := factory.(CalibrationObserver); ok {
+			for range info.Rejected {
+				cobs.CalibrationRejected(t.Name)
+			}
+		}
 		overhead, perWord := tc.cal.Model()
-		logger.Debug("Prompt lengths calibrated from /tokenize", "target", t.Name, "overhead_tokens", overhead, "tokens_per_word", perWord)
+		args := []any{"target", t.Name, "context_tokens", info.Context, "context_from", info.ContextSource,
+			"template_overhead_from", info.Template, "overhead_tokens", overhead, "tokens_per_word", perWord}
+		if info.Tokenize == "" {
+			logger.Info("Prompt lengths calibrated from usage only: no token counts from /tokenize", append(args, "err", info.Err)...)
+			return
+		}
+		logger.Info("Prompt lengths calibrated from /tokenize", append(args, "tokenize_form", info.Tokenize)...)
 	}()
 	return tc, nil
 }
@@ -92,13 +144,14 @@ func newTargetClient(logger *slog.Logger, t *config.TargetConfig, userAgent stri
 func (tc *targetClient) close() {
 	tc.cancel()
 	<-tc.done
-	tc.client.Close()
+	tc.client.Load().Close()
 }
 
 // load is one running (or paused) load: one scenario, or a mix.
 type load struct {
 	cfg      config.LoadConfig
 	target   config.TargetConfig
+	client   *targetClient  // a load whose target client is replaced restarts on the new one
 	scen     []*scenarioRun // by Arrival.Scenario
 	infos    []LoadInfo
 	obs      []Observer
@@ -144,11 +197,22 @@ func (m *Manager) Apply(cfg *config.Config, prepare func()) error {
 			}
 		}
 		streams = min(streams, cfg.Global.MaxInFlight)
-		if old := m.clients[t.Name]; old != nil && reflect.DeepEqual(old.cfg, *t) && old.streams == streams {
+		if old := m.clients[t.Name]; old != nil && reflect.DeepEqual(old.cfg, *t) {
+			if old.pools != poolsFor(streams) {
+				// More or fewer pools: a new client, the same
+				// calibration and loads. Requests in flight finish
+				// on the old one.
+				c, err := NewClient(t, m.userAgent, streams)
+				if err != nil {
+					return err
+				}
+				old.client.Swap(c).Close()
+				old.pools = poolsFor(streams)
+			}
 			clients[t.Name] = old
 			continue
 		}
-		tc, err := newTargetClient(m.logger, t, m.userAgent, streams)
+		tc, err := newTargetClient(m.logger, m.factory, t, m.userAgent, streams)
 		if err != nil {
 			for name, tc := range clients {
 				if m.clients[name] != tc {
@@ -159,14 +223,35 @@ func (m *Manager) Apply(cfg *config.Config, prepare func()) error {
 		}
 		clients[t.Name] = tc
 	}
+	// A new target's first prompts must know its context: wait for the
+	// context lookups of the new clients, together, at most contextWait.
+	wait := time.NewTimer(contextWait)
+	for name, tc := range clients {
+		if m.clients[name] == tc {
+			continue
+		}
+		select {
+		case <-tc.contextKnown:
+		case <-wait.C:
+			wait.Reset(0)
+		}
+	}
+	wait.Stop()
 	if prepare != nil {
 		prepare()
+	}
+	if cobs, ok := m.factory.(CalibrationObserver); ok {
+		for name, tc := range clients {
+			if m.clients[name] != tc {
+				cobs.CalibrationFrozen(name, false) // a new calibrator starts unfrozen
+			}
+		}
 	}
 	m.global.SetMax(cfg.Global.MaxInFlight)
 
 	desired := map[string]*load{}
 	for _, lc := range cfg.Canary {
-		l := &load{cfg: *lc, target: *cfg.Target(lc.Target), rate: cfg.LoadRate(lc)}
+		l := &load{cfg: *lc, target: *cfg.Target(lc.Target), rate: cfg.LoadRate(lc), client: clients[lc.Target]}
 		names, _ := lc.Scenarios()
 		rates := cfg.ScenarioRates(lc)
 		for i, k := range lc.Keys() {
@@ -202,7 +287,7 @@ func (m *Manager) Apply(cfg *config.Config, prepare func()) error {
 		for _, info := range l.infos {
 			l.obs = append(l.obs, m.factory.Observe(info))
 		}
-		m.start(l, clients[l.target.Name])
+		m.start(l, l.client)
 		m.logger.Info("Load started", "load", name, "rate", l.rate, "arrival", l.infos[0].Arrival, "enabled", l.cfg.IsEnabled())
 	}
 	for name, tc := range m.clients {
@@ -210,9 +295,20 @@ func (m *Manager) Apply(cfg *config.Config, prepare func()) error {
 			tc.close()
 		}
 	}
+	for name, tc := range clients {
+		if m.clients[name] != tc {
+			close(tc.applied)
+		}
+	}
 	m.clients, m.loads = clients, desired
 	return nil
 }
+
+// contextWait bounds how long Apply waits for the context lengths of new
+// targets (/v1/models, /props) before it starts their loads: a target
+// that answers neither within it is probed with its context unknown until
+// the lookup ends (each lookup is bounded by infoTimeout).
+const contextWait = 2 * time.Second
 
 // name identifies a load in logs and in the manager: its label sets.
 func (l *load) name() string {
@@ -224,7 +320,7 @@ func (l *load) name() string {
 }
 
 func (l *load) sameAs(o *load) bool {
-	if !reflect.DeepEqual(l.cfg, o.cfg) || !reflect.DeepEqual(l.target, o.target) || len(l.scen) != len(o.scen) {
+	if l.client != o.client || !reflect.DeepEqual(l.cfg, o.cfg) || !reflect.DeepEqual(l.target, o.target) || len(l.scen) != len(o.scen) {
 		return false
 	}
 	for i := range l.scen {
@@ -269,8 +365,8 @@ func (m *Manager) start(l *load, c *targetClient) {
 		arrivals = NewMixArrivals(arrivals, seed, starts)
 	}
 	late := min(time.Second, time.Duration(l.target.Timeout))
-	send := func(ctx context.Context, a Arrival, done func()) {
-		go m.request(ctx, l, c, a, done)
+	send := func(ctx context.Context, a Arrival, started func(time.Time), done func()) {
+		go m.request(ctx, l, c, a, started, done)
 	}
 	l.sched = NewScheduler(arrivals, l.target.MaxInFlight, m.global, late, send, l.obs...)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -283,11 +379,25 @@ func (m *Manager) start(l *load, c *targetClient) {
 
 // request sends the request of one arrival, reports it, and schedules the
 // next turn of its conversation.
-func (m *Manager) request(ctx context.Context, l *load, c *targetClient, a Arrival, done func()) {
+func (m *Manager) request(ctx context.Context, l *load, c *targetClient, a Arrival, started func(time.Time), done func()) {
 	defer done()
 	s := l.scen[a.Scenario]
 	info := l.infos[a.Scenario]
+	if ctx.Err() != nil {
+		// Stopping: no prompt is built (up to 8 MiB of work); Do
+		// reports the request as ended by the shutdown.
+		r := &Result{Target: info.Target, Scenario: info.Scenario, Test: info.Test, Scheduled: a.Due}
+		c.client.Load().Do(ctx, &Request{OnSend: started}, r)
+		l.obs[a.Scenario].Finished(r)
+		return
+	}
 	req := s.request(a, c.cal)
+	req.OnSend = started
+	if req.Skip != nil {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		cancel(req.Skip)
+	}
 	if req.CancelAfter > 0 {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
@@ -298,22 +408,60 @@ func (m *Manager) request(ctx context.Context, l *load, c *targetClient, a Arriv
 		}()
 	}
 	r := &Result{Target: info.Target, Scenario: info.Scenario, Test: info.Test, Scheduled: a.Due}
-	c.client.Do(ctx, req, r)
+	if req.CutToContext && c.warnedCut.CompareAndSwap(false, true) {
+		m.logger.Warn("The workload asks for more tokens than the target's context holds: prompts are cut to fit, and their input is counted in sloprober_length_mismatches_total",
+			"load", info.Key.String(), "input_tokens", req.InputTokens, "output_tokens", req.OutputTokens, "context_tokens", c.cal.Context())
+	}
+	c.client.Load().Do(ctx, req, r)
 	l.obs[a.Scenario].Finished(r)
-	if req.calibrate && r.Usage != nil && r.Usage.PromptTokens > 0 {
-		c.cal.Observe(req.Words, r.Usage.PromptTokens)
-		if c.cal.record(InputWithinTolerance(req.InputTokens, r.Usage.PromptTokens)) {
-			overhead, perWord := c.cal.Model()
-			m.logger.Warn("The target's prompt token counts stay off the requested lengths after calibration; see sloprober_length_mismatches_total",
-				"target", c.cfg.Name, "requested", req.InputTokens, "counted", r.Usage.PromptTokens,
-				"overhead_tokens", overhead, "tokens_per_word", perWord)
+	if r.Usage != nil && r.Usage.PromptTokens > 0 && r.Outcome == OutcomeOK {
+		switch {
+		case req.calibrate:
+			m.calibrate(c, req, r.Usage.PromptTokens)
+		case req.turn != nil && req.turn.N > 1:
+			c.cal.ObserveTurn(req.Words, req.TurnReply, r.Usage.PromptTokens-req.InputBase)
 		}
 	}
-	if next, ok := s.next(req, r, time.Now(), a.Scenario); ok {
+	if next, ok := s.next(req, r, c.cal, time.Now(), a.Scenario); ok {
 		l.sched.Later(next)
 	}
 	if r.Outcome != OutcomeOK && r.Outcome != OutcomeCancelled && r.Outcome != OutcomeShutdown {
 		l.failures.log(m.logger, info.Key, r)
+	}
+}
+
+// calibrate feeds the server's count of a prompt to the target's
+// calibration, reports rejected counts and freezing, and warns once when
+// the counts stay off the requested lengths.
+func (m *Manager) calibrate(c *targetClient, req *Request, counted int) {
+	name := c.cfg.Name
+	cobs, _ := m.factory.(CalibrationObserver)
+	c.reportMu.Lock() // reports in the order of the observations
+	o := c.cal.Observe(req.Words, counted)
+	if !o.Accepted && cobs != nil {
+		cobs.CalibrationRejected(name)
+	}
+	if o.Changed && cobs != nil {
+		cobs.CalibrationFrozen(name, o.Frozen)
+	}
+	c.reportMu.Unlock()
+	overhead, perWord := c.cal.Model()
+	switch {
+	case o.Changed && o.Frozen && c.warnedFrozen.CompareAndSwap(false, true):
+		m.logger.Warn("The target's prompt token counts cannot be followed (a server that truncates prompts, or reports a constant count): prompt calibration is frozen at its last sane model; see sloprober_calibration_frozen",
+			"target", name, "requested_tokens", req.InputTokens, "words_sent", req.Words, "counted_tokens", counted,
+			"reason", o.Reason, "overhead_tokens", overhead, "tokens_per_word", perWord, "context_tokens", c.cal.Context())
+	case o.Changed && !o.Frozen && c.warnedThawed.CompareAndSwap(false, true):
+		m.logger.Info("The target's prompt token counts can be followed again (they agree with the kept model, or make a plausible model of their own): prompt calibration adapts again",
+			"target", name, "overhead_tokens", overhead, "tokens_per_word", perWord)
+	}
+	if !req.calibrated || o.Frozen {
+		return
+	}
+	if c.cal.record(InputWithinTolerance(req.InputTokens, counted)) {
+		m.logger.Warn("The target's prompt token counts stay off the requested lengths after calibration; see sloprober_length_mismatches_total",
+			"target", name, "requested", req.InputTokens, "counted", counted,
+			"overhead_tokens", overhead, "tokens_per_word", perWord)
 	}
 }
 
@@ -364,20 +512,29 @@ func (l *load) halt(grace time.Duration) {
 
 // Stop stops every load: scheduling ends at once, requests in flight get the
 // grace period to end, those left are cancelled (outcome shutdown). It
-// returns when every request has been reported.
+// returns when every request has been reported. Apply fails at once from
+// the moment Stop is called; Loads answers throughout the drain.
 func (m *Manager) Stop(grace time.Duration) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	if m.stopped {
+		m.mu.Unlock()
+		return
+	}
 	m.stopped = true
+	loads, clients := m.loads, m.clients
+	m.mu.Unlock()
+
 	var wg sync.WaitGroup
-	for _, l := range m.loads {
+	for _, l := range loads {
 		wg.Go(func() { l.halt(grace) })
 	}
 	wg.Wait()
-	for _, tc := range m.clients {
+	for _, tc := range clients {
 		tc.close()
 	}
+	m.mu.Lock()
 	m.loads, m.clients = map[string]*load{}, map[string]*targetClient{}
+	m.mu.Unlock()
 }
 
 // Loads returns the status of every load, sorted by key.

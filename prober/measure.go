@@ -41,7 +41,7 @@ type Measurement struct {
 	InputFallback  bool // an ok reply without usage
 
 	InputMismatch  bool // server-counted input off the request beyond InputWithinTolerance
-	OutputMismatch bool // ok output shorter than requested although ignore_eos was sent
+	OutputMismatch bool // ok output longer than requested, or shorter although ignore_eos was sent
 
 	// Counted: in the attainment denominator (sent - cancelled - shutdown).
 	Counted bool
@@ -77,7 +77,8 @@ func Measure(r *Result, slos []config.SLO) Measurement {
 	if r.Usage != nil && r.Usage.PromptTokens > 0 {
 		m.InputTokens = r.Usage.PromptTokens
 		if r.InputTokens > 0 {
-			m.InputMismatch = !InputWithinTolerance(r.InputTokens, m.InputTokens)
+			base := min(r.InputBase, r.InputTokens-1)
+			m.InputMismatch = !InputWithinTolerance(r.InputTokens-base, m.InputTokens-base)
 		}
 	} else if ok {
 		m.InputFallback = true
@@ -91,7 +92,10 @@ func Measure(r *Result, slos []config.SLO) Measurement {
 				m.TPOT, m.HasTPOT = (r.Chunks[n-1]-r.Chunks[0])/time.Duration(m.OutputTokens-1), true
 			}
 		}
-		m.OutputMismatch = r.IgnoreEOS && r.OutputTokens > 0 && m.OutputTokens < r.OutputTokens
+		// Longer than asked always is (the server ignored the maximum);
+		// shorter only when ignore_eos asked for the whole length.
+		m.OutputMismatch = r.OutputTokens > 0 &&
+			(m.OutputTokens > r.OutputTokens || r.IgnoreEOS && m.OutputTokens < r.OutputTokens)
 	}
 
 	m.Counted = !cancelled && r.Outcome != OutcomeShutdown

@@ -128,6 +128,24 @@ func TestMeasure(t *testing.T) {
 		r:    Result{Outcome: OutcomeOK, Chunks: chunks[:1], Usage: &Usage{PromptTokens: 108, CompletionTokens: 1}, InputTokens: 100, OutputTokens: 64},
 		want: Measurement{Outcome: OutcomeOK, TTFT: ms(80), HasTTFT: true, E2E: ms(80), HasE2E: true,
 			OutputTokens: 1, HasOutput: true, InputTokens: 108, Counted: true, Good: true},
+	}, {
+		name: "output longer than requested is a mismatch, with or without ignore_eos",
+		r:    Result{Outcome: OutcomeOK, Chunks: chunks, Usage: &Usage{PromptTokens: 100, CompletionTokens: 5}, InputTokens: 100, OutputTokens: 4},
+		want: Measurement{Outcome: OutcomeOK, TTFT: ms(80), HasTTFT: true, E2E: ms(160), HasE2E: true,
+			TPOT: ms(20), HasTPOT: true, MaxITL: ms(30), HasMaxITL: true, HasITL: true,
+			OutputTokens: 5, HasOutput: true, InputTokens: 100, OutputMismatch: true, Counted: true, Good: true},
+	}, {
+		name: "a later turn: only the part after the history is judged",
+		// 500 tokens of history, 44 new: 548 counted is 48 for 44 in the
+		// new part, within 8 tokens.
+		r: Result{Outcome: OutcomeOK, Chunks: chunks[:1], Usage: &Usage{PromptTokens: 548, CompletionTokens: 1}, InputTokens: 544, InputBase: 500},
+		want: Measurement{Outcome: OutcomeOK, TTFT: ms(80), HasTTFT: true, E2E: ms(80), HasE2E: true,
+			OutputTokens: 1, HasOutput: true, InputTokens: 548, Counted: true, Good: true},
+	}, {
+		name: "a later turn off in its new part",
+		r:    Result{Outcome: OutcomeOK, Chunks: chunks[:1], Usage: &Usage{PromptTokens: 592, CompletionTokens: 1}, InputTokens: 544, InputBase: 500},
+		want: Measurement{Outcome: OutcomeOK, TTFT: ms(80), HasTTFT: true, E2E: ms(80), HasE2E: true,
+			OutputTokens: 1, HasOutput: true, InputTokens: 592, InputMismatch: true, Counted: true, Good: true},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.want, Measure(&tc.r, tc.slos))

@@ -27,11 +27,12 @@ const prefixWords = 4
 // SynthesizePrompt returns a prompt of about tokens tokens, the same for the
 // same seed and sequence number, different for different ones from the first
 // word on, and varied throughout (drawn from a seeded stream of common words,
-// never one word repeated).
+// never one word repeated). It has at most MaxPromptWords words (8 MiB).
 func SynthesizePrompt(seed, seq uint64, tokens int) string {
 	if tokens < 1 {
 		return ""
 	}
+	tokens = min(tokens, MaxPromptWords)
 	var b strings.Builder
 	b.Grow(tokens * 4)
 	h := fnv.New64a()

@@ -9,6 +9,7 @@ package prober
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -60,13 +61,19 @@ var (
 	ErrCancelled = errors.New("cancelled by the workload")
 	ErrShutdown  = errors.New("cancelled: sloprober is stopping")
 	ErrTimeout   = errors.New("request timeout")
+	// ErrConversationFull ends a later turn of a conversation whose history
+	// leaves no room in the target's context or the history's byte bound:
+	// the workload's user gives up (outcome cancelled).
+	ErrConversationFull = fmt.Errorf("%w: the conversation's history fills the context", ErrCancelled)
 )
 
 // Usage is the token usage a server reported.
 type Usage struct {
 	PromptTokens     int
 	CompletionTokens int
-	CachedTokens     int
+	// CachedTokens is nil when the server did not report it
+	// (usage.prompt_tokens_details.cached_tokens).
+	CachedTokens *int
 }
 
 // ServerTimings is the per-phase timing a server reported in a "timings"
@@ -104,6 +111,7 @@ type Result struct {
 
 	// What was asked.
 	InputTokens  int // the workload's estimate of the prompt length
+	InputBase    int // the part of InputTokens counted before (Request.InputBase)
 	OutputTokens int // sent in the max-tokens field
 	IgnoreEOS    bool
 
@@ -181,6 +189,8 @@ func (r *Result) Error() string {
 		return r.Cause.Error()
 	case r.ConnectErr != "":
 		return r.ConnectErr
+	case r.ProtocolErr != "" && r.StatusCode >= 300 && r.StatusCode <= 399: // a redirect
+		return r.ProtocolErr
 	case r.StatusCode != 0 && (r.StatusCode < 200 || r.StatusCode > 299):
 		if r.ErrorBody != "" {
 			return "HTTP " + strconv.Itoa(r.StatusCode) + ": " + r.ErrorBody

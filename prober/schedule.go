@@ -70,19 +70,38 @@ func (c *constantArrivals) Next() Arrival {
 	return Arrival{Due: time.Unix(0, t), Seq: uint64(t)}
 }
 
-// renewalWindow is the span of time whose Poisson or gamma arrivals come
-// from one random stream. The stream of window w is seeded from (seed, w),
-// so any replica can compute the arrivals of any window. A window's
+// renewalWindow is the longest span of time whose Poisson or gamma arrivals
+// come from one random stream. The stream of window w is seeded from (seed,
+// w), so any replica can compute the arrivals of any window. A window's
 // arrivals are gaps drawn from its start: for Poisson, memoryless, this is
 // one Poisson process across window boundaries too; for gamma, a renewal
-// process that starts afresh every minute.
-const renewalWindow = int64(time.Minute)
+// process that starts afresh every window.
+//
+// Starting a process mid-window draws the gaps from the window's start, so
+// a window holds at most about arrivalsPerWindow arrivals: at rates above
+// 1000/60 = 16.7 req/s the window is shorter (100 ms at 10,000 req/s), and
+// the cost of starting a load does not grow with its rate.
+const (
+	renewalWindow     = int64(time.Minute)
+	minRenewalWindow  = int64(time.Microsecond)
+	arrivalsPerWindow = 1000
+)
+
+// windowFor returns the window of a process at rate per second, in ns.
+func windowFor(rate float64) int64 {
+	w := float64(arrivalsPerWindow) / rate * float64(time.Second)
+	if !(w < float64(renewalWindow)) { // also NaN
+		return renewalWindow
+	}
+	return max(int64(w), minRenewalWindow)
+}
 
 // renewalArrivals are the arrivals of a renewal process (independent gaps)
 // anchored at the epoch.
 type renewalArrivals struct {
 	gap    func(*rand.Rand) float64 // ns
 	seed   uint64
+	length int64   // of a window, ns
 	window int64   // index of the current window
 	off    float64 // ns from the window's start to the last arrival drawn
 	rng    *rand.Rand
@@ -92,7 +111,7 @@ type renewalArrivals struct {
 // one at or after start.
 func NewPoissonArrivals(rate float64, seed uint64, start time.Time) Arrivals {
 	mean := float64(time.Second) / rate
-	return newRenewal(func(r *rand.Rand) float64 { return r.ExpFloat64() * mean }, seed, start)
+	return newRenewal(func(r *rand.Rand) float64 { return r.ExpFloat64() * mean }, seed, windowFor(rate), start)
 }
 
 // NewGammaArrivals returns arrivals at rate per second whose gaps follow a
@@ -101,13 +120,13 @@ func NewPoissonArrivals(rate float64, seed uint64, start time.Time) Arrivals {
 // requests into bursts at the same mean rate.
 func NewGammaArrivals(rate, shape float64, seed uint64, start time.Time) Arrivals {
 	scale := float64(time.Second) / rate / shape
-	return newRenewal(func(r *rand.Rand) float64 { return gammaVariate(r, shape) * scale }, seed, start)
+	return newRenewal(func(r *rand.Rand) float64 { return gammaVariate(r, shape) * scale }, seed, windowFor(rate), start)
 }
 
-func newRenewal(gap func(*rand.Rand) float64, seed uint64, start time.Time) *renewalArrivals {
-	p := &renewalArrivals{gap: gap, seed: seed}
+func newRenewal(gap func(*rand.Rand) float64, seed uint64, length int64, start time.Time) *renewalArrivals {
+	p := &renewalArrivals{gap: gap, seed: seed, length: length}
 	from := start.UnixNano()
-	p.enter(from / renewalWindow)
+	p.enter(from / length)
 	for p.peek() < from {
 		p.advance()
 	}
@@ -124,12 +143,12 @@ func (p *renewalArrivals) enter(w int64) {
 // beyond the current one.
 func (p *renewalArrivals) advance() {
 	p.off += p.gap(p.rng)
-	if p.off >= float64(renewalWindow) {
+	if p.off >= float64(p.length) {
 		p.enter(p.window + 1)
 	}
 }
 
-func (p *renewalArrivals) peek() int64 { return p.window*renewalWindow + int64(p.off) }
+func (p *renewalArrivals) peek() int64 { return p.window*p.length + int64(p.off) }
 
 func (p *renewalArrivals) Next() Arrival {
 	t := p.peek()

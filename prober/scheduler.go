@@ -15,17 +15,21 @@ type Observer interface {
 	Scheduled()
 	// Dropped: a due arrival was not sent.
 	Dropped(DropReason)
-	// Sent: a request took an in-flight slot and starts now.
-	Sent()
+	// Sent: a request that took an in-flight slot started, lag (t0 - ts)
+	// after its due time. It is called once per sent request when its HTTP
+	// call starts, so a request that never ends has its lag counted too.
+	Sent(lag time.Duration)
 	// Finished: a sent request ended; r is complete and no longer changes.
 	Finished(r *Result)
 }
 
 // SendFunc starts the request of an arrival. It must not block: it starts
-// the request (in a goroutine of its own) and calls done once the request
-// has ended and been reported. ctx ends, with cause ErrShutdown, when the
-// load stops and its grace period is over.
-type SendFunc func(ctx context.Context, a Arrival, done func())
+// the request (in a goroutine of its own), calls started at t0, when the
+// HTTP call starts (after the request is built: its prompt, up to 8 MiB, is
+// no part of the server's time), and calls done once the request has ended
+// and been reported. ctx ends, with cause ErrShutdown, when the load stops
+// and its grace period is over.
+type SendFunc func(ctx context.Context, a Arrival, started func(t0 time.Time), done func())
 
 // Limiter caps the requests in flight over several loads.
 type Limiter struct {
@@ -182,8 +186,14 @@ func (s *Scheduler) handle(now time.Time, a Arrival) {
 		obs.Dropped(DropMaxInFlight)
 	default:
 		s.inFlight.Add(1)
-		obs.Sent()
-		s.send(s.reqCtx, a, s.release)
+		var once sync.Once
+		started := func(t0 time.Time) {
+			once.Do(func() { obs.Sent(max(t0.Sub(a.Due), 0)) })
+		}
+		s.send(s.reqCtx, a, started, func() {
+			started(time.Now()) // a send func that never said it started
+			s.release()
+		})
 	}
 }
 

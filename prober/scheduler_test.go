@@ -25,7 +25,7 @@ func newCountingObserver() *countingObserver {
 
 func (o *countingObserver) Scheduled()           { o.mu.Lock(); o.scheduled++; o.mu.Unlock() }
 func (o *countingObserver) Dropped(r DropReason) { o.mu.Lock(); o.dropped[r]++; o.mu.Unlock() }
-func (o *countingObserver) Sent()                { o.mu.Lock(); o.sent++; o.mu.Unlock() }
+func (o *countingObserver) Sent(time.Duration)   { o.mu.Lock(); o.sent++; o.mu.Unlock() }
 func (o *countingObserver) Finished(r *Result) {
 	o.mu.Lock()
 	o.done++
@@ -43,7 +43,7 @@ type sendLog struct {
 	obs   *countingObserver
 }
 
-func (l *sendLog) send(ctx context.Context, a Arrival, done func()) {
+func (l *sendLog) send(ctx context.Context, a Arrival, started func(time.Time), done func()) {
 	l.mu.Lock()
 	n := len(l.due)
 	l.due = append(l.due, a.Due)
@@ -55,6 +55,7 @@ func (l *sendLog) send(ctx context.Context, a Arrival, done func()) {
 	go func() {
 		defer done()
 		r := &Result{Scheduled: a.Due, Sent: time.Now()}
+		started(r.Sent)
 		select {
 		case <-time.After(l.hold):
 		case <-ctx.Done():

@@ -23,11 +23,12 @@ type sseEvent struct {
 }
 
 // sseReader reads server-sent events as the WHATWG spec defines them: lines
-// end in LF or CRLF, a blank line dispatches the event, "data:" lines are
-// joined with LF, one space after the colon is dropped, comment lines
-// (":keep-alive") and id/retry fields are skipped, and an event not
-// dispatched when the stream ends is discarded. It reuses its buffers, so a
-// steady stream of events allocates nothing.
+// end in LF, CRLF or a lone CR, a blank line dispatches the event, "data:"
+// lines are joined with LF, one space after the colon is dropped, comment
+// lines (":keep-alive") and id/retry fields are skipped, and an event not
+// dispatched when the stream ends is discarded. Beyond the spec, a line
+// "error: ..." (llama.cpp's in-stream error) is an event named "error". It
+// reuses its buffers, so a steady stream of events allocates nothing.
 type sseReader struct {
 	br      *bufio.Reader
 	long    []byte // a line longer than the bufio buffer, assembled
@@ -35,6 +36,7 @@ type sseReader struct {
 	name    []byte
 	hasData bool
 	lines   int
+	skipLF  bool // the last line ended in CR: a LF right after it is part of that line end
 }
 
 // newSSEReader reads from r through a 1 KiB buffer: a chunk is a few
@@ -44,34 +46,84 @@ func newSSEReader(r io.Reader) *sseReader {
 	return &sseReader{br: bufio.NewReaderSize(r, 1<<10), data: make([]byte, 0, 512)}
 }
 
-// readLine returns the next line without its line end. The slice is valid
-// until the next call.
+// errLineTooLong and errEventTooLong report a line or an event beyond
+// maxEventBytes: the stream is cut there.
+var (
+	errLineTooLong  = fmt.Errorf("%w: an SSE line longer than %d bytes", errStreamCut, maxEventBytes)
+	errEventTooLong = fmt.Errorf("%w: an SSE event longer than %d bytes", errStreamCut, maxEventBytes)
+)
+
+// sseFields are the field names sloprober reads ("" is a comment).
+var sseFields = map[string]bool{"": true, "data": true, "event": true, "id": true, "retry": true, "error": true}
+
+// fieldOf returns the field name of a line.
+func fieldOf(line []byte) []byte {
+	if i := bytes.IndexByte(line, ':'); i >= 0 {
+		return line[:i]
+	}
+	return line
+}
+
+// lineEnd returns the index of the first CR or LF in b, or -1.
+func lineEnd(b []byte) int {
+	for i, c := range b {
+		if c == '\n' || c == '\r' {
+			return i
+		}
+	}
+	return -1
+}
+
+// readLine returns the next line without its line end (LF, CRLF or CR). The
+// slice is valid until the next call.
 func (s *sseReader) readLine() ([]byte, error) {
-	line, err := s.br.ReadSlice('\n')
-	if errors.Is(err, bufio.ErrBufferFull) {
-		s.long = append(s.long[:0], line...)
-		for errors.Is(err, bufio.ErrBufferFull) {
-			if len(s.long) > maxEventBytes {
-				return nil, fmt.Errorf("SSE line longer than %d bytes", maxEventBytes)
+	s.long = s.long[:0]
+	assembling := false
+	for {
+		buf, err := s.br.Peek(1)
+		if len(buf) == 0 {
+			if errors.Is(err, io.EOF) && (assembling || len(s.long) > 0) {
+				// A last line without its line end: the event it belongs
+				// to is never dispatched, so it is dropped; but a body
+				// that is one such line may be no SSE at all.
+				if s.lines == 0 {
+					if field := fieldOf(s.long); !sseFields[string(field)] {
+						return nil, fmt.Errorf("%w: it starts with %q", errNotSSE, excerpt(s.long, 40))
+					}
+				}
+				return nil, io.EOF
 			}
-			line, err = s.br.ReadSlice('\n')
-			s.long = append(s.long, line...)
+			return nil, err
 		}
-		line = s.long
-	}
-	if err != nil {
-		if errors.Is(err, io.EOF) && len(line) > 0 {
-			// A last line without its line end: the event it belongs to
-			// is never dispatched, so it is dropped.
-			return nil, io.EOF
+		if s.skipLF {
+			s.skipLF = false
+			if buf[0] == '\n' {
+				_, _ = s.br.Discard(1)
+				continue
+			}
 		}
-		return nil, err
+		buf, _ = s.br.Peek(s.br.Buffered())
+		if i := lineEnd(buf); i >= 0 {
+			s.skipLF = buf[i] == '\r'
+			line := buf[:i]
+			if assembling {
+				s.long = append(s.long, line...)
+				line = s.long
+			}
+			if len(line) > maxEventBytes {
+				return nil, errLineTooLong
+			}
+			_, _ = s.br.Discard(i + 1)
+			return line, nil
+		}
+		// No line end buffered: keep what there is and read on.
+		s.long = append(s.long, buf...)
+		assembling = true
+		_, _ = s.br.Discard(len(buf))
+		if len(s.long) > maxEventBytes {
+			return nil, errLineTooLong
+		}
 	}
-	line = line[:len(line)-1]
-	if n := len(line); n > 0 && line[n-1] == '\r' {
-		line = line[:n-1]
-	}
-	return line, nil
 }
 
 // next returns the next event. It returns io.EOF at the end of the stream,
@@ -109,11 +161,20 @@ func (s *sseReader) next() (sseEvent, error) {
 			s.data = append(s.data, value...)
 			s.hasData = true
 			if len(s.data) > maxEventBytes {
-				return sseEvent{}, fmt.Errorf("SSE event longer than %d bytes", maxEventBytes)
+				return sseEvent{}, errEventTooLong
 			}
 		case "event":
 			s.name = append(s.name[:0], value...)
 		case "id", "retry":
+		case "error":
+			// llama.cpp ends a stream that failed after its headers with
+			// a line "error: {...}" (then "data: [DONE]"): an error
+			// event, whatever came before it.
+			s.data = append(s.data[:0], value...)
+			if len(s.data) == 0 {
+				s.data = append(s.data, "(no message)"...)
+			}
+			return sseEvent{Name: "error", Data: s.data}, nil
 		default:
 			// The spec ignores unknown fields; a body that starts with
 			// one ("<html>", "{") is not SSE, and saying so beats

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -35,13 +36,14 @@ func readRecorded(t *testing.T, data []byte, wrap func(io.Reader) io.Reader) *Re
 	readStream(io.NopCloser(wrap(bytes.NewReader(data))), r, func() time.Duration {
 		tick += time.Millisecond
 		return tick
-	}, nil)
+	}, nil, LimitsFor(64))
 	r.Outcome = Classify(r)
 	return r
 }
 
 func TestReadStream(t *testing.T) {
-	usage := &Usage{PromptTokens: 12, CompletionTokens: 3, CachedTokens: 4}
+	four := 4
+	usage := &Usage{PromptTokens: 12, CompletionTokens: 3, CachedTokens: &four}
 	for _, tc := range []struct {
 		file     string
 		outcome  Outcome
@@ -58,7 +60,7 @@ func TestReadStream(t *testing.T) {
 		{file: "usage_on_finish.sse", outcome: OutcomeOK, chunks: 3, usage: &Usage{PromptTokens: 12, CompletionTokens: 3}, finish: "stop"},
 		{file: "no_usage.sse", outcome: OutcomeOK, chunks: 2, finish: "stop"},
 		{file: "error_in_stream.sse", outcome: OutcomeStreamError, chunks: 1, errorHas: "error in stream: engine overloaded"},
-		{file: "error_event.sse", outcome: OutcomeStreamError, chunks: 1, errorHas: `error event in stream: {"message":"upstream went away"}`},
+		{file: "error_event.sse", outcome: OutcomeStreamError, chunks: 1, errorHas: `error event in stream: upstream went away`},
 		{file: "no_done.sse", outcome: OutcomeStreamError, chunks: 3, usage: usage, finish: "stop", timings: true, errorHas: "stream ended without [DONE]"},
 		{file: "truncated_frame.sse", outcome: OutcomeStreamError, chunks: 2, errorHas: "stream ended without [DONE]"},
 		{file: "done_without_blank_line.sse", outcome: OutcomeStreamError, chunks: 2, finish: "stop", errorHas: "stream ended without [DONE]"},
@@ -71,6 +73,13 @@ func TestReadStream(t *testing.T) {
 		{file: "empty_chunks.sse", outcome: OutcomeOK, chunks: 3, usage: usage, finish: "stop", timings: true},
 		{file: "data_no_space.sse", outcome: OutcomeOK, chunks: 2},
 		{file: "empty.sse", outcome: OutcomeStreamError, errorHas: "stream ended without [DONE]"},
+		{file: "bare_json_no_newline.sse", outcome: OutcomeProtocolError, errorHas: `response body is not an SSE stream: it starts with "{\"error\":{\"message\":\"model not loaded\"}}"`},
+		{file: "cr_only.sse", outcome: OutcomeOK, chunks: 2, finish: "stop"},
+		{file: "llamacpp_error.sse", outcome: OutcomeStreamError, errorHas: "error event in stream: the request exceeds the available context size, try increasing it"},
+		{file: "llamacpp_error_after_text.sse", outcome: OutcomeStreamError, chunks: 1, errorHas: "error event in stream: the request exceeds the available context size"},
+		{file: "error_long_message.sse", outcome: OutcomeStreamError, errorHas: "error in stream: engine overloaded: xxxxxxxx"},
+		{file: "data_null.sse", outcome: OutcomeProtocolError, errorHas: "chunk is not valid JSON"},
+		{file: "absurd_usage.sse", outcome: OutcomeOK, chunks: 1, usage: &Usage{}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join("testdata", "streams", tc.file))
@@ -83,6 +92,7 @@ func TestReadStream(t *testing.T) {
 			require.Equal(t, tc.timings, whole.Timings != nil)
 			if tc.errorHas != "" {
 				require.Contains(t, whole.Error(), tc.errorHas)
+				require.LessOrEqual(t, len(whole.StreamErr), len("error event in stream: ")+MaxServerMessageBytes, "a server's message is bounded")
 			} else {
 				require.Empty(t, whole.Error())
 			}
@@ -125,4 +135,76 @@ func TestSSEReaderSteadyStateAllocs(t *testing.T) {
 		}
 	})
 	require.Zero(t, allocs)
+}
+
+// endless repeats a frame for ever.
+type endless struct {
+	frame []byte
+	off   int
+}
+
+func (e *endless) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		c := copy(p[n:], e.frame[e.off:])
+		n += c
+		e.off = (e.off + c) % len(e.frame)
+	}
+	return n, nil
+}
+
+// TestReadStreamBounds: streams that never end are cut at their bounds,
+// with a stream_error naming the bound, after a bounded amount of reading.
+func TestReadStreamBounds(t *testing.T) {
+	limits := LimitsFor(64)
+	require.Equal(t, StreamLimits{TextChunks: 320, Events: 1664, Bytes: 4<<20 + 320*4<<10}, limits)
+	for _, tc := range []struct {
+		name     string
+		frame    string
+		chunks   int
+		errorHas string
+	}{
+		{"tokens forever", `data: {"choices":[{"delta":{"content":"x"}}]}` + "\n\n", 320, "stream cut: more than 320 text chunks for 64 requested tokens"},
+		{"empty deltas forever", `data: {"choices":[{"delta":{"content":""}}]}` + "\n\n", 0, "stream cut: more than 1664 SSE events"},
+		{"one endless line", "data: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", 0, "stream cut: an SSE line longer than 4194304 bytes"},
+		{"comments forever", ": keep-alive\n", 0, "stream cut: more than 5505024 bytes"},
+		{"one endless event", "data: " + strings.Repeat("x", 1000) + "\n", 0, "stream cut: an SSE event longer than 4194304 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := &limitedBody{r: &endless{frame: []byte(tc.frame)}, limit: limits.Bytes}
+			r := &Result{StatusCode: 200, OutputTokens: 64}
+			readStream(io.NopCloser(body), r, func() time.Duration { return time.Millisecond }, nil, limits)
+			r.Outcome = Classify(r)
+			require.Equal(t, OutcomeStreamError, r.Outcome, r.Error())
+			require.Contains(t, r.Error(), tc.errorHas)
+			require.Len(t, r.Chunks, tc.chunks)
+			require.LessOrEqual(t, body.read, limits.Bytes+1, "one byte beyond the bound is the cut")
+		})
+	}
+}
+
+// FuzzReadStream: whatever a body holds, reading it ends without a panic,
+// with an outcome, and within its bounds.
+func FuzzReadStream(f *testing.F) {
+	files, _ := filepath.Glob("testdata/streams/*.sse")
+	for _, file := range files {
+		b, _ := os.ReadFile(file)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		limits := LimitsFor(4)
+		r := &Result{StatusCode: 200, OutputTokens: 4}
+		body := &limitedBody{r: bytes.NewReader(data), limit: limits.Bytes}
+		readStream(io.NopCloser(body), r, func() time.Duration { return time.Millisecond }, &strings.Builder{}, limits)
+		r.Outcome = Classify(r)
+		if len(r.Chunks) > limits.TextChunks {
+			t.Fatalf("%d chunks above the bound %d", len(r.Chunks), limits.TextChunks)
+		}
+		if r.Outcome != OutcomeOK && r.Error() == "" {
+			t.Fatalf("outcome %s without an error", r.Outcome)
+		}
+		if len(r.StreamErr) > 1024 || len(r.ProtocolErr) > 1024 {
+			t.Fatalf("unbounded message: %q %q", r.StreamErr, r.ProtocolErr)
+		}
+	})
 }

@@ -26,7 +26,8 @@ type Conversation struct {
 
 	mu       sync.Mutex
 	messages []Message
-	tokens   int // estimated tokens of messages
+	tokens   int // tokens of messages: the last prompt and its reply
+	prompt   int // tokens of the last prompt, as the server counted it
 }
 
 // Turn is a later turn (2 and on) of a conversation: a dependent arrival.
@@ -82,67 +83,153 @@ func (s *scenarioRun) request(a Arrival, cal *Calibrator) *Request {
 	default:
 		in, out = s.cfg.InputTokens.Sample(rng), s.cfg.OutputTokens.Sample(rng)
 	}
-	in, out = max(in, 1), max(out, 1)
+	in, out = min(max(in, 1), workload.MaxTokens), min(max(out, 1), workload.MaxTokens)
 
 	req := &Request{
 		ID:           fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()),
 		InputTokens:  in,
 		OutputTokens: out,
 		IgnoreEOS:    s.cfg.IgnoreEOS,
+		calibrated:   cal.Calibrated(),
+	}
+	if c := s.cfg.Cancel; c != nil && unitFloat(s.seed, a.Seq, saltCancel) < c.Share {
+		req.CancelAfter = time.Duration(c.After)
+	}
+	if a.Turn != nil {
+		s.laterTurn(req, a, cal)
+		return req
+	}
+
+	// A request never goes above the target's context, less a margin for
+	// the calibration's error: one asking for more is cut to fit (and its
+	// input counted as a mismatch), since vLLM rejects it and llama.cpp
+	// truncates it; an output that alone fills the context gets half.
+	if avail := usableContext(cal.Context()); avail > 0 && in+out > avail {
+		if out >= avail {
+			out = max(avail/2, 1)
+			req.OutputTokens = out
+		}
+		in = max(avail-out, 1)
+		req.CutToContext = true
 	}
 	// The whole prompt carries the server's fixed overhead (a chat
 	// template) once; its parts (blocks, a prefix) count at the per-word
 	// rate.
 	words := cal.Words(in)
+	if req.CutToContext && (!cal.Calibrated() || cal.Frozen()) {
+		// Without a model to trust, a prompt cut to the context takes
+		// the fewest words that can make its tokens at the most tokens a
+		// word: it stays within the context whatever the tokenizer.
+		words = max(int(float64(in)/MaxTokensPerWord), 1)
+	}
 	switch p := s.cfg.Prefix; {
 	case a.Record != nil && len(a.Record.HashIDs) > 0:
 		req.Prompt = blockPrompt(a.Record.HashIDs, a.Pass, cal.BlockWords(workload.MooncakeBlockTokens), words)
 	case p != nil && unitFloat(s.seed, a.Seq, saltPrefix) < p.Share:
 		g := int(unitFloat(s.seed, a.Seq, saltGroup) * float64(p.Groups))
-		pw := cal.BlockWords(p.Tokens)
+		pw := min(cal.BlockWords(p.Tokens), words)
 		own := max(words-pw, 1)
 		req.Prompt = SynthesizePrompt(Seed("prefix", s.cfg.Name), uint64(g), pw) + " " + SynthesizePrompt(s.seed, a.Seq, own)
 		words = pw + own
-		req.InputTokens = max(in, p.Tokens+1)
+		req.InputTokens = max(req.InputTokens, p.Tokens+1)
 	default:
 		req.Prompt = SynthesizePrompt(s.seed, a.Seq, words)
 	}
-	req.Words, req.calibrate = words, true
-	if c := s.cfg.Cancel; c != nil && unitFloat(s.seed, a.Seq, saltCancel) < c.Share {
-		req.CancelAfter = time.Duration(c.After)
-	}
+	req.Words, req.calibrate = words, !req.CutToContext
 	if s.cfg.Conversation != nil {
-		turn := a.Turn
-		if turn == nil {
-			turn = &Turn{Conv: &Conversation{ID: a.Seq, Turns: s.cfg.Conversation.Turns}, N: 1}
-		} else {
-			// A later turn's new text adds no template of its own.
-			req.Prompt = SynthesizePrompt(s.seed, a.Seq, cal.BlockWords(in))
-			req.calibrate = false
-		}
-		c := turn.Conv
-		c.mu.Lock()
-		req.Messages = append(append([]Message(nil), c.messages...), Message{Role: "user", Content: req.Prompt})
-		req.InputTokens += c.tokens
-		c.mu.Unlock()
-		req.KeepReply = turn.N < c.Turns
-		req.turn = turn
+		conv := &Conversation{ID: a.Seq, Turns: s.cfg.Conversation.Turns}
+		req.Messages = []Message{{Role: "user", Content: req.Prompt}}
+		req.KeepReply = conv.Turns > 1
+		req.turn = &Turn{Conv: conv, N: 1}
 	}
 	return req
 }
 
+// usableContext is the part of a context of ctx tokens a request may
+// fill: all but a margin of 5% (at least 16 tokens) for the error of the
+// calibration; 0 when the context is unknown.
+func usableContext(ctx int) int {
+	if ctx <= 0 {
+		return 0
+	}
+	return max(ctx-max(ctx/20, 16), 1)
+}
+
+// laterTurn builds a later turn of a conversation (req has its lengths): it
+// resends the history, the server's replies included, and new text. It is
+// expected to count the previous prompt as the server counted it, the
+// reply, and the new text with the template's wrapping around a turn; only
+// the part after the previous prompt is judged. When the history leaves no
+// room in the context or the byte bound even for one word, the turn is not
+// sent: it ends cancelled (the conversation is over).
+func (s *scenarioRun) laterTurn(req *Request, a Arrival, cal *Calibrator) {
+	turn := a.Turn
+	c := turn.Conv
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	req.turn = turn
+	req.KeepReply = turn.N < c.Turns
+	words := cal.BlockWords(req.InputTokens)
+	if avail := usableContext(cal.Context()); avail > 0 && c.tokens+req.InputTokens+req.OutputTokens > avail {
+		room := avail - c.tokens - req.OutputTokens
+		if room < 1 {
+			req.OutputTokens = max(avail-c.tokens-1, 0)
+			room = 1
+		}
+		words = max(min(words, int(float64(room)/MaxTokensPerWord)), 1)
+		req.CutToContext = true
+	}
+	historyBytes := 0
+	for _, m := range c.messages {
+		historyBytes += len(m.Content)
+	}
+	words = min(words, (maxHistoryBytes-historyBytes)/4)
+	if words < 1 || req.OutputTokens < 1 {
+		req.Skip = ErrConversationFull
+		req.OutputTokens = max(req.OutputTokens, 1)
+		return
+	}
+	req.Words = words
+	req.Prompt = SynthesizePrompt(s.seed, a.Seq, words)
+	req.InputTokens = c.tokens + cal.TurnTokens(words)
+	req.Messages = append(append([]Message(nil), c.messages...), Message{Role: "user", Content: req.Prompt})
+	req.InputBase = c.prompt
+	req.TurnReply = c.tokens - c.prompt
+}
+
+// maxHistoryBytes bounds the text a conversation resends, the new text
+// included: 8 MiB, as a prompt (MaxPromptWords).
+const maxHistoryBytes = 4 * MaxPromptWords
+
 // next returns the next turn of a conversation after a reply, or nil when
-// the conversation is over: after its last turn, or after a turn that did
-// not end ok.
-func (s *scenarioRun) next(req *Request, r *Result, now time.Time, scenario int) (Arrival, bool) {
+// the conversation is over: after its last turn, after a turn that did not
+// end ok, or when the next turn would not fit the target's context or the
+// history's byte bound.
+func (s *scenarioRun) next(req *Request, r *Result, cal *Calibrator, now time.Time, scenario int) (Arrival, bool) {
 	t := req.turn
 	if t == nil || t.N >= t.Conv.Turns || r.Outcome != OutcomeOK {
 		return Arrival{}, false
 	}
 	c := t.Conv
+	m := Measure(r, nil)
+	// The next turn resends everything: it must fit the context with a
+	// turn of the scenario's largest lengths, and the history must stay
+	// within a prompt's byte bound. A conversation that would not is over.
+	bytes := len(r.Reply)
+	for _, msg := range req.Messages {
+		bytes += len(msg.Content)
+	}
+	// The next turn resends all this; it is not made when a turn like
+	// this one (as much again as this turn added to the previous prompt,
+	// with its output) would not fit: laterTurn cuts what is left over.
+	next := m.InputTokens + m.OutputTokens + (m.InputTokens - req.InputBase) + req.OutputTokens
+	if avail := usableContext(cal.Context()); avail > 0 && next > avail || bytes > maxHistoryBytes {
+		return Arrival{}, false
+	}
 	c.mu.Lock()
 	c.messages = append(req.Messages, Message{Role: "assistant", Content: r.Reply})
-	c.tokens = req.InputTokens + Measure(r, nil).OutputTokens
+	c.prompt = m.InputTokens // the server's count where it sent one
+	c.tokens = m.InputTokens + m.OutputTokens
 	c.mu.Unlock()
 	return Arrival{
 		Due:      now.Add(time.Duration(s.cfg.Conversation.ThinkTime)),

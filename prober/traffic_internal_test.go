@@ -1,7 +1,9 @@
 package prober
 
 import (
+	"log/slog"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -238,4 +240,202 @@ func TestCalibrator(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, reported, "a persistent mismatch is reported once")
+}
+
+// TestCalibratorDistrustsCounts: counts no tokenizer makes (a server that
+// truncates prompts, or reports a constant) are rejected and freeze the
+// calibration at its last sane model: prompts stay bounded; counts that
+// agree again thaw it.
+func TestCalibratorDistrustsCounts(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		count func(words int) int
+	}{
+		{"truncates at 647", func(w int) int { return min(w, 647) }},
+		{"constant 100", func(int) int { return 100 }},
+		{"constant 1", func(int) int { return 1 }},
+		{"absurdly large", func(w int) int { return 100 * w }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewCalibrator()
+			c.Observe(64, 70) // /tokenize: 6 tokens of template, a word a token
+			c.Observe(1024, 1030)
+			frozen := 0
+			for i := range 50 {
+				words := c.Words(3000)
+				require.LessOrEqual(t, words, 2*3000, "request %d: never more than two words a token", i)
+				o := c.Observe(words, tc.count(words))
+				require.False(t, o.Accepted)
+				if o.Changed {
+					frozen++
+					require.True(t, o.Frozen)
+				}
+			}
+			require.Equal(t, 1, frozen, "frozen once")
+			require.True(t, c.Frozen())
+			overhead, perWord := c.Model()
+			require.InDelta(t, 6, overhead, 1e-6, "the last sane model is kept")
+			require.InDelta(t, 1, perWord, 1e-6)
+			require.Equal(t, 2994, c.Words(3000))
+
+			for i := range unfreezeAfter {
+				o := c.Observe(2000, 2006)
+				require.Equal(t, i == unfreezeAfter-1, o.Changed)
+			}
+			require.False(t, c.Frozen(), "counts that agree again thaw it")
+		})
+	}
+}
+
+// TestCalibratorBounds: the model stays within plausible tokenizers, and
+// no prompt exceeds the context or MaxPromptWords.
+func TestCalibratorBounds(t *testing.T) {
+	c := NewCalibrator()
+	require.Equal(t, MaxPromptWords, c.Words(10*MaxPromptWords), "capped at MaxPromptWords")
+	require.Equal(t, 1, c.Words(-5))
+	o := c.Observe(100, 30) // 0.3 tokens a word: no tokenizer
+	require.False(t, o.Accepted)
+	require.Equal(t, 100, c.Words(100))
+	c.SetContext(1024)
+	require.False(t, c.Observe(2000, 2000).Accepted, "more than the context")
+	require.True(t, c.Observe(100, 300).Accepted, "three tokens a word is plausible")
+	require.Equal(t, 33, c.Words(100))
+}
+
+// TestRenewalStartCost: starting a Poisson process draws the gaps of at most
+// about one window (arrivalsPerWindow arrivals), whatever the rate, so a
+// reload into a high rate never spins holding the manager's lock.
+func TestRenewalStartCost(t *testing.T) {
+	start := time.Unix(0, 59*int64(time.Second)+999*int64(time.Millisecond)) // late in a minute window
+	for _, rate := range []float64{0.01, 1, 100, 10000, 1e9} {
+		draws := 0
+		mean := float64(time.Second) / rate
+		p := newRenewal(func(r *rand.Rand) float64 { draws++; return r.ExpFloat64() * mean }, 1, windowFor(rate), start)
+		require.Less(t, draws, 4*arrivalsPerWindow, "rate %g", rate)
+		require.False(t, time.Unix(0, p.peek()).Before(start))
+	}
+	require.Equal(t, renewalWindow, windowFor(1))
+	require.Equal(t, int64(100*time.Millisecond), windowFor(10000))
+	require.Equal(t, minRenewalWindow, windowFor(1e9))
+}
+
+// TestCalibratorFollowsNewTokenizer: a tokenizer that changes behind the
+// same URL (a model rollout) freezes the calibration, and its counts, which
+// fit a plausible model of their own, replace the kept one.
+func TestCalibratorFollowsNewTokenizer(t *testing.T) {
+	c := NewCalibrator()
+	for i := range 20 {
+		w := 100 + 50*(i%10)
+		require.True(t, c.Observe(w, w+10).Accepted)
+	}
+	frozen, thawed := false, false
+	for i := range 40 {
+		w := c.Words(100 + 50*(i%10)) // what the prober would send
+		o := c.Observe(w, 2*w+30)     // the new tokenizer: two tokens a word
+		if o.Changed && o.Frozen {
+			frozen = true
+		}
+		if o.Changed && !o.Frozen {
+			thawed = true
+			break
+		}
+	}
+	require.True(t, frozen)
+	require.True(t, thawed, "the new tokenizer's counts make the model")
+	overhead, perWord := c.Model()
+	require.InDelta(t, 2, perWord, 1e-6)
+	require.InDelta(t, 30, overhead, 1e-6)
+}
+
+// TestTurnOverhead: later turns of a conversation are expected with the
+// template's tokens around a turn, learned from their counts.
+func TestTurnOverhead(t *testing.T) {
+	c := NewCalibrator()
+	c.Observe(100, 130) // 30 tokens of template around a single message
+	c.Observe(1000, 1030)
+	require.Equal(t, 230, c.TurnTokens(200), "before any turn: the whole prompt's overhead")
+	for range 30 {
+		c.ObserveTurn(200, 64, 64+200+9) // the reply, the new text, 9 tokens of wrapping
+	}
+	require.Equal(t, 209, c.TurnTokens(200))
+}
+
+// TestMismatchJudgedOnlyWhenCalibrated: requests built before the first
+// count (one word a token, against a server of two) do not make a
+// persistent-mismatch warning; calibrated ones that match do not either.
+func TestMismatchJudgedOnlyWhenCalibrated(t *testing.T) {
+	var log strings.Builder
+	m := &Manager{logger: slog.New(slog.NewTextHandler(&log, nil))}
+	tc := &targetClient{cfg: config.TargetConfig{Name: "t"}, cal: NewCalibrator()}
+	for range 30 { // all sent before the first reply
+		m.calibrate(tc, &Request{InputTokens: 512, Words: 512, calibrate: true}, 1024)
+	}
+	for range 30 {
+		w := tc.cal.Words(512)
+		m.calibrate(tc, &Request{InputTokens: 512, Words: w, calibrate: true, calibrated: true}, 2*w)
+	}
+	require.NotContains(t, log.String(), "stay off the requested lengths")
+
+	for range 30 { // now the counts really are off
+		w := tc.cal.Words(512)
+		m.calibrate(tc, &Request{InputTokens: 512, Words: w, calibrate: true, calibrated: true}, 2*w+100)
+	}
+	require.Contains(t, log.String(), "stay off the requested lengths")
+}
+
+// TestCalibratorEdgeCases: small fixed prompts under a large template are
+// followed, not rejected; a tokenizer 10% off is followed within 50 counts;
+// a server truncating at a fixed length never replaces the model.
+func TestCalibratorEdgeCases(t *testing.T) {
+	small := NewCalibrator()
+	for range 20 {
+		require.True(t, small.Observe(small.Words(38), 38).Accepted, "8 words and a 30-token template")
+	}
+	require.False(t, small.Frozen())
+
+	drift := NewCalibrator()
+	for i := range 100 {
+		w := 200 + 100*(i%5)
+		drift.Observe(w, w)
+	}
+	for i := range 100 {
+		w := drift.Words(200 + 100*(i%5))
+		drift.Observe(w, int(1.1*float64(w)))
+	}
+	_, perWord := drift.Model()
+	require.InDelta(t, 1.1, perWord, 0.01, "the model follows a tokenizer that changed a little")
+
+	trunc := NewCalibrator()
+	for range 20 {
+		trunc.Observe(3000, 3000)
+	}
+	for range 200 {
+		w := trunc.Words(3000)
+		require.LessOrEqual(t, w, 6000)
+		trunc.Observe(w, min(w, 2000)) // two thirds: a ratio a tokenizer could have
+	}
+	_, perWord = trunc.Model()
+	require.InDelta(t, 1, perWord, 1e-6, "equal lengths never replace the model")
+	require.True(t, trunc.Frozen())
+}
+
+// TestLaterTurnFitsTheContext: a later turn's new text is cut so that the
+// history, the text and the output fit the usable context; a turn with no
+// room left is not sent (ErrConversationFull).
+func TestLaterTurnFitsTheContext(t *testing.T) {
+	s := newScenarioRun(config.ScenarioConfig{Name: "c", InputTokens: workload.FixedLength(300), OutputTokens: workload.FixedLength(100),
+		Conversation: &config.ConversationConfig{Turns: 5}}, config.Key{Target: "t", Scenario: "c", Test: "canary"})
+	cal := NewCalibrator()
+	cal.SetContext(1000) // usable: 950
+	conv := &Conversation{ID: 1, Turns: 5, tokens: 600, prompt: 500, messages: []Message{{Role: "user", Content: "x"}, {Role: "assistant", Content: "y"}}}
+	req := s.request(Arrival{Seq: 2, Turn: &Turn{Conv: conv, N: 2}}, cal)
+	require.NoError(t, req.Skip)
+	require.True(t, req.CutToContext)
+	require.LessOrEqual(t, 600+4*req.Words+req.OutputTokens, 950, "at most 4 tokens a word: it fits")
+	require.Equal(t, 500, req.InputBase)
+
+	conv.tokens = 949
+	req = s.request(Arrival{Seq: 3, Turn: &Turn{Conv: conv, N: 3}}, cal)
+	require.ErrorIs(t, req.Skip, ErrConversationFull)
+	require.ErrorIs(t, req.Skip, ErrCancelled, "it ends cancelled")
 }

@@ -42,8 +42,8 @@ type recObs struct {
 	scenario string
 }
 
-func (o *recObs) Scheduled() {}
-func (o *recObs) Sent()      {}
+func (o *recObs) Scheduled()         {}
+func (o *recObs) Sent(time.Duration) {}
 func (o *recObs) Dropped(prober.DropReason) {
 	o.r.mu.Lock()
 	o.r.dropped++
@@ -128,6 +128,10 @@ func TestConversationHistory(t *testing.T) {
 	var bodies []map[string]any
 	sim := simtest.StartWith(t, "slots: 0\nfixed: {ttft: 5ms, itl: 1ms}\n", func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/v1/chat/completions" {
+				h.ServeHTTP(w, r) // calibration
+				return
+			}
 			b, _ := io.ReadAll(r.Body)
 			var body map[string]any
 			_ = json.Unmarshal(b, &body)
@@ -258,5 +262,55 @@ canary:
 				require.GreaterOrEqual(t, float64(within), 0.9*float64(n), "%d of %d within tolerance", within, n)
 			})
 		}
+	}
+}
+
+// forgetCounter counts Forget calls by scenario.
+type forgetCounter struct {
+	recorder
+	mu     sync.Mutex
+	forgot map[string]int
+}
+
+func (f *forgetCounter) Forget(info prober.LoadInfo) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.forgot[info.Scenario]++
+}
+
+// TestReloadAddingALoadKeepsTheOthers: a load added to a target changes the
+// target's connection pools (here from one to two), not the loads already
+// running on it: they keep their series and schedule.
+func TestReloadAddingALoadKeepsTheOthers(t *testing.T) {
+	sim := simtest.Start(t, "slots: 0\nfixed: {ttft: 1ms, itl: 1ms}\n")
+	load := func(yml string) *config.Config {
+		cfg, err := config.Load([]byte(fmt.Sprintf(yml, sim.URL)), false)
+		require.NoError(t, err)
+		return cfg
+	}
+	one := load(`
+global: {max_in_flight: 5000}
+targets: [{name: sim, url: "%s/v1", model: sim-model, max_in_flight: 1000}]
+scenarios: [{name: a, input_tokens: 8, output_tokens: 2}, {name: b, input_tokens: 8, output_tokens: 2}]
+canary: [{target: sim, scenario: a, rate: 20, arrival: constant}]
+`)
+	two := load(`
+global: {max_in_flight: 5000}
+targets: [{name: sim, url: "%s/v1", model: sim-model, max_in_flight: 1000}]
+scenarios: [{name: a, input_tokens: 8, output_tokens: 2}, {name: b, input_tokens: 8, output_tokens: 2}]
+canary: [{target: sim, scenario: a, rate: 20, arrival: constant}, {target: sim, scenario: b, rate: 20, arrival: constant}]
+`)
+	f := &forgetCounter{forgot: map[string]int{}}
+	m := prober.NewManager(promslog.NewNopLogger(), f, "sloprober/test")
+	defer m.Stop(time.Second)
+	require.NoError(t, m.Apply(one, nil))
+	require.Eventually(t, func() bool { return len(f.get("a")) >= 3 }, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, m.Apply(two, nil))
+	require.Eventually(t, func() bool { return len(f.get("b")) >= 3 }, 5*time.Second, 5*time.Millisecond)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Zero(t, f.forgot["a"], "load a was not restarted")
+	for _, r := range f.get("a") {
+		require.Equal(t, prober.OutcomeOK, r.Outcome, r.Error())
 	}
 }

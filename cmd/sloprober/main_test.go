@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/promslog"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
 
@@ -76,11 +78,17 @@ func (p *process) logs() string {
 	return p.log.String()
 }
 
-// start runs `sloprober run` with args and waits until it is ready.
+// start runs `sloprober run` with args. Unless args set it, the linger
+// after the drain is short: these tests do not scrape while stopping, and
+// the shutdown tests check the linger itself.
 func start(t *testing.T, args ...string) *process {
 	t.Helper()
 	p := &process{addr: freeAddr(t), done: make(chan error, 1)}
-	p.cmd = exec.Command(binary, append([]string{"run", "--web.listen-address=" + p.addr}, args...)...)
+	flags := []string{"run", "--web.listen-address=" + p.addr}
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--shutdown.linger=") }) {
+		flags = append(flags, "--shutdown.linger=200ms")
+	}
+	p.cmd = exec.Command(binary, append(flags, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	require.NoError(t, p.cmd.Start())
 	go func() { p.done <- p.cmd.Wait() }()
@@ -99,6 +107,18 @@ func start(t *testing.T, args ...string) *process {
 func (p *process) get(t *testing.T, path string) (int, string) {
 	t.Helper()
 	resp, err := http.Get("http://" + p.addr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// post sends an empty POST to path.
+func (p *process) post(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Post("http://"+p.addr+path, "", nil)
 	if err != nil {
 		return 0, err.Error()
 	}
@@ -146,9 +166,12 @@ func (p *process) stop(t *testing.T) int {
 
 // TestEmbeddedDefault: without a config file sloprober probes its built-in
 // simulator, and a new user sees TTFT histograms and good/sent counters move
-// within 10 seconds.
+// within 10 seconds. A normal stop with streams stalled in the simulator
+// ends in exit 0 within grace + linger + exitMargin: the simulator stops
+// alongside the web server, within the margin.
 func TestEmbeddedDefault(t *testing.T) {
-	p := start(t)
+	const grace, linger = time.Second, 200 * time.Millisecond
+	p := start(t, "--shutdown.grace-period="+grace.String(), "--shutdown.linger="+linger.String())
 	p.waitReady(t)
 	require.Eventually(t, func() bool {
 		return p.metric(t, `sloprober_time_to_first_token_seconds_count{scenario="chat",target="sim",test="canary"}`) > 0 &&
@@ -159,9 +182,64 @@ func TestEmbeddedDefault(t *testing.T) {
 	_, page := p.get(t, "/")
 	require.Contains(t, page, "probing the built-in simulator at http://127.0.0.1:")
 	require.Contains(t, page, "missed ttft")
-	require.Regexp(t, `simulator=http://127\.0\.0\.1:\d+ inject_faults=`, p.logs())
-	require.Equal(t, 0, p.stop(t))
+	sim := regexp.MustCompile(`simulator=(http://127\.0\.0\.1:\d+) inject_faults=`).FindStringSubmatch(p.logs())
+	require.NotNil(t, sim, p.logs())
+
+	// Stall every stream halfway for longer than the test, so that the
+	// stop finds requests in flight, cancels them at the end of the grace
+	// period and closes the simulator with their connections just gone.
+	req, err := http.NewRequest(http.MethodPut, sim[1]+"/sim/faults", strings.NewReader(`{"stall": {"rate": 1, "duration": "10m"}}`))
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Eventually(t, func() bool {
+		return p.metric(t, `sloprober_requests_in_flight{scenario="chat",target="sim",test="canary"}`) > 0
+	}, 10*time.Second, 50*time.Millisecond)
+
+	signalled := time.Now()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-p.done:
+	case <-time.After(grace + linger + exitMargin + 5*time.Second):
+		t.Fatal("sloprober did not exit")
+	}
+	took := time.Since(signalled)
+	require.Equal(t, 0, p.cmd.ProcessState.ExitCode(), p.logs())
+	require.GreaterOrEqual(t, took, grace, "the stalled streams had the grace period")
+	require.Less(t, took, grace+linger+exitMargin)
+	require.NotContains(t, p.logs(), "did not stop within")
 	require.Contains(t, p.logs(), "See you next time!")
+}
+
+// TestEmbeddedSimStop: the embedded simulator stops within its timeout even
+// when a request keeps a connection busy (here one whose response headers
+// are delayed for an hour): the connections still busy then are closed.
+func TestEmbeddedSimStop(t *testing.T) {
+	e, err := startEmbeddedSim(promslog.NewNopLogger(), "127.0.0.1:0")
+	require.NoError(t, err)
+	e.sim.SetFaults(simulator.Faults{HeaderDelay: simulator.Duration(time.Hour)})
+	answered := make(chan error, 1)
+	go func() {
+		body := `{"model": "sim-model", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8, "stream": true}`
+		resp, err := http.Post(e.url()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err == nil {
+			resp.Body.Close()
+		}
+		answered <- err
+	}()
+	require.Eventually(t, func() bool {
+		return e.sim.Stats().FaultsInjected["header_delay"] == 1
+	}, 5*time.Second, 5*time.Millisecond, "the request reached its handler")
+
+	const timeout = 300 * time.Millisecond
+	began := time.Now()
+	e.stop(timeout)
+	took := time.Since(began)
+	require.GreaterOrEqual(t, took, timeout, "the busy connection was given the timeout")
+	require.Less(t, took, timeout+time.Second)
+	require.Error(t, <-answered, "the busy connection was closed")
 }
 
 // TestReloadAndShutdown: reload by POST /-/reload and SIGHUP, a bad file
@@ -239,28 +317,49 @@ canary:
 	require.Contains(t, p.logs(), "Stopping loads")
 }
 
-// TestWebConfig: --web.config.file puts basic auth on every endpoint.
+// TestWebConfig: --web.config.file puts basic auth on every endpoint, the
+// profiling ones and the reload included.
 func TestWebConfig(t *testing.T) {
 	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
 	require.NoError(t, err)
 	webcfg := filepath.Join(t.TempDir(), "web.yml")
 	require.NoError(t, os.WriteFile(webcfg, []byte("basic_auth_users:\n  admin: "+string(hash)+"\n"), 0o600))
-	p := start(t, "--web.config.file="+webcfg)
+	p := start(t, "--web.config.file="+webcfg, "--debug.pprof")
 	require.Eventually(t, func() bool {
 		code, _ := p.get(t, "/metrics")
 		return code == http.StatusUnauthorized
 	}, 20*time.Second, 20*time.Millisecond)
-	for _, path := range []string{"/", "/-/ready", "/config"} {
-		code, _ := p.get(t, path)
-		require.Equal(t, http.StatusUnauthorized, code, path)
+	endpoints := []struct{ method, path string }{
+		{"GET", "/"}, {"GET", "/metrics"}, {"GET", "/config"}, {"GET", "/-/healthy"}, {"GET", "/-/ready"},
+		{"POST", "/-/reload"}, {"PUT", "/-/reload"}, {"GET", "/debug/pprof/"}, {"GET", "/debug/pprof/cmdline"},
+		{"GET", "/debug/pprof/goroutine?debug=1"}, {"GET", "/nonexistent"},
 	}
-	req, err := http.NewRequest(http.MethodGet, "http://"+p.addr+"/metrics", nil)
-	require.NoError(t, err)
-	req.SetBasicAuth("admin", "s3cret")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	do := func(method, path, user, password string) int {
+		req, err := http.NewRequest(method, "http://"+p.addr+path, nil)
+		require.NoError(t, err)
+		if user != "" {
+			req.SetBasicAuth(user, password)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, e := range endpoints {
+		require.Equal(t, http.StatusUnauthorized, do(e.method, e.path, "", ""), "%s %s without credentials", e.method, e.path)
+		require.Equal(t, http.StatusUnauthorized, do(e.method, e.path, "admin", "wrong"), "%s %s with a wrong password", e.method, e.path)
+	}
+	require.Eventually(t, func() bool {
+		return do("GET", "/-/ready", "admin", "s3cret") == http.StatusOK
+	}, 20*time.Second, 20*time.Millisecond)
+	for _, e := range endpoints {
+		want := http.StatusOK
+		if e.path == "/nonexistent" {
+			want = http.StatusNotFound
+		}
+		require.Equal(t, want, do(e.method, e.path, "admin", "s3cret"), "%s %s", e.method, e.path)
+	}
 	require.Equal(t, 0, p.stop(t))
 }
 
@@ -286,7 +385,7 @@ func TestCheckConfig(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "check", "config", "testdata/good.yml", "testdata/bad.yml")
 	require.Equal(t, 1, code)
 	require.Contains(t, stdout, "SUCCESS: testdata/good.yml")
-	require.Equal(t, "FAILED: testdata/bad.yml: not a valid duration string: \"-5s\"\n", stderr)
+	require.Equal(t, "FAILED: testdata/bad.yml: line 5: targets[0].timeout: not a valid duration string: \"-5s\"\n", stderr)
 
 	// The shipped examples are valid.
 	code, stdout, stderr = runCLI(t, "check", "config", "../../examples/production-like.yml")

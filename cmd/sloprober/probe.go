@@ -9,12 +9,19 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/prober/config"
 )
+
+// probeCalibrationTimeout bounds the calibration of `probe` as a whole:
+// /v1/models, /props and /tokenize in each engine's form are each allowed
+// 10 s (prober's infoTimeout), so a target whose endpoints never answer
+// would otherwise hold probe for about 50 s before its one request.
+const probeCalibrationTimeout = 15 * time.Second
 
 // probeCommand is `sloprober probe`: one request, printed as a timeline.
 type probeCommand struct {
@@ -42,7 +49,7 @@ func (c *probeCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sloprober: %v\n", err)
 			return 1
 		}
-		defer sim.stop()
+		defer sim.stop(simStopTimeout)
 		simURL = sim.url()
 	}
 	cfg, err := c.config.load(simURL + "/v1")
@@ -66,24 +73,96 @@ func (c *probeCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 	}
 	defer client.Close()
 
-	// Calibrate the prompt length from the target's /tokenize, if it has one.
+	// Calibrate the prompt length from the target's /tokenize, if it has
+	// one, within probeCalibrationTimeout in all.
 	cal := prober.NewCalibrator()
-	calibrated := client.Tokenize(context.Background(), cal) == nil
+	ctx, cancel := context.WithTimeout(context.Background(), probeCalibrationTimeout)
+	calib := client.Tokenize(ctx, cal)
+	timedOut := ctx.Err() != nil
+	cancel()
 	req := prober.NewRequest(s, config.Key{Target: t.Name, Scenario: s.Name, Test: "probe"}, cal)
 	r := &prober.Result{Target: t.Name, Scenario: s.Name, Test: "probe", Scheduled: time.Now()}
 	client.Do(context.Background(), req, r)
 	m := prober.Measure(r, s.SLO.List())
-	printTimeline(stdout, t, s, r, &m)
-	if overhead, perWord := cal.Model(); calibrated {
-		fmt.Fprintf(stdout, "prompt:     %d words for %d tokens (from /tokenize: %.1f tokens of overhead, %.3f tokens a word)\n", req.Words, req.InputTokens, overhead, perWord)
-	} else {
+	cutTo := 0
+	if req.CutToContext {
+		cutTo = cal.Context()
+	}
+	printTimeline(stdout, t, s, r, &m, cutTo)
+	switch overhead, perWord := cal.Model(); {
+	case calib.Tokenize != "":
+		fmt.Fprintf(stdout, "prompt:     %d words for %d tokens (from /tokenize, %s form: %.1f tokens of overhead, %.3f tokens a word)\n",
+			req.Words, req.InputTokens, calib.Tokenize, overhead, perWord)
+	case timedOut:
+		fmt.Fprintf(stdout, "prompt:     %d words for %d tokens (no calibration within %s: one token a word assumed)\n", req.Words, req.InputTokens, probeCalibrationTimeout)
+	default:
 		fmt.Fprintf(stdout, "prompt:     %d words for %d tokens (no /tokenize: one token a word assumed)\n", req.Words, req.InputTokens)
+	}
+	if calib.Context > 0 {
+		fmt.Fprintf(stdout, "context:    %d tokens (from %s)\n", calib.Context, calib.ContextSource)
 	}
 	if m.Good {
 		return 0
 	}
 	return 1
 }
+
+// printLengths compares the lengths the server counted with those asked
+// for, with the verdicts of the metrics (length_mismatches_total): a
+// server that truncates prompts or ignores the maximum output length
+// makes every other number of the probe mean something else. cutTo is the
+// target's context length when sloprober cut the prompt to fit it, else 0.
+func printLengths(p func(string, ...any), t *config.TargetConfig, r *prober.Result, m *prober.Measurement, cutTo int) {
+	switch {
+	case r.Usage == nil || r.Usage.PromptTokens <= 0:
+		p("input:      %d tokens asked, not counted by the server (no usage)", r.InputTokens)
+	case !m.InputMismatch:
+		p("input:      %d tokens asked, %d counted by the server (within tolerance)", r.InputTokens, r.Usage.PromptTokens)
+	case cutTo > 0 && r.Usage.PromptTokens < r.InputTokens:
+		p("input:      %d tokens asked, %d counted by the server: MISMATCH beyond tolerance (sloprober cut the prompt to the target's context, %d tokens)", r.InputTokens, r.Usage.PromptTokens, cutTo)
+	case r.Usage.PromptTokens < r.InputTokens:
+		p("input:      %d tokens asked, %d counted by the server: MISMATCH beyond tolerance (the server may truncate)", r.InputTokens, r.Usage.PromptTokens)
+	default:
+		p("input:      %d tokens asked, %d counted by the server: MISMATCH beyond tolerance (the prompt calibration does not fit this server)", r.InputTokens, r.Usage.PromptTokens)
+	}
+	counted := "counted by the server"
+	if m.OutputFallback {
+		counted = "counted as chunks (no usage)"
+	}
+	switch {
+	case !m.HasOutput:
+		p("output:     %d tokens asked, none received", r.OutputTokens)
+	case !m.OutputMismatch:
+		p("output:     %d tokens asked, %d %s", r.OutputTokens, m.OutputTokens, counted)
+	case m.OutputTokens > r.OutputTokens:
+		p("output:     %d tokens asked, %d %s: MISMATCH, longer than asked (the server ignores %s)", r.OutputTokens, m.OutputTokens, counted, t.MaxTokensField)
+	default:
+		p("output:     %d tokens asked, %d %s: MISMATCH, shorter than asked although ignore_eos was sent (the server ignores ignore_eos)", r.OutputTokens, m.OutputTokens, counted)
+	}
+}
+
+// printable makes text from a server safe to print on a terminal: control
+// and format characters (escape sequences, bidirectional overrides) are
+// shown escaped, as \x1b or \u202e, instead of acting on the terminal.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, unprintable) {
+		return s
+	}
+	var b strings.Builder
+	for _, c := range s {
+		switch {
+		case c < 0x80 && unprintable(c):
+			fmt.Fprintf(&b, "\\x%02x", c)
+		case unprintable(c):
+			fmt.Fprintf(&b, "\\u%04x", c)
+		default:
+			b.WriteRune(c)
+		}
+	}
+	return b.String()
+}
+
+func unprintable(c rune) bool { return unicode.IsControl(c) || unicode.Is(unicode.Cf, c) }
 
 func names[T any](xs []T, name func(T) string) string {
 	var out []string
@@ -101,8 +180,9 @@ func fmtMS(d time.Duration) string {
 }
 
 // printTimeline prints a request like blackbox_exporter's debug output: what
-// happened when, then the numbers and the verdict.
-func printTimeline(w io.Writer, t *config.TargetConfig, s *config.ScenarioConfig, r *prober.Result, m *prober.Measurement) {
+// happened when, then the numbers and the verdict. cutTo is the target's
+// context length when the prompt was cut to fit it, else 0.
+func printTimeline(w io.Writer, t *config.TargetConfig, s *config.ScenarioConfig, r *prober.Result, m *prober.Measurement, cutTo int) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	at := func(label string, d time.Duration, note string) {
 		if d == 0 {
@@ -111,7 +191,7 @@ func printTimeline(w io.Writer, t *config.TargetConfig, s *config.ScenarioConfig
 		}
 		p("  %-22s +%s%s", label, fmtMS(d), note)
 	}
-	p("target:     %s (%s API, model %s, %s)", t.Name, t.API, t.Model, t.URL)
+	p("target:     %s (%s API, model %s, %s)", t.Name, t.API, t.Model, config.RedactURL(t.URL))
 	p("scenario:   %s (input %d tokens, output %d tokens, ignore_eos %v)", s.Name, r.InputTokens, r.OutputTokens, s.IgnoreEOS)
 	p("request id: %s", r.RequestID)
 	p("timeline (from t0, when the request was sent):")
@@ -149,13 +229,19 @@ func printTimeline(w io.Writer, t *config.TargetConfig, s *config.ScenarioConfig
 	at("response end", r.Ended, done)
 	p("status:     %d", r.StatusCode)
 	if r.FinishReason != "" {
-		p("finish:     %s", r.FinishReason)
+		p("finish:     %s", printable(r.FinishReason))
 	}
-	if r.Usage != nil {
-		p("usage:      prompt %d tokens (%d cached), completion %d tokens", r.Usage.PromptTokens, r.Usage.CachedTokens, r.Usage.CompletionTokens)
+	if u := r.Usage; u != nil {
+		p("usage:      prompt %d tokens, completion %d tokens", u.PromptTokens, u.CompletionTokens)
+		if u.CachedTokens != nil {
+			p("cache:      %d of %d prompt tokens cached", *u.CachedTokens, u.PromptTokens)
+		} else {
+			p("cache:      not reported")
+		}
 	} else {
 		p("usage:      none reported")
 	}
+	printLengths(p, t, r, m, cutTo)
 	if tm := r.Timings; tm != nil {
 		queue := "-"
 		if tm.QueueMS != nil {
@@ -165,7 +251,7 @@ func printTimeline(w io.Writer, t *config.TargetConfig, s *config.ScenarioConfig
 			queue, tm.PromptMS, tm.PromptN, tm.CacheN, tm.PredictedMS, tm.PredictedN)
 	}
 	if e := r.Error(); e != "" {
-		p("error:      %s", e)
+		p("error:      %s", printable(e))
 	}
 	p("outcome: %s", r.Outcome)
 	show := func(name string, d time.Duration, ok bool) string {

@@ -105,13 +105,34 @@ func startEmbeddedSim(logger *slog.Logger, addr string) (*embeddedSim, error) {
 
 func (e *embeddedSim) url() string { return "http://" + e.ln.Addr().String() }
 
-func (e *embeddedSim) stop() {
-	e.cancel()
-	<-e.done
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// stop stops the simulator's engine and its HTTP server within timeout:
+// connections still busy then are closed.
+func (e *embeddedSim) stop(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	_ = e.srv.Shutdown(ctx)
+	e.cancel()
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+	}
+	if err := e.srv.Shutdown(ctx); err != nil {
+		_ = e.srv.Close()
+	}
 }
+
+// exitMargin is how long, beyond the grace period and the linger time, the
+// last steps of an exit may take (the web server and the embedded
+// simulator closing) before sloprober exits regardless.
+const exitMargin = 2 * time.Second
+
+// webShutdownTimeout bounds the graceful close of the web server; open
+// connections still busy then (a long /debug/pprof/profile) are closed.
+const webShutdownTimeout = time.Second
+
+// simStopTimeout bounds the stop of the embedded simulator. `run` stops it
+// alongside the linger and the web server's close, not after them, so
+// that both fit in exitMargin.
+const simStopTimeout = time.Second
 
 // runCommand is `sloprober run`, the daemon.
 type runCommand struct {
@@ -119,6 +140,7 @@ type runCommand struct {
 	config    configSource
 	web       *web.FlagConfig
 	grace     *time.Duration
+	linger    *time.Duration
 	simlisten *string
 	pprof     *bool
 }
@@ -129,6 +151,8 @@ func newRunCommand(app *kingpin.Application) *runCommand {
 	c.web = kingpinflag.AddFlags(c.cmd, defaultListenAddress)
 	c.grace = c.cmd.Flag("shutdown.grace-period", "On SIGTERM, how long requests in flight may take to end before they are cancelled (outcome shutdown).").
 		Default("15s").Duration()
+	c.linger = c.cmd.Flag("shutdown.linger", "After the drain, how long /metrics stays up for a scrape of the final counts (outcome shutdown included); sloprober exits after the first such scrape or when this passes. Grace period plus linger bound the whole exit.").
+		Default("5s").Duration()
 	c.simlisten = c.cmd.Flag("sim.listen-address", "Where the built-in simulator listens when no --config.file is given (loopback only; port 0 picks a free port).").
 		Default("127.0.0.1:0").String()
 	c.pprof = c.cmd.Flag("debug.pprof", "Serve Go profiling (net/http/pprof) on /debug/pprof/.").Default("false").Bool()
@@ -145,16 +169,37 @@ type daemon struct {
 
 	reloadMu sync.Mutex
 	cfg      atomic.Pointer[config.Config]
+	// stopping is set as soon as sloprober begins to stop: reloads are
+	// then refused at once, without waiting for the drain.
+	stopping atomic.Bool
 }
+
+// errStopping is the error of a reload refused because sloprober is stopping.
+var errStopping = fmt.Errorf("%w: the configuration is not reloaded", exporter.ErrStopping)
 
 // reload reads the configuration and applies it; on error the configuration
 // in force stays. It is the one reload path: start-up, SIGHUP and /-/reload.
+// Once sloprober is stopping it returns errStopping at once: a reload must
+// neither start loads that the shutdown would have to drain too, nor keep a
+// client waiting until the grace period ends.
 func (d *daemon) reload() error {
+	if d.stopping.Load() {
+		return errStopping
+	}
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
+	if d.stopping.Load() { // began while this reload waited for another
+		return errStopping
+	}
 	cfg, err := d.source.load(d.simURL + "/v1")
 	if err == nil {
 		err = d.manager.Apply(cfg, func() { d.metrics.ApplyConfig(cfg) })
+	}
+	if err != nil && d.stopping.Load() {
+		// The manager refused it because it is stopping: not a bad
+		// configuration, so config_last_reload_successful stays.
+		d.logger.Info("Not reloading the configuration: sloprober is stopping", "file", *d.source.file)
+		return errStopping
 	}
 	if err != nil {
 		d.metrics.ReloadResult(false)
@@ -194,11 +239,17 @@ func (c *runCommand) run(logger *slog.Logger) int {
 	}
 	if err := d.reload(); err != nil {
 		if sim != nil {
-			sim.stop()
+			sim.stop(simStopTimeout)
 		}
 		return 1
 	}
 
+	// The exit, once begun, takes at most grace + linger (+ exitMargin):
+	// the drain, then /metrics waiting for its last scrape. Interrupt
+	// functions of a run.Group run one after the other, so the manager's
+	// comes before the web server's, which waits for the drain; the
+	// embedded simulator's, which only starts its stop, comes before the
+	// web server's too, so that the two close side by side.
 	var g run.Group
 	g.Add(run.SignalHandler(context.Background(), os.Interrupt, syscall.SIGTERM))
 	managerDone := make(chan struct{})
@@ -211,9 +262,18 @@ func (c *runCommand) run(logger *slog.Logger) int {
 			d.manager.Stop(*c.grace)
 			close(managerDone)
 			return nil
-		}, func(error) { once.Do(func() { close(stop) }) })
+		}, func(error) {
+			once.Do(func() {
+				d.stopping.Store(true)
+				exitDeadline(logger, *c.grace+*c.linger+exitMargin, os.Exit)
+				close(stop)
+			})
+		})
 	}
 	{
+		// The SIGHUP channel stays registered until the process exits:
+		// unregistered, a SIGHUP during the grace period would kill
+		// sloprober with the default action and lose the final counts.
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		cancel := make(chan struct{})
@@ -226,9 +286,19 @@ func (c *runCommand) run(logger *slog.Logger) int {
 					return nil
 				}
 			}
+		}, func(error) { close(cancel) })
+	}
+	if sim != nil {
+		stopped := make(chan struct{})
+		g.Add(func() error {
+			<-stopped
+			return nil
 		}, func(error) {
-			signal.Stop(hup)
-			close(cancel)
+			go func() {
+				defer close(stopped)
+				<-managerDone // requests to it end as shutdown, not as broken streams
+				sim.stop(simStopTimeout)
+			}()
 		})
 	}
 	{
@@ -243,9 +313,10 @@ func (c *runCommand) run(logger *slog.Logger) int {
 				}
 				return ""
 			},
-			Loads: d.manager.Loads,
-			Pprof: *c.pprof,
-			Ready: func() bool { return d.cfg.Load() != nil },
+			Loads:    d.manager.Loads,
+			Pprof:    *c.pprof,
+			Ready:    func() bool { return d.cfg.Load() != nil },
+			Stopping: d.stopping.Load,
 			Notes: func() []string {
 				if sim == nil {
 					return []string{"Configuration: " + *c.config.file}
@@ -257,27 +328,23 @@ func (c *runCommand) run(logger *slog.Logger) int {
 			},
 		})
 		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		serving := make(chan struct{})
 		g.Add(func() error {
+			defer close(serving)
 			if err := web.ListenAndServe(srv, c.web, logger); !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
 			return nil
 		}, func(error) {
-			<-managerDone // keep /metrics up while loads drain
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			// Every endpoint keeps answering while the loads drain, and
+			// /metrics until Prometheus has seen the final counts.
+			<-managerDone
+			lingerFor(logger, *c.linger, handler.NextScrape(), serving)
+			ctx, cancel := context.WithTimeout(context.Background(), webShutdownTimeout)
 			defer cancel()
-			_ = srv.Shutdown(ctx)
-		})
-	}
-	if sim != nil {
-		done := make(chan struct{})
-		g.Add(func() error {
-			<-done
-			return nil
-		}, func(error) {
-			<-managerDone // requests to it end as shutdown, not as broken streams
-			sim.stop()
-			close(done)
+			if err := srv.Shutdown(ctx); err != nil {
+				_ = srv.Close()
+			}
 		})
 	}
 	err := g.Run()
@@ -288,6 +355,37 @@ func (c *runCommand) run(logger *slog.Logger) int {
 	}
 	logger.Info("See you next time!")
 	return 0
+}
+
+// lingerFor waits, after the drain, until a scrape of /metrics has been
+// answered (scraped), the web server has stopped serving, or linger has
+// passed, whichever comes first: a Prometheus scraping every 15 s would
+// otherwise never see the requests that ended as shutdown.
+func lingerFor(logger *slog.Logger, linger time.Duration, scraped, serving <-chan struct{}) {
+	if linger <= 0 {
+		return
+	}
+	logger.Info("Loads stopped; serving the final counts until the next scrape of /metrics", "linger", linger)
+	t := time.NewTimer(linger)
+	defer t.Stop()
+	select {
+	case <-scraped:
+		logger.Debug("Final counts scraped")
+	case <-serving:
+	case <-t.C:
+		logger.Info("No scrape of the final counts within the linger time", "linger", linger)
+	}
+}
+
+// exitDeadline makes the exit a hard limit: if sloprober has not exited
+// after d (grace period + linger + exitMargin from the start of the stop),
+// something hangs, and exit(1) ends the process with a log line saying so,
+// rather than leaving it for a SIGKILL that loses the log.
+func exitDeadline(logger *slog.Logger, d time.Duration, exit func(int)) *time.Timer {
+	return time.AfterFunc(d, func() {
+		logger.Error("sloprober did not stop within the grace period and the linger time; exiting now", "after", d)
+		exit(1)
+	})
 }
 
 func userAgent() string {

@@ -165,8 +165,8 @@ func (o *tapObserver) Dropped(r prober.DropReason) {
 	o.count(func(t *tap) { t.dropped++ })
 }
 
-func (o *tapObserver) Sent() {
-	o.next.Sent()
+func (o *tapObserver) Sent(lag time.Duration) {
+	o.next.Sent(lag)
 	o.count(func(t *tap) { t.sent++ })
 }
 

@@ -6,6 +6,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/url"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	commoncfg "github.com/prometheus/common/config"
 	"github.com/prometheus/common/model"
@@ -26,6 +29,53 @@ import (
 
 // CanaryTest is the value of the test label of the always-on canary loads.
 const CanaryTest = "canary"
+
+// Bounds on what a configuration may ask for. sloprober runs unattended
+// against production; a typo must fail `check config` and a reload with an
+// error naming the key and value, never start a load that hurts the
+// target or the prober. Lengths in tokens are bounded by
+// workload.MaxTokens.
+const (
+	// MaxLoadRate is the highest arrival rate of one load, req/s, and of
+	// global.max_rate: 10,000, twenty times the highest rate BENCHMARKS.md
+	// measures on 2 vCPUs (493 req/s of 2,000 streams at 0.91 cores).
+	// Beyond it a process measures itself rather than the target. For a
+	// replay it bounds the trace's mean rate times the speed.
+	MaxLoadRate = 10_000
+	// MinLoadRate is the lowest arrival rate of one load, req/s: one
+	// request in 2 h 47 min. Gaps computed from lower rates (1e-300 gives
+	// +Inf ns) leave time.Duration's range.
+	MinLoadRate = 0.0001
+	// MinReplaySpeed is the slowest replay: 0.01 stretches a trace of
+	// workload.MaxTraceSpan (366 days) to 100 years, still inside
+	// time.Duration's 292.
+	MinReplaySpeed = 0.01
+	// MinBurstiness and MaxBurstiness bound the gamma shape: inter-arrival
+	// CVs from 10 down to 0.1. A shape of 1e-300 draws gaps of 0 ns for
+	// ever (u^(1/shape) underflows), so every arrival would be due at once.
+	MinBurstiness = 0.01
+	MaxBurstiness = 100
+	// MaxInFlightLimit bounds max_in_flight, of a target and global: at
+	// the 68 KiB a stream costs in BENCHMARKS.md, 100,000 streams are
+	// 6.5 GiB. The prober sizes connection pools from it.
+	MaxInFlightLimit = 100_000
+	// MaxTurns bounds a conversation's turns. Each turn resends the whole
+	// history: 1,000 turns of 1,000 tokens are 1 M tokens of context.
+	MaxTurns = 1000
+	// MaxConfigFileBytes bounds a configuration file: 4 MiB, about 2,000
+	// times the largest shipped example (2.2 KB). A larger file is
+	// rejected before it is read whole or parsed: 50 MB took 11 s and
+	// 1.6 GB to check, and 4 MiB takes about a second.
+	MaxConfigFileBytes = 4 << 20
+	// MaxModelNameBytes bounds a target's model: it is sent in every
+	// request and is a label value of sloprober_target_info. Model ids,
+	// Hugging Face repository ids and served-model names included, are far
+	// shorter; a 50 MB model name became a 50 MB label.
+	MaxModelNameBytes = 256
+	// MaxNameBytes bounds target and scenario names: label values of every
+	// series and keys of the landing page.
+	MaxNameBytes = 64
+)
 
 // Defaults. A canary is meant to run for ever against production, so the
 // global caps are low: 50 req/s and 1,000 requests in flight over all loads
@@ -40,7 +90,7 @@ var (
 		Timeout:          model.Duration(2 * time.Minute),
 		MaxInFlight:      64,
 		MaxTokensField:   "max_tokens",
-		HTTPClientConfig: commoncfg.DefaultHTTPClientConfig,
+		HTTPClientConfig: defaultHTTPClientConfig(),
 	}
 	DefaultScenarioConfig = ScenarioConfig{
 		InputTokens:  workload.FixedLength(256),
@@ -93,8 +143,27 @@ type TargetConfig struct {
 	MaxTokensField string `yaml:"max_tokens_field"`
 	// CostPerHour is the serving cost of the target, for cost per good request.
 	CostPerHour *float64 `yaml:"cost_per_hour,omitempty"`
+	// MaxContext is the target's context length in tokens, for a server
+	// that does not report one (vLLM's /v1/models max_model_len, llama.cpp's
+	// /props n_ctx): no prompt above it is sent. 0 (the default) leaves it
+	// to the server's report; at most workload.MaxTokens.
+	MaxContext int `yaml:"max_context,omitempty"`
 
+	// HTTPClientConfig is prometheus/common's, with one default changed:
+	// follow_redirects is false. A probe must send what it says: net/http
+	// turns a POST into a body-less GET on 301, 302 and 303, which a
+	// lenient server answers 200, and the round tripper sends the target's
+	// credentials wherever a redirect points. A 3xx is a protocol_error
+	// naming its Location unless follow_redirects: true is set.
 	HTTPClientConfig commoncfg.HTTPClientConfig `yaml:",inline"`
+}
+
+// defaultHTTPClientConfig is prometheus/common's default without following
+// redirects (see TargetConfig.HTTPClientConfig).
+func defaultHTTPClientConfig() commoncfg.HTTPClientConfig {
+	c := commoncfg.DefaultHTTPClientConfig
+	c.FollowRedirects = false
+	return c
 }
 
 // ScenarioConfig is a kind of request and the SLOs it must meet.
@@ -273,11 +342,18 @@ func (c *ScenarioConfig) UnmarshalYAML(unmarshal func(any) error) error {
 // LoadFile reads, decodes and validates a configuration file. With expandEnv,
 // ${VAR} references are replaced by environment variables first. Relative
 // file paths in the configuration (trace files, TLS files, credentials) are
-// resolved against the file's directory. Every error names the file.
+// resolved against the file's directory. Every error names the file. A
+// file above MaxConfigFileBytes is rejected after reading one byte more
+// than the limit, not the whole file.
 func LoadFile(filename string, expandEnv bool) (*Config, error) {
-	b, err := os.ReadFile(filename)
+	f, err := os.Open(filename)
 	if err != nil {
 		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxConfigFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filename, err)
 	}
 	c, err := Parse(b, expandEnv, filepath.Dir(filename))
 	if err != nil {
@@ -292,11 +368,17 @@ func Load(b []byte, expandEnv bool) (*Config, error) {
 	return Parse(b, expandEnv, "")
 }
 
+// errTooLarge is the error of a configuration above MaxConfigFileBytes.
+var errTooLarge = fmt.Errorf("larger than the limit of %d bytes (4 MiB)", MaxConfigFileBytes)
+
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
 // Parse decodes a configuration strictly, resolves relative paths against
 // dir, reads the trace files it names, and validates it.
 func Parse(b []byte, expandEnv bool, dir string) (*Config, error) {
+	if len(b) > MaxConfigFileBytes {
+		return nil, errTooLarge
+	}
 	if expandEnv {
 		var missing []string
 		b = envRef.ReplaceAllFunc(b, func(ref []byte) []byte {
@@ -310,10 +392,13 @@ func Parse(b []byte, expandEnv bool, dir string) (*Config, error) {
 		if len(missing) > 0 {
 			return nil, fmt.Errorf("environment variable %s is not set", strings.Join(missing, ", "))
 		}
+		if len(b) > MaxConfigFileBytes {
+			return nil, fmt.Errorf("with environment variables expanded: %w", errTooLarge)
+		}
 	}
 	c := &Config{Global: DefaultGlobalConfig}
 	if err := strictyaml.Unmarshal(b, c); err != nil {
-		return nil, err
+		return nil, redactErr(err)
 	}
 	for _, t := range c.Targets {
 		if t != nil {
@@ -322,9 +407,24 @@ func Parse(b []byte, expandEnv bool, dir string) (*Config, error) {
 	}
 	c.dir = dir
 	if err := c.Validate(); err != nil {
-		return nil, err
+		return nil, redactErr(err)
 	}
 	return c, nil
+}
+
+// userinfoPassword matches the password of a URL's userinfo in a text, up
+// to the last @ of the authority, as RedactURL takes it.
+var userinfoPassword = regexp.MustCompile(`(//[^\s/?#@:"]*:)[^\s/?#"]*@`)
+
+// redactErr redacts URL passwords in an error's text: errors of other
+// packages quote the URL they failed on (prometheus/common's proxy_url:
+// parse "http://user:s3cr3t@a b": invalid character " " in host name).
+func redactErr(err error) error {
+	msg := err.Error()
+	if red := userinfoPassword.ReplaceAllString(msg, "${1}"+redactedPassword+"@"); red != msg {
+		return errors.New(red)
+	}
+	return err
 }
 
 var labelValue = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
@@ -340,13 +440,13 @@ func (k Key) String() string { return k.Target + "/" + k.Scenario + "/" + k.Test
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{key}, args...)...))
+		errs = append(errs, clipErr(fmt.Errorf("%s: "+format, append([]any{key}, args...)...)))
 	}
-	if c.Global.MaxRate <= 0 {
-		bad("global.max_rate", "must be positive, got %g", c.Global.MaxRate)
+	if !(c.Global.MaxRate > 0 && c.Global.MaxRate <= MaxLoadRate) {
+		bad("global.max_rate", "must be positive and at most %d req/s, got %g", MaxLoadRate, c.Global.MaxRate)
 	}
-	if c.Global.MaxInFlight <= 0 {
-		bad("global.max_in_flight", "must be positive, got %d", c.Global.MaxInFlight)
+	if c.Global.MaxInFlight <= 0 || c.Global.MaxInFlight > MaxInFlightLimit {
+		bad("global.max_in_flight", "must be between 1 and %d, got %d", MaxInFlightLimit, c.Global.MaxInFlight)
 	}
 
 	targets := map[string]*TargetConfig{}
@@ -356,32 +456,39 @@ func (c *Config) Validate() error {
 			bad(key, "must not be empty")
 			continue
 		}
-		if !labelValue.MatchString(t.Name) {
-			bad(key+".name", "must match [a-zA-Z0-9_-]+, got %q", t.Name)
+		if err := checkName(t.Name); err != nil {
+			bad(key+".name", "%v", err)
 		} else if _, dup := targets[t.Name]; dup {
 			bad(key+".name", "duplicate target name %q", t.Name)
 		}
 		targets[t.Name] = t
 		if err := validateURL(t.URL); err != nil {
-			bad(key+".url", "%v, got %q", err, t.URL)
+			bad(key+".url", "%v, got %q", err, RedactURL(t.URL))
 		}
 		if t.API != "chat" && t.API != "completions" {
 			bad(key+".api", "must be chat or completions, got %q", t.API)
 		}
 		if t.Model == "" {
 			bad(key+".model", "must not be empty")
+		} else if len(t.Model) > MaxModelNameBytes {
+			bad(key+".model", "must be at most %d bytes, got %d bytes (%q...)", MaxModelNameBytes, len(t.Model), t.Model[:32])
+		} else if strings.ContainsFunc(t.Model, unicode.IsControl) {
+			bad(key+".model", "must not contain control characters, got %q", t.Model)
 		}
 		if t.Timeout <= 0 {
 			bad(key+".timeout", "must be positive, got %s", t.Timeout)
 		}
-		if t.MaxInFlight <= 0 {
-			bad(key+".max_in_flight", "must be positive, got %d", t.MaxInFlight)
+		if t.MaxInFlight <= 0 || t.MaxInFlight > MaxInFlightLimit {
+			bad(key+".max_in_flight", "must be between 1 and %d, got %d", MaxInFlightLimit, t.MaxInFlight)
 		}
 		if t.MaxTokensField != "max_tokens" && t.MaxTokensField != "max_completion_tokens" {
 			bad(key+".max_tokens_field", "must be max_tokens or max_completion_tokens, got %q", t.MaxTokensField)
 		}
-		if t.CostPerHour != nil && *t.CostPerHour < 0 {
-			bad(key+".cost_per_hour", "must not be negative, got %g", *t.CostPerHour)
+		if t.CostPerHour != nil && !(*t.CostPerHour >= 0 && !math.IsInf(*t.CostPerHour, 0)) {
+			bad(key+".cost_per_hour", "must be a finite number, not negative, got %g", *t.CostPerHour)
+		}
+		if t.MaxContext < 0 || t.MaxContext > workload.MaxTokens {
+			bad(key+".max_context", "must be between 1 and %d tokens (or left out), got %d", workload.MaxTokens, t.MaxContext)
 		}
 		if err := t.HTTPClientConfig.Validate(); err != nil {
 			bad(key, "%v", err)
@@ -395,8 +502,8 @@ func (c *Config) Validate() error {
 			bad(key, "must not be empty")
 			continue
 		}
-		if !labelValue.MatchString(s.Name) {
-			bad(key+".name", "must match [a-zA-Z0-9_-]+, got %q", s.Name)
+		if err := checkName(s.Name); err != nil {
+			bad(key+".name", "%v", err)
 		} else if _, dup := scenarios[s.Name]; dup {
 			bad(key+".name", "duplicate scenario name %q", s.Name)
 		}
@@ -413,8 +520,8 @@ func (c *Config) Validate() error {
 			}
 		}
 		if p := s.Prefix; p != nil {
-			if p.Tokens < 1 {
-				bad(key+".prefix.tokens", "must be at least 1, got %d", p.Tokens)
+			if p.Tokens < 1 || p.Tokens > workload.MaxTokens {
+				bad(key+".prefix.tokens", "must be between 1 and %d tokens, got %d", workload.MaxTokens, p.Tokens)
 			}
 			if !(p.Share >= 0 && p.Share <= 1) {
 				bad(key+".prefix.share", "must be between 0 and 1, got %g", p.Share)
@@ -424,8 +531,8 @@ func (c *Config) Validate() error {
 			}
 		}
 		if cv := s.Conversation; cv != nil {
-			if cv.Turns < 1 {
-				bad(key+".conversation.turns", "must be at least 1, got %d", cv.Turns)
+			if cv.Turns < 1 || cv.Turns > MaxTurns {
+				bad(key+".conversation.turns", "must be between 1 and %d, got %d", MaxTurns, cv.Turns)
 			}
 		}
 		if cn := s.Cancel; cn != nil {
@@ -483,17 +590,23 @@ func (c *Config) Validate() error {
 			case l.Rate != 0 || l.Arrival != "" || l.Burstiness != 0:
 				bad(key+".replay", "the trace sets the arrivals: leave out rate, arrival and burstiness")
 			}
-			if !(l.Replay.Speed > 0) {
-				bad(key+".replay.speed", "must be positive, got %g", l.Replay.Speed)
+			speedOK := l.Replay.Speed >= MinReplaySpeed && !math.IsInf(l.Replay.Speed, 0)
+			if !speedOK {
+				bad(key+".replay.speed", "must be a finite number of at least %g, got %g", MinReplaySpeed, l.Replay.Speed)
 			}
 			if err := c.readTrace(&l.Replay.TraceFile); err != nil {
 				bad(key+".replay", "%v", err)
-			} else if !l.Replay.Trace.Timed {
+			} else if tr := l.Replay.Trace; !tr.Timed {
 				bad(key+".replay.file", "%s has no timestamps to replay", l.Replay.File)
+			} else if mean := workload.MeanRate(tr); mean <= 0 {
+				bad(key+".replay.file", "%s spans no time (%d records, all at the same time): nothing to replay", l.Replay.File, len(tr.Records))
+			} else if speedOK && mean*l.Replay.Speed > MaxLoadRate {
+				bad(key+".replay", "%s at speed %g is %.6g req/s (a mean of %.6g req/s), above the maximum of %d req/s",
+					l.Replay.File, l.Replay.Speed, mean*l.Replay.Speed, mean, MaxLoadRate)
 			}
 		} else {
-			if !(l.Rate > 0) {
-				bad(key+".rate", "must be positive, got %g", l.Rate)
+			if !(l.Rate >= MinLoadRate && l.Rate <= MaxLoadRate) {
+				bad(key+".rate", "must be between %g and %d req/s, got %g", MinLoadRate, MaxLoadRate, l.Rate)
 			}
 			if !slices.Contains(arrivalProcesses, l.Process()) {
 				bad(key+".arrival", "must be constant, poisson or gamma, got %q", l.Arrival)
@@ -501,8 +614,8 @@ func (c *Config) Validate() error {
 			if l.Burstiness != 0 && l.Process() != "gamma" {
 				bad(key+".burstiness", "applies to arrival: gamma only")
 			}
-			if l.Burstiness < 0 {
-				bad(key+".burstiness", "must be positive, got %g", l.Burstiness)
+			if b := l.Burstiness; b != 0 && !(b >= MinBurstiness && b <= MaxBurstiness) {
+				bad(key+".burstiness", "must be between %g and %d, got %g", MinBurstiness, MaxBurstiness, b)
 			}
 		}
 		names, _ := l.Scenarios()
@@ -534,6 +647,35 @@ func (c *Config) Validate() error {
 		bad("canary", "the enabled loads add up to %g req/s, above global.max_rate %g", rate, c.Global.MaxRate)
 	}
 	return errors.Join(errs...)
+}
+
+// maxErrorBytes bounds one validation error: values are quoted in them,
+// and a value can be as long as the file (a 4 MiB URL). Errors are logged
+// and shown on the landing page.
+const maxErrorBytes = 512
+
+// clipErr shortens an error's text to maxErrorBytes, on a rune boundary.
+func clipErr(err error) error {
+	msg := err.Error()
+	if len(msg) <= maxErrorBytes {
+		return err
+	}
+	i := maxErrorBytes
+	for i > 0 && !utf8.RuneStart(msg[i]) {
+		i--
+	}
+	return errors.New(msg[:i] + "...")
+}
+
+// checkName checks a target or scenario name, a label value.
+func checkName(name string) error {
+	if len(name) > MaxNameBytes {
+		return fmt.Errorf("must be at most %d bytes, got %d bytes (%q...)", MaxNameBytes, len(name), name[:32])
+	}
+	if !labelValue.MatchString(name) {
+		return fmt.Errorf("must match [a-zA-Z0-9_-]+, got %q", name)
+	}
+	return nil
 }
 
 func validateURL(s string) error {
@@ -660,11 +802,70 @@ func (c *Config) Scenario(name string) *ScenarioConfig {
 	return nil
 }
 
-// String renders the configuration as YAML, secrets replaced by <secret>.
+// String renders the configuration as YAML, secrets replaced by <secret>
+// and the passwords of URLs by xxxxx (RedactURL): target URLs and OAuth2
+// token URLs here, proxy URLs by prometheus/common.
 func (c *Config) String() string {
-	b, err := yaml.Marshal(c)
+	cc := *c
+	cc.Targets = make([]*TargetConfig, len(c.Targets))
+	for i, t := range c.Targets {
+		if t != nil {
+			tc := *t
+			tc.URL = RedactURL(t.URL)
+			if o := t.HTTPClientConfig.OAuth2; o != nil {
+				oc := *o
+				oc.TokenURL = RedactURL(o.TokenURL)
+				tc.HTTPClientConfig.OAuth2 = &oc
+			}
+			t = &tc
+		}
+		cc.Targets[i] = t
+	}
+	b, err := yaml.Marshal(&cc)
 	if err != nil {
 		return fmt.Sprintf("<error creating config string: %s>", err)
 	}
 	return string(b)
+}
+
+// redactedPassword replaces a URL's password where it is shown. It is what
+// net/url's URL.Redacted writes, so every output of sloprober, logs
+// included, looks the same.
+const redactedPassword = "xxxxx"
+
+// RedactURL returns s with the password of its userinfo replaced by xxxxx:
+// http://user:s3cr3t@host/v1 becomes http://user:xxxxx@host/v1. Use it
+// wherever a URL from a configuration or a server is shown (the /config
+// page, the landing page, logs, errors, `probe`). A user name alone is
+// kept: it is how a target is told apart. A string that net/url cannot
+// parse is redacted from its text, "scheme://user:password@": an error
+// about a bad URL must not show the password either.
+func RedactURL(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), redactedPassword)
+			return u.String()
+		}
+		if u.User != nil || !strings.Contains(s, "@") {
+			return s
+		}
+	}
+	// Unparsable, or parsed without userinfo although it has an @
+	// ("user:pass@host/v1" parses as scheme "user"): the authority runs
+	// from after "//" (or the start) to the first /, ? or #, and its
+	// userinfo up to the last @ in it.
+	start := 0
+	if i := strings.Index(s, "//"); i >= 0 {
+		start = i + 2
+	}
+	auth := s[start:]
+	if j := strings.IndexAny(auth, "/?#"); j >= 0 {
+		auth = auth[:j]
+	}
+	at := strings.LastIndex(auth, "@")
+	colon := strings.Index(auth, ":")
+	if at < 0 || colon < 0 || colon > at {
+		return s
+	}
+	return s[:start+colon+1] + redactedPassword + s[start+at:]
 }

@@ -1,7 +1,10 @@
 package config
 
 import (
+	"bytes"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,12 +25,16 @@ func TestLoadFileGood(t *testing.T) {
 	abs, err := filepath.Abs("testdata/token.txt")
 	require.NoError(t, err)
 	require.Equal(t, abs, mustAbs(t, local.HTTPClientConfig.Authorization.CredentialsFile), "relative paths resolve against the config file")
-	require.True(t, local.HTTPClientConfig.FollowRedirects, "HTTP client defaults apply")
+	require.True(t, local.HTTPClientConfig.EnableHTTP2, "HTTP client defaults apply")
+	require.False(t, local.HTTPClientConfig.FollowRedirects, "probes do not follow redirects by default")
+	require.Equal(t, 32768, local.MaxContext)
 
 	legacy := c.Target("legacy")
 	require.Equal(t, "completions", legacy.API)
 	require.Equal(t, 64, legacy.MaxInFlight, "default")
 	require.Nil(t, legacy.CostPerHour)
+	require.True(t, legacy.HTTPClientConfig.FollowRedirects, "follow_redirects: true is kept")
+	require.Zero(t, legacy.MaxContext, "left to the server's report")
 
 	short := c.Scenario("short")
 	require.Equal(t, workload.FixedLength(256), short.InputTokens, "default")
@@ -50,29 +57,34 @@ func mustAbs(t *testing.T, p string) string {
 	return a
 }
 
+// TestLoadFileErrors: every bad file is rejected with errors that name the
+// file, the key and the value (and the line, where the YAML decoder fails),
+// never with a panic.
 func TestLoadFileErrors(t *testing.T) {
 	for _, tc := range []struct {
 		file string
 		want string
 	}{
 		{"unknown_key.yml", "testdata/unknown_key.yml: line 5: field timout not found"},
-		{"bad_duration.yml", `testdata/bad_duration.yml: not a valid duration string: "fast"`},
-		{"bad_values.yml", `testdata/bad_values.yml: global.max_rate: must be positive, got 0
-global.max_in_flight: must be positive, got -1
+		{"bad_duration.yml", `testdata/bad_duration.yml: line 3: scenarios[0].slo.ttft: not a valid duration string: "fast"`},
+		{"bad_timeout.yml", `testdata/bad_timeout.yml: line 5: targets[0].timeout: not a valid duration string: "five"`},
+		{"bad_think_time.yml", `testdata/bad_think_time.yml: line 8: scenarios[1].conversation.think_time: unknown unit " seconds" in duration "5 seconds"`},
+		{"bad_values.yml", `testdata/bad_values.yml: global.max_rate: must be positive and at most 10000 req/s, got 0
+global.max_in_flight: must be between 1 and 100000, got -1
 targets[0].name: must match [a-zA-Z0-9_-]+, got "my target"
 targets[0].url: scheme must be http or https, got "ftp://127.0.0.1/v1"
 targets[0].api: must be chat or completions, got "responses"
 targets[0].model: must not be empty
 targets[0].timeout: must be positive, got 0s
-targets[0].max_in_flight: must be positive, got 0
+targets[0].max_in_flight: must be between 1 and 100000, got 0
 targets[0].max_tokens_field: must be max_tokens or max_completion_tokens, got "tokens"
-targets[0].cost_per_hour: must not be negative, got -1
+targets[0].cost_per_hour: must be a finite number, not negative, got -1
 scenarios[0].input_tokens: must be at least 1, got 0
 scenarios[0].output_tokens: must be at least 1, got -5
 scenarios[0].objective: must be between 0 and 1 (exclusive), got 1
 canary[0].target: unknown target "nowhere"
 canary[0].scenario: unknown scenario "nothing"
-canary[0].rate: must be positive, got 0
+canary[0].rate: must be between 0.0001 and 10000 req/s, got 0
 canary[0].arrival: must be constant, poisson or gamma, got "bursty"`},
 		{"duplicates.yml", `testdata/duplicates.yml: targets[1].name: duplicate target name "local"
 scenarios[1].name: duplicate scenario name "chat"
@@ -80,12 +92,162 @@ canary[1]: canary[0] and canary[1] both produce target="local" scenario="chat" t
 		{"over_rate.yml", "testdata/over_rate.yml: canary: the enabled loads add up to 6 req/s, above global.max_rate 5"},
 		{"bad_auth.yml", "testdata/bad_auth.yml: targets[0]: at most one of bearer_token & bearer_token_file must be configured"},
 		{"missing.yml", "open testdata/missing.yml: no such file or directory"},
+
+		// Absurd numbers (issue 9, items 7, 12 and 18).
+		{"huge_tokens.yml", `testdata/huge_tokens.yml: targets[0].max_context: must be between 1 and 1000000 tokens (or left out), got 2000000
+targets[1].max_context: must be between 1 and 1000000 tokens (or left out), got -1
+scenarios[0].input_tokens: must be at most 1000000 tokens, got 9000000000000000000
+scenarios[0].output_tokens: must be at most 1000000 tokens, got 10000000000
+scenarios[1].input_tokens: p90: must be at most 1000000 tokens, got 1e+300
+scenarios[1].output_tokens: max: must be at most 1000000 tokens, got 1000001
+scenarios[1].prefix.tokens: must be between 1 and 1000000 tokens, got 9000000000000000000
+scenarios[2].input_tokens: values[1]: must be at most 1000000 tokens, got 2000000
+scenarios[2].output_tokens: mean: must be positive and at most 1000000 tokens, got NaN`},
+		{"float_tokens.yml", "testdata/float_tokens.yml: line 7: scenarios[1].input_tokens: must be at most 1000000 tokens, got 1e+300"},
+		{"fraction_tokens.yml", "testdata/fraction_tokens.yml: line 3: scenarios[0].output_tokens: must be a whole number of tokens, got 2.5"},
+		{"no_distribution.yml", "testdata/no_distribution.yml: line 4: scenarios[0].input_tokens: a length is a number or a mapping with a distribution key"},
+		{"overflow_int.yml", "testdata/overflow_int.yml: line 5: cannot unmarshal !!int `9223372...` into int"},
+		{"huge_rates.yml", `testdata/huge_rates.yml: global.max_rate: must be positive and at most 10000 req/s, got 1e+12
+global.max_in_flight: must be between 1 and 100000, got 9000000000000000000
+targets[0].max_in_flight: must be between 1 and 100000, got 1000000
+targets[0].cost_per_hour: must be a finite number, not negative, got NaN
+scenarios[0].prefix.share: must be between 0 and 1, got NaN
+scenarios[0].cancel.share: must be between 0 and 1, got +Inf
+scenarios[0].objective: must be between 0 and 1 (exclusive), got NaN
+canary[0].rate: must be between 0.0001 and 10000 req/s, got 1e+09
+canary[1].rate: must be between 0.0001 and 10000 req/s, got NaN
+canary[2].rate: must be between 0.0001 and 10000 req/s, got +Inf
+canary[3].rate: must be between 0.0001 and 10000 req/s, got 1e-300
+canary[3].burstiness: must be between 0.01 and 100, got NaN
+canary[4].mix.e: weight must be positive, got NaN
+canary[4].burstiness: must be between 0.01 and 100, got 1e-300`},
+		{"replay_rate.yml", `testdata/replay_rate.yml: canary[0].replay: traces/trace.jsonl at speed 10000 is 15000 req/s (a mean of 1.5 req/s), above the maximum of 10000 req/s
+canary[1].replay.file: traces/instant.jsonl spans no time (2 records, all at the same time): nothing to replay
+canary[2].replay.speed: must be a finite number of at least 0.01, got 0.001
+canary[3].replay.speed: must be a finite number of at least 0.01, got +Inf`},
+		{"bad_traces.yml", `testdata/bad_traces.yml: scenarios[0].lengths_from: file: testdata/traces/huge.jsonl: line 2: input_tokens: must be at most 1000000 tokens, got 9000000000000000000
+scenarios[1].lengths_from: file: /dev/null: not a regular file
+scenarios[2].lengths_from: file: testdata/traces/empty.csv: the file is empty`},
+		{"turns.yml", "testdata/turns.yml: scenarios[0].conversation.turns: must be between 1 and 1000, got 1000000"},
+		{"long_names.yml", `testdata/long_names.yml: targets[0].name: must be at most 64 bytes, got 65 bytes ("tttttttttttttttttttttttttttttttt"...)
+targets[0].model: must be at most 256 bytes, got 257 bytes ("mmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmm"...)
+targets[1].model: must not contain control characters, got "my\tmodel\n"
+scenarios[0].name: must be at most 64 bytes, got 100 bytes ("ssssssssssssssssssssssssssssssss"...)`},
+		// A bad URL is named, its password redacted (issue 9, item 13).
+		{"secret_url.yml", `testdata/secret_url.yml: targets[0].url: scheme must be http or https, got "ftp://user:xxxxx@127.0.0.1/v1"
+targets[1].url: invalid URL, got "http://user:xxxxx@127.0.0.1:port/v1"
+targets[2].url: scheme must be http or https, got "user:xxxxx@127.0.0.1:8000/v1"`},
+		{"secret_proxy.yml", `testdata/secret_proxy.yml: line 5: targets[0].proxy_url: parse "http://proxy:xxxxx@proxy host:3128": invalid character " " in host name`},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			_, err := LoadFile(filepath.Join("testdata", tc.file), false)
 			require.EqualError(t, err, tc.want)
 		})
 	}
+}
+
+// TestLongValuesClipped: a value as long as the file is cut in its error,
+// which is logged and shown on the landing page.
+func TestLongValuesClipped(t *testing.T) {
+	_, err := LoadFile("testdata/long_values.yml", false)
+	require.Error(t, err)
+	lines := strings.Split(strings.TrimPrefix(err.Error(), "testdata/long_values.yml: "), "\n")
+	require.Len(t, lines, 2)
+	for _, l := range lines {
+		require.LessOrEqual(t, len(l), maxErrorBytes+len("..."))
+		require.True(t, strings.HasSuffix(l, "..."), l)
+	}
+	require.True(t, strings.HasPrefix(lines[0], `targets[0].url: scheme must be http or https, got "ftp://hhhh`), lines[0])
+	require.True(t, strings.HasPrefix(lines[1], `canary[0].target: unknown target "tttt`), lines[1])
+}
+
+// TestBounds: values at the documented bounds are valid.
+func TestBounds(t *testing.T) {
+	c, err := LoadFile("testdata/max_rate.yml", false)
+	require.NoError(t, err)
+	require.Equal(t, float64(MaxLoadRate), c.Global.MaxRate)
+	require.Equal(t, workload.MaxTokens, c.Target("local").MaxContext)
+	require.Equal(t, MinBurstiness, c.Canary[1].Shape())
+}
+
+// TestLoadFileTooLarge: a configuration above MaxConfigFileBytes is
+// rejected naming the file and the limit; one at the limit is parsed (here
+// it fails at its first byte, a tab, which keeps the test fast). The files
+// are written here: they are megabytes.
+func TestLoadFileTooLarge(t *testing.T) {
+	dir := t.TempDir()
+	comment := func(n int) []byte { return append([]byte("#"), bytes.Repeat([]byte("x"), n-1)...) }
+
+	atLimit := filepath.Join(dir, "at_limit.yml")
+	require.NoError(t, os.WriteFile(atLimit, append([]byte("\t"), comment(MaxConfigFileBytes-1)...), 0o600))
+	_, err := LoadFile(atLimit, false)
+	require.EqualError(t, err, atLimit+": yaml: found character that cannot start any token")
+
+	tooLarge := filepath.Join(dir, "too_large.yml")
+	require.NoError(t, os.WriteFile(tooLarge, comment(MaxConfigFileBytes+1), 0o600))
+	_, err = LoadFile(tooLarge, false)
+	require.EqualError(t, err, tooLarge+": larger than the limit of 4194304 bytes (4 MiB)")
+
+	_, err = Load(comment(MaxConfigFileBytes+1), false)
+	require.EqualError(t, err, "larger than the limit of 4194304 bytes (4 MiB)")
+
+	t.Setenv("SLOPROBER_TEST_LARGE", string(comment(MaxConfigFileBytes)))
+	_, err = Load([]byte("# ${SLOPROBER_TEST_LARGE}"), true)
+	require.EqualError(t, err, "with environment variables expanded: larger than the limit of 4194304 bytes (4 MiB)")
+}
+
+// TestRedactURL: the password of a URL's userinfo is never shown, whether
+// net/url parses the URL or not.
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://user:s3cr3tpass@127.0.0.1:38000/v1":    "http://user:xxxxx@127.0.0.1:38000/v1",
+		"https://user:s3cr3tpass@host/v1?q=1#f":        "https://user:xxxxx@host/v1?q=1#f",
+		"http://user:s3cr3t%40pass@host/v1":            "http://user:xxxxx@host/v1",
+		"http://user:s3cr3t@pass@host/v1":              "http://user:xxxxx@host/v1",
+		"http://user:s3cr3tpass@host:port/v1":          "http://user:xxxxx@host:port/v1",
+		"http://user:s3cr3tpass@host/v1%zz":            "http://user:xxxxx@host/v1%zz",
+		"user:s3cr3tpass@host:8000/v1":                 "user:xxxxx@host:8000/v1",
+		"ftp://user:s3cr3tpass@host/v1":                "ftp://user:xxxxx@host/v1",
+		"http://user@host/v1":                          "http://user@host/v1",
+		"http://host/v1/a@b:c":                         "http://host/v1/a@b:c",
+		"http://127.0.0.1:8000/v1":                     "http://127.0.0.1:8000/v1",
+		"${SLOPROBER_TEST_URL}":                        "${SLOPROBER_TEST_URL}",
+		"":                                             "",
+		"http://[::1]:8000/v1":                         "http://[::1]:8000/v1",
+		"http://user:s3cr3tpass@[::1]:8000/v1":         "http://user:xxxxx@[::1]:8000/v1",
+		"http://user:s3cr3tpass@127.0.0.1:38000/v1 \n": "http://user:xxxxx@127.0.0.1:38000/v1 \n",
+	} {
+		t.Run(in, func(t *testing.T) {
+			got := RedactURL(in)
+			require.Equal(t, want, got)
+			require.NotContains(t, got, "s3cr3t")
+		})
+	}
+}
+
+// TestStringRedacts: /config renders Config.String(); no secret of any
+// kind may appear in it, and rendering leaves the configuration intact.
+func TestStringRedacts(t *testing.T) {
+	const secret = "s3cr3tpass"
+	c, err := Load([]byte(`
+targets:
+  - {name: userinfo, url: "http://user:`+secret+`@127.0.0.1:38000/v1", model: m}
+  - name: proxied
+    url: http://127.0.0.1:38001/v1
+    model: m
+    proxy_url: http://proxy:`+secret+`@127.0.0.1:3128
+    authorization: {credentials: `+secret+`}
+  - {name: basic, url: "http://127.0.0.1:38002/v1", model: m, basic_auth: {username: u, password: `+secret+`}}
+  - {name: oauth, url: "http://127.0.0.1:38003/v1", model: m, oauth2: {client_id: c, client_secret: `+secret+`, token_url: "http://u:`+secret+`@127.0.0.1/token"}}
+`), false)
+	require.NoError(t, err)
+	out := c.String()
+	require.NotContains(t, out, secret)
+	require.Contains(t, out, "url: http://user:xxxxx@127.0.0.1:38000/v1")
+	require.Contains(t, out, "password: <secret>")
+	require.Contains(t, out, "proxy_url: http://proxy:xxxxx@127.0.0.1:3128")
+	require.Contains(t, out, "token_url: http://u:xxxxx@127.0.0.1/token")
+	require.Equal(t, "http://user:"+secret+"@127.0.0.1:38000/v1", c.Targets[0].URL, "String does not change the configuration")
 }
 
 func TestExpandEnv(t *testing.T) {
@@ -143,10 +305,10 @@ func TestWorkloadConfigErrors(t *testing.T) {
 	require.EqualError(t, err, `testdata/bad_workloads.yml: scenarios[0].input_tokens: p90: must be greater than median (600), got 300
 scenarios[0].output_tokens: must be at least 1, got 0
 scenarios[0].lengths_from: file: open testdata/traces/none.jsonl: no such file or directory
-scenarios[0].prefix.tokens: must be at least 1, got 0
+scenarios[0].prefix.tokens: must be between 1 and 1000000 tokens, got 0
 scenarios[0].prefix.share: must be between 0 and 1, got 1.5
 scenarios[0].prefix.groups: must be at least 1, got 0
-scenarios[0].conversation.turns: must be at least 1, got 0
+scenarios[0].conversation.turns: must be between 1 and 1000, got 0
 scenarios[0].cancel.share: must be between 0 and 1, got -1
 scenarios[0].cancel.after: must be positive, got 0s
 scenarios[2].lengths_from: format: must be one of azure, mooncake, jsonl, got "csv"
@@ -160,9 +322,9 @@ canary[1]: scenario "b" has conversations, which need a chat target; target "loc
 canary[1]: scenario "b" cancels after 2s, which must be less than target "local"'s timeout 1s
 canary[1]: canary[0] and canary[1] both produce target="local" scenario="b" test="canary"
 canary[2].replay: the trace sets the arrivals: leave out rate, arrival and burstiness
-canary[2].replay.speed: must be positive, got 0
+canary[2].replay.speed: must be a finite number of at least 0.01, got 0
 canary[2].replay.file: traces/lengths.jsonl has no timestamps to replay
 canary[2]: canary[1] and canary[2] both produce target="local" scenario="c" test="canary"
 canary[3]: set scenario or mix
-canary[3].rate: must be positive, got 0`)
+canary[3].rate: must be between 0.0001 and 10000 req/s, got 0`)
 }

@@ -28,7 +28,7 @@ func TestLoadFile(t *testing.T) {
 func TestLoadFileErrors(t *testing.T) {
 	for file, want := range map[string]string{
 		"unknown_key.yml":      "testdata/unknown_key.yml: line 2: field prefil not found",
-		"bad_duration.yml":     `testdata/bad_duration.yml: time: unknown unit " ms" in duration "5 ms"`,
+		"bad_duration.yml":     `testdata/bad_duration.yml: line 1: prefill.base: time: unknown unit " ms" in duration "5 ms"`,
 		"negative.yml":         "testdata/negative.yml: max_queue: must not be negative, got -2\nslots: must not be negative, got -1",
 		"error_sum.yml":        "testdata/error_sum.yml: faults.error_rate: rates must add up to at most 1, got 1.2",
 		"bad_fault.yml":        "testdata/bad_fault.yml: faults.error_rate: key must be an HTTP status from 400 to 599, got \"200\"\nfaults.reset_rate: must be between 0 and 1, got 1.5",

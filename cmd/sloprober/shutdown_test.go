@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/promslog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/prober/simulator/simtest"
+)
+
+// writeConfig writes a configuration file and returns its path.
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "sloprober.yml")
+	require.NoError(t, os.WriteFile(file, []byte(body), 0o600))
+	return file
+}
+
+// longStreams is a load whose requests each stream for minutes: 1000
+// tokens 500 ms apart. Its target allows max_in_flight of them at once.
+const longStreams = `
+targets: [{name: sim, url: "%s/v1", model: sim-model, max_in_flight: %d}]
+scenarios: [{name: long, input_tokens: 16, output_tokens: 1000, ignore_eos: true, slo: {ttft: 1s}}]
+canary: [{target: sim, scenario: long, rate: 50, arrival: constant}]
+`
+
+// TestShutdownWithLongStreams: on SIGTERM with 52 streams in flight, the
+// landing page keeps answering and /-/reload is refused at once through the
+// grace period; the streams are cancelled when it ends (outcome shutdown);
+// /metrics serves those final counts, and sloprober exits right after that
+// scrape, at the grace period, not at grace + linger.
+func TestShutdownWithLongStreams(t *testing.T) {
+	const grace = 2 * time.Second
+	srv := simtest.Start(t, "slots: 0\nfixed: {ttft: 10ms, itl: 500ms}\n")
+	p := start(t, "--config.file="+writeConfig(t, fmt.Sprintf(longStreams, srv.URL, 52)),
+		"--shutdown.grace-period="+grace.String(), "--shutdown.linger=5s")
+	p.waitReady(t)
+	const load = `{scenario="long",target="sim",test="canary"}`
+	require.Eventually(t, func() bool {
+		return p.metric(t, "sloprober_requests_in_flight"+load) == 52
+	}, 10*time.Second, 20*time.Millisecond)
+
+	signalled := time.Now()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Eventually(t, func() bool {
+		return strings.Contains(p.logs(), "Stopping loads")
+	}, time.Second, 5*time.Millisecond)
+	code, page := p.get(t, "/")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "sloprober is stopping:")
+	code, body := p.post(t, "/-/reload")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, "sloprober is stopping")
+	code, _ = p.get(t, "/-/ready")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, 52.0, p.metric(t, "sloprober_requests_in_flight"+load), "the streams are still draining")
+	require.Less(t, time.Since(signalled), grace, "the web answered at once during the grace period")
+	require.Equal(t, 1.0, p.metric(t, "sloprober_config_last_reload_successful"), "a refused reload is no failed configuration")
+
+	// Scrape as Prometheus would until sloprober exits: the first scrape
+	// after the drain ends the linger, and the last one that got an
+	// answer has the final counts.
+	shutdown := -1.0
+	require.Eventually(t, func() bool {
+		select {
+		case <-p.done:
+			return true
+		default:
+		}
+		if v := p.metric(t, `sloprober_requests_finished_total{outcome="shutdown",scenario="long",target="sim",test="canary"}`); v >= 0 {
+			shutdown = v
+		}
+		return false
+	}, grace+3*time.Second, 20*time.Millisecond, "sloprober did not exit after the final counts were scraped")
+	took := time.Since(signalled)
+	require.Equal(t, 0, p.cmd.ProcessState.ExitCode())
+	require.Equal(t, 52.0, shutdown, "the final counts were served")
+	require.GreaterOrEqual(t, took, grace, "the streams had the grace period")
+	require.Less(t, took, grace+2500*time.Millisecond, "exit right after the scrape, not after the linger")
+	require.Contains(t, p.logs(), "See you next time!")
+}
+
+// TestShutdownLingerWithoutScrape: when nobody scrapes the final counts,
+// the web stays up for --shutdown.linger after the drain, then sloprober
+// exits.
+func TestShutdownLingerWithoutScrape(t *testing.T) {
+	const grace, linger = 500 * time.Millisecond, 1500 * time.Millisecond
+	srv := simtest.Start(t, "slots: 0\nfixed: {ttft: 10ms, itl: 500ms}\n")
+	p := start(t, "--config.file="+writeConfig(t, fmt.Sprintf(longStreams, srv.URL, 3)),
+		"--shutdown.grace-period="+grace.String(), "--shutdown.linger="+linger.String())
+	p.waitReady(t)
+	require.Eventually(t, func() bool {
+		return p.metric(t, `sloprober_requests_in_flight{scenario="long",target="sim",test="canary"}`) == 3
+	}, 10*time.Second, 20*time.Millisecond)
+
+	signalled := time.Now()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Eventually(t, func() bool {
+		return strings.Contains(p.logs(), "serving the final counts until the next scrape")
+	}, grace+time.Second, 5*time.Millisecond)
+	for _, path := range []string{"/", "/-/healthy", "/config"} {
+		code, _ := p.get(t, path)
+		require.Equal(t, http.StatusOK, code, "%s answers while lingering", path)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(grace + linger + 5*time.Second):
+		t.Fatal("sloprober did not exit after the linger")
+	}
+	took := time.Since(signalled)
+	require.Equal(t, 0, p.cmd.ProcessState.ExitCode())
+	require.GreaterOrEqual(t, took, grace+linger)
+	require.Less(t, took, grace+linger+exitMargin)
+	require.Contains(t, p.logs(), "No scrape of the final counts within the linger time")
+}
+
+// TestExitDeadline: whatever hangs, the process exits (code 1, with a log
+// line) once the grace period, the linger and the margin have passed.
+func TestExitDeadline(t *testing.T) {
+	var log bytes.Buffer
+	logger := promslog.New(&promslog.Config{Writer: &log})
+	exited := make(chan int)
+	exitDeadline(logger, 10*time.Millisecond, func(code int) { exited <- code })
+	require.Equal(t, 1, <-exited)
+	require.Contains(t, log.String(), "sloprober did not stop within the grace period and the linger time; exiting now")
+
+	exitDeadline(logger, time.Hour, func(int) { t.Error("exited before the deadline") }).Stop()
+}
+
+// TestReloadStorm: 100 reloads alternating a good and a bad configuration
+// leave the load untouched (never restarted, its counters going on) and
+// leak no goroutine.
+func TestReloadStorm(t *testing.T) {
+	srv := simtest.Start(t, "slots: 0\nfixed: {ttft: 2ms, itl: 1ms}\n")
+	good := fmt.Sprintf(`
+targets: [{name: sim, url: "%s/v1", model: sim-model}]
+scenarios: [{name: chat, input_tokens: 16, output_tokens: 2, ignore_eos: true, slo: {ttft: 1s}}]
+canary: [{target: sim, scenario: chat, rate: 20, arrival: constant}]
+`, srv.URL)
+	bad := strings.Replace(good, "rate: 20", "rate: fast", 1)
+	file := writeConfig(t, good)
+	p := start(t, "--config.file="+file)
+	p.waitReady(t)
+	const sent = `sloprober_requests_sent_total{scenario="chat",target="sim",test="canary"}`
+	require.Eventually(t, func() bool { return p.metric(t, sent) >= 5 }, 10*time.Second, 20*time.Millisecond)
+	// The fewest goroutines over a few reads: requests in flight and
+	// scrapes come and go, a leak stays.
+	goroutines := func() float64 {
+		least := p.metric(t, "go_goroutines")
+		for range 5 {
+			least = min(least, p.metric(t, "go_goroutines"))
+		}
+		return least
+	}
+	before := goroutines()
+
+	last := p.metric(t, sent)
+	for i := range 100 {
+		body, want := good, http.StatusOK
+		if i%2 == 1 {
+			body, want = bad, http.StatusInternalServerError
+		}
+		require.NoError(t, os.WriteFile(file, []byte(body), 0o600))
+		code, msg := p.post(t, "/-/reload")
+		require.Equal(t, want, code, "reload %d: %s", i, msg)
+		if i%10 == 9 {
+			now := p.metric(t, sent)
+			require.GreaterOrEqual(t, now, last, "the load's counters go on")
+			last = now
+		}
+	}
+	require.Eventually(t, func() bool { return p.metric(t, sent) > last }, 5*time.Second, 20*time.Millisecond, "the load keeps sending")
+	require.Equal(t, 20.0, p.metric(t, `sloprober_intended_request_rate{scenario="chat",target="sim",test="canary"}`))
+	require.Equal(t, 0.0, p.metric(t, "sloprober_config_last_reload_successful"), "the last reload was the bad one")
+	// Requests in flight come and go with the machine's load; a leak
+	// (one goroutine a reload would be 50 or 100) stays.
+	after := goroutines()
+	for deadline := time.Now().Add(5 * time.Second); after > before+5 && time.Now().Before(deadline); {
+		after = goroutines()
+	}
+	require.LessOrEqual(t, after, before+5, "goroutines: %v before the storm, %v after", before, after)
+	require.Equal(t, 0, p.stop(t))
+	logs := p.logs()
+	require.Equal(t, 1, strings.Count(logs, `msg="Load started"`), "the load was never restarted")
+	require.Zero(t, strings.Count(logs, `msg="Load stopped"`))
+	require.Equal(t, 50, strings.Count(logs, `msg="Error loading config"`))
+}

@@ -1,0 +1,183 @@
+package exporter_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/promslog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/exporter"
+	"github.com/sloprober/sloprober/prober"
+)
+
+// webOptions returns the options of a handler over reg and m whose loads
+// are those loads returns; Reload succeeds at once.
+func webOptions(reg prometheus.Gatherer, m *exporter.Metrics, loads func() []prober.LoadStatus) exporter.WebOptions {
+	return exporter.WebOptions{
+		Logger:   promslog.NewNopLogger(),
+		Gatherer: reg,
+		Metrics:  m,
+		Reload:   func() error { return nil },
+		Config:   func() string { return "" },
+		Loads:    loads,
+		Ready:    func() bool { return true },
+		Notes:    func() []string { return nil },
+	}
+}
+
+// serve answers one request with h, in process.
+func serve(t *testing.T, h http.Handler, method, path string) (int, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+	b, err := io.ReadAll(rec.Result().Body)
+	require.NoError(t, err)
+	return rec.Code, string(b)
+}
+
+// TestLandingEscapesServerText: a server's error message is shown whole on
+// the landing page, HTML-escaped, so a hostile server cannot inject markup.
+func TestLandingEscapesServerText(t *testing.T) {
+	long := strings.Repeat("the request exceeds the available context size, try increasing it ", 4)
+	hostile := `<script>alert('pwned')</script><img src=x onerror=alert(1)> & ` + long + "END"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprintf(w, `{"error": {"message": %q}}`, hostile)
+	}))
+	t.Cleanup(srv.Close)
+	cfg := mustConfig(t, fmt.Sprintf(`
+targets: [{name: hostile, url: "%s/v1", model: m}]
+scenarios: [{name: chat, input_tokens: 16, output_tokens: 2, slo: {ttft: 1s}}]
+canary: [{target: hostile, scenario: chat, rate: 20, arrival: constant}]
+`, srv.URL))
+	reg, m, mgr := run(t, cfg)
+	require.Eventually(t, func() bool {
+		return value(t, reg, "sloprober_requests_finished_total", map[string]string{"target": "hostile", "outcome": "http_5xx"}) >= 2
+	}, 10*time.Second, 10*time.Millisecond)
+	h := exporter.NewHandler(webOptions(reg, m, mgr.Loads))
+	code, page := serve(t, h, http.MethodGet, "/")
+	mgr.Stop(0)
+
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, page, "<script>alert")
+	require.NotContains(t, page, "<img src=x")
+	require.Contains(t, page, "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt; &amp; the request exceeds")
+	require.Contains(t, page, "increasing it END", "the message is shown whole (%d bytes), not cut", len(hostile))
+}
+
+// TestWebWhileStopping: while sloprober stops, /-/reload answers at once
+// with 503 (it does not wait for a reload in progress), /-/ready says so,
+// and the landing page and /metrics keep answering.
+func TestWebWhileStopping(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := exporter.NewMetrics(reg)
+	var mu sync.Mutex
+	stopping := false
+	reloading := make(chan struct{})
+	o := webOptions(reg, m, func() []prober.LoadStatus { return nil })
+	o.Reload = func() error {
+		<-reloading // a reload that would wait for the grace period to end
+		return nil
+	}
+	o.Stopping = func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return stopping
+	}
+	h := exporter.NewHandler(o)
+	code, page := serve(t, h, http.MethodGet, "/")
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, page, "is stopping")
+
+	mu.Lock()
+	stopping = true
+	mu.Unlock()
+	code, body := serve(t, h, http.MethodPost, "/-/reload")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "Failed to reload config: sloprober is stopping\n", body)
+	code, body = serve(t, h, http.MethodGet, "/-/ready")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, "sloprober is stopping")
+	code, page = serve(t, h, http.MethodGet, "/")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "sloprober is stopping:")
+	code, _ = serve(t, h, http.MethodGet, "/metrics")
+	require.Equal(t, http.StatusOK, code)
+	code, _ = serve(t, h, http.MethodGet, "/-/healthy")
+	require.Equal(t, http.StatusOK, code)
+	close(reloading)
+
+	// A reload the daemon refuses because it began to stop meanwhile is a
+	// 503 too, not a configuration error.
+	o.Stopping = nil
+	o.Reload = func() error { return fmt.Errorf("%w: the configuration is not reloaded", exporter.ErrStopping) }
+	code, body = serve(t, exporter.NewHandler(o), http.MethodPost, "/-/reload")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, "sloprober is stopping: the configuration is not reloaded")
+	o.Reload = func() error { return errors.New("bad file") }
+	code, _ = serve(t, exporter.NewHandler(o), http.MethodPost, "/-/reload")
+	require.Equal(t, http.StatusInternalServerError, code)
+}
+
+// blockingGatherer blocks each Gather until released, to hold a scrape in
+// progress.
+type blockingGatherer struct {
+	started chan struct{}
+	release chan struct{}
+}
+
+func (g *blockingGatherer) Gather() ([]*dto.MetricFamily, error) {
+	g.started <- struct{}{}
+	<-g.release
+	return nil, nil
+}
+
+// TestNextScrape: the channel of NextScrape closes once a scrape that began
+// after the call has been answered; a scrape already in progress gathered
+// counts from before, so it does not count.
+func TestNextScrape(t *testing.T) {
+	g := &blockingGatherer{started: make(chan struct{}), release: make(chan struct{})}
+	o := webOptions(g, exporter.NewMetrics(prometheus.NewRegistry()), nil)
+	h := exporter.NewHandler(o)
+
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	}()
+	<-g.started
+	next := h.NextScrape()
+	g.release <- struct{}{}
+	<-first
+	select {
+	case <-next:
+		t.Fatal("a scrape that began before NextScrape closed its channel")
+	default:
+	}
+
+	second := make(chan struct{})
+	go func() {
+		defer close(second)
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	}()
+	<-g.started
+	select {
+	case <-next:
+		t.Fatal("closed before the scrape was answered")
+	default:
+	}
+	g.release <- struct{}{}
+	<-second
+	<-next // closed: the test would time out otherwise
+}

@@ -1,0 +1,83 @@
+package strictyaml
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+)
+
+type inner struct {
+	Timeout model.Duration  `yaml:"timeout"`
+	Every   *model.Duration `yaml:"every,omitempty"`
+}
+
+type shared struct {
+	After model.Duration `yaml:"after"`
+}
+
+type picky struct{ v string }
+
+// UnmarshalYAML fails, without a position, on anything but "ok".
+func (p *picky) UnmarshalYAML(unmarshal func(any) error) error {
+	if err := unmarshal(&p.v); err != nil {
+		return err
+	}
+	if p.v != "ok" {
+		return errors.New("picky: want ok")
+	}
+	return nil
+}
+
+type doc struct {
+	Name   string                    `yaml:"name"`
+	Count  int                       `yaml:"count"`
+	Items  []inner                   `yaml:"items"`
+	ByName map[string]model.Duration `yaml:"by_name"`
+	Ptr    *inner                    `yaml:"ptr"`
+	Picky  picky                     `yaml:"picky"`
+	Pickys []*picky                  `yaml:"pickys"`
+	Plain  model.Duration            // the key is the lowercased field name
+	Skip   model.Duration            `yaml:"-"`
+	shared `yaml:",inline"`
+}
+
+// TestUnmarshalErrors: errors name the line, and the key path where yaml
+// v2 gives no position (a type's own UnmarshalYAML failed).
+func TestUnmarshalErrors(t *testing.T) {
+	for _, tc := range []struct{ name, yaml, err string }{
+		{"unknown key", "name: a\nnmae: b\n", "line 2: field nmae not found"},
+		{"wrong type", "count: five\n", "line 1: cannot unmarshal !!str `five` into int"},
+		{"several", "count: five\nnmae: b\n", "line 1: cannot unmarshal !!str `five` into int\nline 2: field nmae not found"},
+		{"duration in a list", "name: a\nitems:\n  - timeout: 1s\n  - timeout: five\n", `line 4: items[1].timeout: not a valid duration string: "five"`},
+		{"pointer", "ptr:\n  every: -5s\n", `line 2: ptr.every: not a valid duration string: "-5s"`},
+		{"map value", "by_name: {a: 1s, b: soon}\n", `line 1: by_name.b: not a valid duration string: "soon"`},
+		{"custom type", "picky: no\n", "line 1: picky: picky: want ok"},
+		{"custom type in a list", "pickys: [ok, ok,\n  no]\n", "line 2: pickys[2]: picky: want ok"},
+		{"lowercased field name", "plain: 5\n", `line 1: plain: not a valid duration string: "5"`},
+		{"inline", "name: a\nafter: later\n", `line 2: after: not a valid duration string: "later"`},
+		{"flow mapping on one line", "items: [{timeout: 1s}, {timeout: x}]", `line 1: items[1].timeout: not a valid duration string: "x"`},
+		{"syntax", "a:\n  - b\n  c: d\n", "yaml: line 2: did not find expected '-' indicator"},
+		{"aliases are not followed", "items:\n  - &x {timeout: bad}\n  - *x\n", `line 2: items[0].timeout: not a valid duration string: "bad"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var d doc
+			require.EqualError(t, Unmarshal([]byte(tc.yaml), &d), tc.err)
+		})
+	}
+}
+
+func TestUnmarshal(t *testing.T) {
+	var d doc
+	require.NoError(t, Unmarshal([]byte("name: a\nitems: [{timeout: 1s}]\nafter: 2s\npicky: ok\n"), &d))
+	require.Equal(t, "a", d.Name)
+	require.Equal(t, model.Duration(2e9), d.After)
+	require.NoError(t, Unmarshal(nil, &d))
+}
+
+// TestUnmarshalNotPointer: an error for a value that is not a pointer is
+// returned as yaml v2 gives it.
+func TestUnmarshalNotPointer(t *testing.T) {
+	require.Error(t, Unmarshal([]byte("a: 1"), doc{}))
+}

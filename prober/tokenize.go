@@ -1,0 +1,301 @@
+package prober
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sloprober/sloprober/prober/config"
+)
+
+// maxInfoReplyBytes bounds a reply of /tokenize, /apply-template, /models
+// or /props: the token list of a 1,024-word prompt is about 8 KB.
+const maxInfoReplyBytes = 4 << 20
+
+// infoTimeout bounds each calibration request.
+const infoTimeout = 10 * time.Second
+
+// serverRoot is the target's base URL without its /v1 suffix, where
+// /tokenize, /apply-template and /props are (vLLM, SGLang, llama.cpp).
+func serverRoot(base string) string {
+	base = strings.TrimSuffix(base, "/")
+	return strings.TrimSuffix(base, "/v1")
+}
+
+// calibrationWords are the prompt lengths sent to /tokenize: two lengths far
+// apart tell the overhead from the rate.
+var calibrationWords = []int{64, 1024}
+
+// Calibration says how a target's prompts are calibrated, for the log.
+type Calibration struct {
+	// Tokenize is the /tokenize form the target answered: "llama.cpp",
+	// "vllm", or "" (calibrated from usage only).
+	Tokenize string
+	// Template is how the chat template's overhead is known:
+	// "apply-template" (llama.cpp), "tokenize" (vLLM counts chat messages
+	// with their template), or "usage" (learned from usage).
+	Template string
+	// Context is the context length in tokens and where it came from
+	// ("max_model_len", "n_ctx", "max_context"), 0 and "" if unknown.
+	Context       int
+	ContextSource string
+	// Err is why /tokenize gave no counts.
+	Err error
+	// Rejected counts the /tokenize counts calibration refused.
+	Rejected int
+}
+
+// tokenizeReply is a /tokenize reply in any engine's form: vLLM and SGLang
+// send count (and max_model_len), llama.cpp a token list only.
+type tokenizeReply struct {
+	Count       *int              `json:"count"`
+	MaxModelLen int               `json:"max_model_len"`
+	Tokens      []json.RawMessage `json:"tokens"`
+}
+
+// parseTokenizeReply returns the token count of a /tokenize reply and the
+// context length it states (0 if none). An empty token list without count
+// is no count: llama.cpp answers a request in vLLM's form that way.
+func parseTokenizeReply(b []byte) (count, maxModelLen int, err error) {
+	var r tokenizeReply
+	if err := json.Unmarshal(b, &r); err != nil {
+		return 0, 0, fmt.Errorf("reply is not a tokenize reply: %s", boundMessage(err.Error()))
+	}
+	switch {
+	case r.Count != nil:
+		count = *r.Count
+	default:
+		count = len(r.Tokens)
+	}
+	if count <= 0 || count > maxReportedTokens {
+		return 0, 0, errors.New("no token count in the reply")
+	}
+	if r.MaxModelLen < 0 || r.MaxModelLen > maxReportedTokens {
+		r.MaxModelLen = 0
+	}
+	return count, r.MaxModelLen, nil
+}
+
+// post sends a JSON body to url and returns the reply body, bounded.
+func (c *Client) post(ctx context.Context, url string, body any) ([]byte, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	return c.get(ctx, http.MethodPost, url, b)
+}
+
+func (c *Client) get(ctx context.Context, method, url string, body []byte) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, infoTimeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxInfoReplyBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: HTTP %d", config.RedactURL(url), resp.StatusCode)
+	}
+	if len(b) > maxInfoReplyBytes {
+		return nil, fmt.Errorf("%s: reply longer than %d bytes", config.RedactURL(url), maxInfoReplyBytes)
+	}
+	return b, nil
+}
+
+// Tokenize calibrates cal from the target before any probe: it learns the
+// context length (/v1/models' max_model_len, llama.cpp's /props n_ctx, else
+// the target's max_context; the smallest known) and asks /tokenize for the
+// count of prompts of calibrationWords words. It tries llama.cpp's form
+// first ({"content"}, with the chat template from /apply-template), then
+// vLLM's ({"model", "messages"|"prompt"}). A target without /tokenize is
+// calibrated from usage only.
+func (c *Client) Tokenize(ctx context.Context, cal *Calibrator) Calibration {
+	return c.tokenize(ctx, cal, c.LearnContext(ctx, cal))
+}
+
+// LearnContext sets cal's context length from the target (see Tokenize)
+// and returns what it learned.
+func (c *Client) LearnContext(ctx context.Context, cal *Calibrator) Calibration {
+	var info Calibration
+	info.Context, info.ContextSource = c.contextLength(ctx)
+	cal.SetContext(info.Context)
+	return info
+}
+
+// tokenize is the /tokenize part of Tokenize.
+func (c *Client) tokenize(ctx context.Context, cal *Calibrator, info Calibration) Calibration {
+	var errs []error
+	for _, form := range []func(context.Context, string) (int, string, error){c.tokenizeLlama, c.tokenizeVLLM} {
+		var counts []int
+		var name, template string
+		var err error
+		for i, words := range calibrationWords {
+			text := SynthesizePrompt(Seed("tokenize"), uint64(i), words)
+			var n int
+			n, template, err = form(ctx, text)
+			if err != nil {
+				break
+			}
+			counts = append(counts, n)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		name = "vllm"
+		if len(errs) == 0 {
+			name = "llama.cpp"
+		}
+		accepted := 0
+		for i, n := range counts {
+			if cal.Observe(calibrationWords[i], n).Accepted {
+				accepted++
+			} else {
+				info.Rejected++
+			}
+		}
+		if accepted < len(counts) {
+			errs = append(errs, fmt.Errorf("%s form: counts %v for %v words fit no plausible tokenizer", name, counts, calibrationWords))
+			break
+		}
+		info.Tokenize, info.Template = name, template
+		return info
+	}
+	info.Template = "usage"
+	info.Err = errors.Join(errs...)
+	return info
+}
+
+// tokenizeLlama counts a prompt in llama.cpp's form: the chat template
+// applied by /apply-template (chat targets), then /tokenize {"content"}.
+func (c *Client) tokenizeLlama(ctx context.Context, text string) (int, string, error) {
+	root := serverRoot(c.target.URL)
+	template := "none"
+	if c.target.API == "chat" {
+		b, err := c.post(ctx, root+"/apply-template", map[string]any{"messages": []Message{{Role: "user", Content: text}}})
+		var out struct {
+			Prompt string `json:"prompt"`
+		}
+		if err == nil && json.Unmarshal(b, &out) == nil && out.Prompt != "" {
+			text, template = out.Prompt, "apply-template"
+		} else {
+			template = "usage"
+		}
+	}
+	b, err := c.post(ctx, root+"/tokenize", map[string]any{"content": text, "add_special": true, "parse_special": true})
+	if err != nil {
+		return 0, "", fmt.Errorf("llama.cpp form: %w", err)
+	}
+	var r tokenizeReply
+	if json.Unmarshal(b, &r) != nil || r.Count != nil || len(r.Tokens) == 0 {
+		return 0, "", errors.New("llama.cpp form: no token list in the reply")
+	}
+	n, _, err := parseTokenizeReply(b)
+	if err != nil {
+		return 0, "", fmt.Errorf("llama.cpp form: %w", err)
+	}
+	return n, template, nil
+}
+
+// tokenizeVLLM counts a prompt in vLLM's (and SGLang's) form: the messages
+// of a chat request, counted with the model's chat template.
+func (c *Client) tokenizeVLLM(ctx context.Context, text string) (int, string, error) {
+	body := map[string]any{"model": c.target.Model}
+	template := "none"
+	if c.target.API == "completions" {
+		body["prompt"] = text
+	} else {
+		body["messages"] = []Message{{Role: "user", Content: text}}
+		template = "tokenize"
+	}
+	b, err := c.post(ctx, serverRoot(c.target.URL)+"/tokenize", body)
+	if err != nil {
+		return 0, "", fmt.Errorf("vLLM form: %w", err)
+	}
+	n, _, err := parseTokenizeReply(b)
+	if err != nil {
+		return 0, "", fmt.Errorf("vLLM form: %w", err)
+	}
+	return n, template, nil
+}
+
+// contextLength returns the smallest context length the target states
+// (/v1/models' max_model_len for the target's model, llama.cpp's /props
+// n_ctx) or is configured with (max_context), and its source.
+func (c *Client) contextLength(ctx context.Context) (int, string) {
+	best, source := 0, ""
+	consider := func(n int, s string) {
+		if n > 0 && n <= maxReportedTokens && (best == 0 || n < best) {
+			best, source = n, s
+		}
+	}
+	if b, err := c.get(ctx, http.MethodGet, strings.TrimSuffix(c.target.URL, "/")+"/models", nil); err == nil {
+		consider(parseModelsContext(b, c.target.Model), "max_model_len")
+	}
+	if b, err := c.get(ctx, http.MethodGet, serverRoot(c.target.URL)+"/props", nil); err == nil {
+		consider(parsePropsContext(b), "n_ctx")
+	}
+	consider(c.target.MaxContext, "max_context")
+	return best, source
+}
+
+// parseModelsContext returns max_model_len of model in a /v1/models reply
+// (vLLM), else of its only model, else 0.
+func parseModelsContext(b []byte, model string) int {
+	var r struct {
+		Data []struct {
+			ID          string `json:"id"`
+			MaxModelLen int    `json:"max_model_len"`
+		} `json:"data"`
+	}
+	if json.Unmarshal(b, &r) != nil {
+		return 0
+	}
+	for _, m := range r.Data {
+		if m.ID == model {
+			return m.MaxModelLen
+		}
+	}
+	if len(r.Data) == 1 {
+		return r.Data[0].MaxModelLen
+	}
+	return 0
+}
+
+// parsePropsContext returns n_ctx of a llama.cpp /props reply, 0 if none.
+func parsePropsContext(b []byte) int {
+	var r struct {
+		NCtx     int `json:"n_ctx"`
+		Settings struct {
+			NCtx int `json:"n_ctx"`
+		} `json:"default_generation_settings"`
+	}
+	if json.Unmarshal(b, &r) != nil {
+		return 0
+	}
+	if r.Settings.NCtx > 0 {
+		return r.Settings.NCtx
+	}
+	return r.NCtx
+}
