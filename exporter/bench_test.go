@@ -6,9 +6,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/exporter"
 	"github.com/sloprober/sloprober/prober"
-	"github.com/sloprober/sloprober/prober/config"
 )
 
 // BenchmarkFinished records one finished 200-chunk request into every

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sloprober/sloprober/exporter"
-	"github.com/sloprober/sloprober/prober/simulator/simtest"
+	"github.com/sloprober/sloprober/simulator/simtest"
 )
 
 // faultRunEnv sets the duration of TestToggledFaults (a Go duration): 30 s

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/sloprober/sloprober/prober/simulator/simtest"
+	"github.com/sloprober/sloprober/simulator/simtest"
 )
 
 func TestMain(m *testing.M) {

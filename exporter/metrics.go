@@ -12,8 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/prober"
-	"github.com/sloprober/sloprober/prober/config"
 )
 
 const namespace = "sloprober"

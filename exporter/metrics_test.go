@@ -19,9 +19,9 @@ import (
 	"github.com/prometheus/common/promslog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/exporter"
 	"github.com/sloprober/sloprober/prober"
-	"github.com/sloprober/sloprober/prober/config"
 )
 
 // find returns the metric of a family whose labels include want, or nil.

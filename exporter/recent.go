@@ -4,8 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/prober"
-	"github.com/sloprober/sloprober/prober/config"
 )
 
 // RecentResult is a summary of one finished request, for the landing page.

@@ -17,7 +17,7 @@ import (
 
 	commoncfg "github.com/prometheus/common/config"
 
-	"github.com/sloprober/sloprober/prober/config"
+	"github.com/sloprober/sloprober/config"
 )
 
 // RequestIDHeader carries a unique id on every probe request, so servers can

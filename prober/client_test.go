@@ -19,11 +19,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/prober"
-	"github.com/sloprober/sloprober/prober/config"
-	"github.com/sloprober/sloprober/prober/simulator"
-	"github.com/sloprober/sloprober/prober/simulator/simtest"
-	"github.com/sloprober/sloprober/prober/workload"
+	"github.com/sloprober/sloprober/simulator"
+	"github.com/sloprober/sloprober/simulator/simtest"
+	"github.com/sloprober/sloprober/workload"
 )
 
 func TestMain(m *testing.M) {

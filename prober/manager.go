@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sloprober/sloprober/prober/config"
+	"github.com/sloprober/sloprober/config"
 )
 
 // ObserverFactory creates the observers of loads. The exporter implements it

@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/sloprober/sloprober/prober/config"
+	"github.com/sloprober/sloprober/config"
 )
 
 // InputWithinTolerance reports whether the server's count of a prompt is

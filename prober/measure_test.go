@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sloprober/sloprober/prober/config"
+	"github.com/sloprober/sloprober/config"
 )
 
 func ms(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sloprober/sloprober/prober/config"
+	"github.com/sloprober/sloprober/config"
 )
 
 func TestSynthesizePrompt(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/sloprober/sloprober/prober/workload"
+	"github.com/sloprober/sloprober/workload"
 )
 
 // Arrivals is an arrival process: a sequence of arrivals whose due times are

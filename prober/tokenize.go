@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sloprober/sloprober/prober/config"
+	"github.com/sloprober/sloprober/config"
 )
 
 // maxInfoReplyBytes bounds a reply of /tokenize, /apply-template, /models

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sloprober/sloprober/prober/config"
-	"github.com/sloprober/sloprober/prober/workload"
+	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/workload"
 )
 
 // Message is one chat message of a request.

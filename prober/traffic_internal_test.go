@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sloprober/sloprober/prober/config"
-	"github.com/sloprober/sloprober/prober/workload"
+	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/workload"
 )
 
 func TestPromptWordsAreThreeLetters(t *testing.T) {

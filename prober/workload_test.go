@@ -16,9 +16,9 @@ import (
 	"github.com/prometheus/common/promslog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/prober"
-	"github.com/sloprober/sloprober/prober/config"
-	"github.com/sloprober/sloprober/prober/simulator/simtest"
+	"github.com/sloprober/sloprober/simulator/simtest"
 )
 
 // recorder keeps every finished result, by scenario.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 
-	"github.com/sloprober/sloprober/prober/config"
+	"github.com/sloprober/sloprober/config"
 )
 
 // checkCommand is `sloprober check config FILE...`.

@@ -24,8 +24,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/sloprober/sloprober/prober/simulator"
-	"github.com/sloprober/sloprober/prober/simulator/simtest"
+	"github.com/sloprober/sloprober/simulator"
+	"github.com/sloprober/sloprober/simulator/simtest"
 )
 
 // binary is the sloprober binary built once for these tests.

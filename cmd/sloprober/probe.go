@@ -13,8 +13,8 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 
+	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/prober"
-	"github.com/sloprober/sloprober/prober/config"
 )
 
 // probeCalibrationTimeout bounds the calibration of `probe` as a whole:

@@ -25,10 +25,10 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
+	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/exporter"
 	"github.com/sloprober/sloprober/prober"
-	"github.com/sloprober/sloprober/prober/config"
-	"github.com/sloprober/sloprober/prober/simulator"
+	"github.com/sloprober/sloprober/simulator"
 )
 
 //go:embed default.yml

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sloprober/sloprober/prober/simulator/simtest"
+	"github.com/sloprober/sloprober/simulator/simtest"
 )
 
 // TestSecretsNeverShown: a password in a target URL's userinfo and a bearer

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/common/promslog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sloprober/sloprober/prober/simulator/simtest"
+	"github.com/sloprober/sloprober/simulator/simtest"
 )
 
 // writeConfig writes a configuration file and returns its path.

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
-	"github.com/sloprober/sloprober/prober/simulator"
+	"github.com/sloprober/sloprober/simulator"
 )
 
 // simCommand is `sloprober sim`: the simulated LLM engine as a server.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 
-	"github.com/sloprober/sloprober/prober/workload"
+	"github.com/sloprober/sloprober/workload"
 )
 
 // workloadStatsCommand is `sloprober workload stats`.

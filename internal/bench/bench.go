@@ -29,9 +29,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/exporter"
 	"github.com/sloprober/sloprober/prober"
-	"github.com/sloprober/sloprober/prober/config"
 )
 
 // Step is one load level: Streams concurrent streams of Tokens tokens, the

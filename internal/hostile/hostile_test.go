@@ -22,9 +22,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/internal/hostile"
 	"github.com/sloprober/sloprober/prober"
-	"github.com/sloprober/sloprober/prober/config"
 )
 
 func TestMain(m *testing.M) {

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/promslog"
 
-	"github.com/sloprober/sloprober/prober/simulator"
+	"github.com/sloprober/sloprober/simulator"
 )
 
 // Server is a simulator served over HTTP on 127.0.0.1.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"unicode"
 
-	"github.com/sloprober/sloprober/prober/workload"
+	"github.com/sloprober/sloprober/workload"
 )
 
 // FuzzLoadConfig: go test -run='^$' -fuzz=FuzzLoadConfig ./prober/config/
@@ -30,7 +30,7 @@ func FuzzLoadConfig(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	for _, p := range append(files, "../../examples/production-like.yml") {
+	for _, p := range append(files, "../examples/production-like.yml") {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			f.Fatal(err)

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/sloprober/sloprober/prober/simulator"
-	"github.com/sloprober/sloprober/prober/simulator/simtest"
+	"github.com/sloprober/sloprober/simulator"
+	"github.com/sloprober/sloprober/simulator/simtest"
 )
 
 func TestMain(m *testing.M) {

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sloprober/sloprober/prober/workload"
+	"github.com/sloprober/sloprober/workload"
 )
 
 func TestLoadFileGood(t *testing.T) {

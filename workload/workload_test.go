@@ -151,8 +151,8 @@ func TestDistributionSamples(t *testing.T) {
 
 // The real traces of ../shared/workloads.
 const (
-	azureTrace    = "../../../shared/workloads/azure-llm-inference-2023-conv.csv"
-	mooncakeTrace = "../../../shared/workloads/mooncake-fast25-conversation.jsonl"
+	azureTrace    = "../../shared/workloads/azure-llm-inference-2023-conv.csv"
+	mooncakeTrace = "../../shared/workloads/mooncake-fast25-conversation.jsonl"
 )
 
 func TestRealTraces(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sloprober/sloprober/prober/simulator"
+	"github.com/sloprober/sloprober/simulator"
 )
 
 // observed is what a client saw of a batch of requests under faults.

@@ -24,7 +24,7 @@ import (
 	"go.yaml.in/yaml/v2"
 
 	"github.com/sloprober/sloprober/internal/strictyaml"
-	"github.com/sloprober/sloprober/prober/workload"
+	"github.com/sloprober/sloprober/workload"
 )
 
 // CanaryTest is the value of the test label of the always-on canary loads.
