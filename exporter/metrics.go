@@ -1,5 +1,5 @@
 // Package exporter turns the prober's per-request results into the
-// Prometheus metrics of docs/metrics.md, and serves them with the web
+// Prometheus metrics of the README's metric reference, and serves them with the web
 // endpoints of `sloprober run`.
 package exporter
 
@@ -391,7 +391,8 @@ func (s *series) Sent(lag time.Duration) {
 	s.hist.Load().lag.Observe(lag.Seconds())
 }
 
-// Finished records a finished request by the definitions of docs/metrics.md.
+// Finished records a finished request by the definitions of the README's
+// metric reference.
 func (s *series) Finished(r *prober.Result) {
 	m := prober.Measure(r, s.info.SLOs)
 	h := s.hist.Load()

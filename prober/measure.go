@@ -19,7 +19,7 @@ func InputWithinTolerance(requested, counted int) bool {
 }
 
 // Measurement is what one finished request contributes to the metrics, by
-// the definitions of docs/metrics.md. Each Has* flag says whether the
+// the definitions of the README's metric reference. Each Has* flag says whether the
 // quantity is observed for this request.
 type Measurement struct {
 	Outcome Outcome

@@ -2,7 +2,7 @@
 // endpoints and measures every request: scheduling (absolute-time arrivals,
 // drop-never-queue), the HTTP client and SSE stream reader, and the pure
 // measurement functions that turn a per-request Result into TTFT, TPOT, ITL,
-// E2E and an SLO verdict, as docs/metrics.md defines them.
+// E2E and an SLO verdict, as the README's metric reference defines them.
 //
 // prober never imports the exporter: finished results go to an Observer.
 package prober

@@ -167,7 +167,7 @@ func TestJointLengths(t *testing.T) {
 	c, err := config.Load([]byte(`
 scenarios:
   - name: azure
-    lengths_from: {file: ../../shared/workloads/azure-llm-inference-2023-conv.csv, format: azure}
+    lengths_from: {file: ../examples/traces/azure-llm-inference-2023-conv.csv, format: azure}
 `), false)
 	require.NoError(t, err)
 	s := newScenarioRun(*c.Scenarios[0], config.Key{Target: "t", Scenario: "azure", Test: "canary"})

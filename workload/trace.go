@@ -39,7 +39,7 @@ const MooncakeBlockTokens = 512
 
 // MaxTraceSpan bounds the time from a trace's earliest record to its
 // latest: 366 days. Real traces span an hour (the Mooncake and Azure
-// conversation traces in shared/workloads) to a few weeks. A timestamp far
+// conversation traces in examples/traces) to a few weeks. A timestamp far
 // beyond (1e300 ms, a year typed wrong, seconds in a field of milliseconds)
 // used to overflow time.Duration, whose range is 292 years, without a word:
 // Mooncake's 1e300 gave a duration of -2562047h and a mean rate of 0 req/s.

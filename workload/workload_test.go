@@ -149,10 +149,10 @@ func TestDistributionSamples(t *testing.T) {
 		sampleN(Distribution{Kind: Lognormal, Median: 600, P90: 3000, Min: 1}, 100), "the same seed gives the same draws")
 }
 
-// The real traces of ../shared/workloads.
+// The real traces of examples/traces.
 const (
-	azureTrace    = "../../shared/workloads/azure-llm-inference-2023-conv.csv"
-	mooncakeTrace = "../../shared/workloads/mooncake-fast25-conversation.jsonl"
+	azureTrace    = "../examples/traces/azure-llm-inference-2023-conv.csv"
+	mooncakeTrace = "../examples/traces/mooncake-fast25-conversation.jsonl"
 )
 
 func TestRealTraces(t *testing.T) {

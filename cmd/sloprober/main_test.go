@@ -414,12 +414,12 @@ func TestProbeCommand(t *testing.T) {
 }
 
 func TestWorkloadStats(t *testing.T) {
-	code, stdout, stderr := runCLI(t, "workload", "stats", "--file=../../../shared/workloads/azure-llm-inference-2023-conv.csv", "--format=azure")
+	code, stdout, stderr := runCLI(t, "workload", "stats", "--file=../../examples/traces/azure-llm-inference-2023-conv.csv", "--format=azure")
 	require.Equal(t, 0, code, stderr)
 	for _, want := range []string{"requests:          19366", "mean rate:         5.530 req/s", "input/output correlation: -0.112"} {
 		require.Contains(t, stdout, want)
 	}
-	code, stdout, stderr = runCLI(t, "workload", "stats", "--file=../../../shared/workloads/mooncake-fast25-conversation.jsonl", "--format=mooncake")
+	code, stdout, stderr = runCLI(t, "workload", "stats", "--file=../../examples/traces/mooncake-fast25-conversation.jsonl", "--format=mooncake")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "prompt blocks repeating an earlier block: 36.6%")
 	require.Regexp(t, `input\s+12035\.1\s+6909\s+27367\s+39552\s+85401\s+126195`, stdout)
