@@ -111,6 +111,10 @@ type Metrics struct {
 	// have them.
 	calTargets map[string]bool
 	configured bool
+	// removedTTL is how long a removed load's series stay (see Forget);
+	// removed holds their pending deletions.
+	removedTTL time.Duration
+	removed    map[config.Key]*time.Timer
 }
 
 var (
@@ -159,6 +163,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		series:     map[config.Key]*series{},
 		recent:     NewRecent(20),
 		calTargets: map[string]bool{},
+		removed:    map[config.Key]*time.Timer{},
 	}
 	m.hist = newHistograms(m.layout)
 	reg.MustRegister(m.scheduled, m.dropped, m.sent, m.finished, m.responses, m.good, m.sloMissed,
@@ -169,6 +174,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(h)
 	}
 	return m
+}
+
+// SetRemovedSeriesTTL sets how long the series of a removed load stay
+// before they are deleted (0: at once), so that the scrape after a reload
+// still sees a removed load's final counts.
+func (m *Metrics) SetRemovedSeriesTTL(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.removedTTL = d
 }
 
 // Recent returns the store of recent results, for the landing page.
@@ -287,6 +301,13 @@ func (m *Metrics) CalibrationRejected(target string) {
 func (m *Metrics) Observe(info prober.LoadInfo) prober.Observer {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if t, ok := m.removed[info.Key]; ok {
+		// A restarted load replaces its lingering series at once: it
+		// starts at zero.
+		t.Stop()
+		delete(m.removed, info.Key)
+		m.deleteSeries(info.Key)
+	}
 	lv := []string{info.Target, info.Scenario, info.Test}
 	s := &series{
 		m:                m,
@@ -327,13 +348,38 @@ func (m *Metrics) Observe(info prober.LoadInfo) prober.Observer {
 	return s
 }
 
-// Forget implements prober.ObserverFactory: it deletes every series of a load.
+// Forget implements prober.ObserverFactory: it deletes every series of a
+// load once the removed-series TTL has passed (SetRemovedSeriesTTL), so the
+// scrapes meanwhile see the load's final counts; Observe of the same labels
+// replaces them at once.
 func (m *Metrics) Forget(info prober.LoadInfo) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.series, info.Key)
 	m.recent.Forget(info.Key)
-	match := prometheus.Labels{"target": info.Target, "scenario": info.Scenario, "test": info.Test}
+	if t, ok := m.removed[info.Key]; ok {
+		t.Stop()
+	}
+	if m.removedTTL <= 0 {
+		delete(m.removed, info.Key)
+		m.deleteSeries(info.Key)
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(m.removedTTL, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.removed[info.Key] == t {
+			delete(m.removed, info.Key)
+			m.deleteSeries(info.Key)
+		}
+	})
+	m.removed[info.Key] = t
+}
+
+// deleteSeries deletes every series of a load; m.mu is held.
+func (m *Metrics) deleteSeries(k config.Key) {
+	match := prometheus.Labels{"target": k.Target, "scenario": k.Scenario, "test": k.Test}
 	for _, v := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
 	}{

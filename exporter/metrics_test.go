@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -480,4 +481,35 @@ canary: [{target: a, scenario: chat, rate: 1}]
 
 	obs.CalibrationFrozen("a", false)
 	require.Zero(t, frozen("a"), "0 once adapting again")
+}
+
+// TestRemovedSeriesLinger: a removed load's series stay for the TTL with
+// their final counts, then go; a load started again with the same labels
+// replaces them at once, from zero.
+func TestRemovedSeriesLinger(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		m := exporter.NewMetrics(reg)
+		m.SetRemovedSeriesTTL(30 * time.Second)
+		info := prober.LoadInfo{Key: config.Key{Target: "t", Scenario: "s", Test: "canary"}, Rate: 1}
+		labels := map[string]string{"target": "t", "scenario": "s", "test": "canary"}
+		obs := m.Observe(info)
+		obs.Scheduled()
+		obs.Sent(0)
+
+		m.Forget(info)
+		time.Sleep(29 * time.Second)
+		require.Equal(t, 1.0, value(t, reg, "sloprober_requests_sent_total", labels), "the final count is still there")
+		time.Sleep(2 * time.Second)
+		require.Nil(t, find(t, reg, "sloprober_requests_sent_total", labels), "deleted after the TTL")
+
+		obs = m.Observe(info)
+		obs.Sent(0)
+		m.Forget(info)
+		require.Equal(t, 1.0, value(t, reg, "sloprober_requests_sent_total", labels))
+		m.Observe(info) // started again: replaces the lingering series at once
+		require.Equal(t, 0.0, value(t, reg, "sloprober_requests_sent_total", labels))
+		time.Sleep(time.Minute)
+		require.NotNil(t, find(t, reg, "sloprober_requests_sent_total", labels), "the old deletion does not touch the new series")
+	})
 }

@@ -141,6 +141,7 @@ type runCommand struct {
 	web       *web.FlagConfig
 	grace     *time.Duration
 	linger    *time.Duration
+	removed   *time.Duration
 	simlisten *string
 	pprof     *bool
 }
@@ -153,6 +154,8 @@ func newRunCommand(app *kingpin.Application) *runCommand {
 		Default("15s").Duration()
 	c.linger = c.cmd.Flag("shutdown.linger", "After the drain, how long /metrics stays up for a scrape of the final counts (outcome shutdown included); sloprober exits after the first such scrape or when this passes. Grace period plus linger bound the whole exit.").
 		Default("5s").Duration()
+	c.removed = c.cmd.Flag("metrics.removed-series-ttl", "How long the series of a load removed by a reload stay on /metrics, so that the next scrapes see its final counts; a load started again with the same labels replaces them at once (0: deleted at once).").
+		Default("30s").Duration()
 	c.simlisten = c.cmd.Flag("sim.listen-address", "Where the built-in simulator listens when no --config.file is given (loopback only; port 0 picks a free port).").
 		Default("127.0.0.1:0").String()
 	c.pprof = c.cmd.Flag("debug.pprof", "Serve Go profiling (net/http/pprof) on /debug/pprof/.").Default("false").Bool()
@@ -223,6 +226,7 @@ func (c *runCommand) run(logger *slog.Logger) int {
 		versioncollector.NewCollector("sloprober"),
 	)
 	d := &daemon{logger: logger, source: c.config, metrics: exporter.NewMetrics(reg)}
+	d.metrics.SetRemovedSeriesTTL(*c.removed)
 	d.manager = prober.NewManager(logger, d.metrics, userAgent())
 
 	var sim *embeddedSim
