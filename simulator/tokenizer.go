@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"container/list"
+	"strings"
 	"unicode"
 )
 
@@ -155,4 +156,32 @@ func (c *prefixCache) insert(p prompt) {
 			c.lru.Remove(old)
 		}
 	}
+}
+
+// vocabulary returns the texts output tokens are drawn from: each is exactly
+// one token for the configured tokenizer (chars_per_token characters, or one
+// word followed by a space).
+func vocabulary(c TokenizerConfig) []string {
+	words := strings.Fields(`the of and to in is was for that on as with by he at from his it an were
+		are which this be or has had not but also first one their its new after who they have her
+		she two been other when there all during into school time may years more most only over
+		city some world would where later up such used many can state about national out known
+		university united then made`)
+	out := make([]string, len(words))
+	for i, w := range words {
+		if c.Words {
+			out[i] = w + " "
+			continue
+		}
+		k := c.CharsPerToken
+		if k == 1 {
+			out[i] = w[:1]
+			continue
+		}
+		for len(w) < k-1 {
+			w += w
+		}
+		out[i] = w[:k-1] + " "
+	}
+	return out
 }
