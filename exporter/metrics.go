@@ -439,8 +439,7 @@ func (s *series) Sent(lag time.Duration) {
 
 // Finished records a finished request by the definitions of the README's
 // metric reference.
-func (s *series) Finished(r *prober.Result) {
-	m := prober.Measure(r, s.info.SLOs)
+func (s *series) Finished(r *prober.Result, m *prober.Measurement) {
 	h := s.hist.Load()
 	s.inFlight.Dec()
 	s.finished[r.Outcome].Inc()
@@ -451,8 +450,8 @@ func (s *series) Finished(r *prober.Result) {
 		h.ttft.Observe(m.TTFT.Seconds())
 	}
 	if m.HasITL {
-		for i := 1; i < len(r.Chunks); i++ {
-			h.itl.Observe((r.Chunks[i] - r.Chunks[i-1]).Seconds())
+		for gap := range prober.Gaps(r.Chunks) {
+			h.itl.Observe(gap.Seconds())
 		}
 	}
 	if m.HasE2E {
@@ -487,7 +486,7 @@ func (s *series) Finished(r *prober.Result) {
 	for _, slo := range m.Missed {
 		s.missed[slo].Inc()
 	}
-	s.m.recent.Add(s.info.Key, r, &m)
+	s.m.recent.Add(s.info.Key, r, m)
 }
 
 func (s *series) response(code int) prometheus.Counter {

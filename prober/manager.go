@@ -388,7 +388,8 @@ func (m *Manager) request(ctx context.Context, l *load, c *targetClient, a Arriv
 		// reports the request as ended by the shutdown.
 		r := &Result{Target: info.Target, Scenario: info.Scenario, Test: info.Test, Scheduled: a.Due}
 		c.client.Load().Do(ctx, &Request{OnSend: started}, r)
-		l.obs[a.Scenario].Finished(r)
+		m := Measure(r, info.SLOs)
+		l.obs[a.Scenario].Finished(r, &m)
 		return
 	}
 	req := s.request(a, c.cal)
@@ -413,7 +414,8 @@ func (m *Manager) request(ctx context.Context, l *load, c *targetClient, a Arriv
 			"load", info.Key.String(), "input_tokens", req.InputTokens, "output_tokens", req.OutputTokens, "context_tokens", c.cal.Context())
 	}
 	c.client.Load().Do(ctx, req, r)
-	l.obs[a.Scenario].Finished(r)
+	meas := Measure(r, info.SLOs)
+	l.obs[a.Scenario].Finished(r, &meas)
 	if r.Usage != nil && r.Usage.PromptTokens > 0 && r.Outcome == OutcomeOK {
 		switch {
 		case req.calibrate:

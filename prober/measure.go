@@ -1,6 +1,7 @@
 package prober
 
 import (
+	"iter"
 	"math"
 	"time"
 
@@ -130,11 +131,24 @@ func metSLO(m *Measurement, slo config.SLO) bool {
 	return true
 }
 
+// Gaps yields the gaps between consecutive offsets: the inter-token
+// latencies of a result's Chunks. Every consumer of ITL takes them from
+// here.
+func Gaps(offsets []time.Duration) iter.Seq[time.Duration] {
+	return func(yield func(time.Duration) bool) {
+		for i := 1; i < len(offsets); i++ {
+			if !yield(offsets[i] - offsets[i-1]) {
+				return
+			}
+		}
+	}
+}
+
 // MaxGap returns the largest gap between consecutive offsets.
 func MaxGap(offsets []time.Duration) time.Duration {
 	var g time.Duration
-	for i := 1; i < len(offsets); i++ {
-		g = max(g, offsets[i]-offsets[i-1])
+	for d := range Gaps(offsets) {
+		g = max(g, d)
 	}
 	return g
 }

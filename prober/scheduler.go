@@ -19,8 +19,10 @@ type Observer interface {
 	// after its due time. It is called once per sent request when its HTTP
 	// call starts, so a request that never ends has its lag counted too.
 	Sent(lag time.Duration)
-	// Finished: a sent request ended; r is complete and no longer changes.
-	Finished(r *Result)
+	// Finished: a sent request ended; r is complete and no longer changes,
+	// and m is its measurement under the load's SLOs, computed once for
+	// every observer.
+	Finished(r *Result, m *Measurement)
 }
 
 // SendFunc starts the request of an arrival. It must not block: it starts

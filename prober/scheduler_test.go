@@ -26,7 +26,7 @@ func newCountingObserver() *countingObserver {
 func (o *countingObserver) Scheduled()           { o.mu.Lock(); o.scheduled++; o.mu.Unlock() }
 func (o *countingObserver) Dropped(r DropReason) { o.mu.Lock(); o.dropped[r]++; o.mu.Unlock() }
 func (o *countingObserver) Sent(time.Duration)   { o.mu.Lock(); o.sent++; o.mu.Unlock() }
-func (o *countingObserver) Finished(r *Result) {
+func (o *countingObserver) Finished(r *Result, _ *Measurement) {
 	o.mu.Lock()
 	o.done++
 	o.results = append(o.results, r)
@@ -62,7 +62,8 @@ func (l *sendLog) send(ctx context.Context, a Arrival, started func(time.Time), 
 			r.Cause = context.Cause(ctx)
 		}
 		r.Outcome = Classify(r)
-		l.obs.Finished(r)
+		m := Measure(r, nil)
+		l.obs.Finished(r, &m)
 	}()
 }
 

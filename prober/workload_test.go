@@ -49,7 +49,7 @@ func (o *recObs) Dropped(prober.DropReason) {
 	o.r.dropped++
 	o.r.mu.Unlock()
 }
-func (o *recObs) Finished(res *prober.Result) {
+func (o *recObs) Finished(res *prober.Result, _ *prober.Measurement) {
 	o.r.mu.Lock()
 	defer o.r.mu.Unlock()
 	if o.r.results == nil {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 	"unicode"
@@ -210,11 +209,7 @@ func printTimeline(w io.Writer, t *config.TargetConfig, s *config.ScenarioConfig
 	if n := len(r.Chunks); n > 0 {
 		at("first token (t1)", r.Chunks[0], "")
 		if n > 1 {
-			gaps := make([]time.Duration, 0, n-1)
-			for i := 1; i < n; i++ {
-				gaps = append(gaps, r.Chunks[i]-r.Chunks[i-1])
-			}
-			sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
+			gaps := slices.Sorted(prober.Gaps(r.Chunks))
 			p("  %-22s %d chunks, %d gaps: min %s, median %s, p90 %s, max %s", "chunks", n, len(gaps),
 				fmtMS(gaps[0]), fmtMS(gaps[len(gaps)/2]), fmtMS(gaps[len(gaps)*9/10]), fmtMS(gaps[len(gaps)-1]))
 		}

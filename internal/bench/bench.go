@@ -174,8 +174,8 @@ func (o *tapObserver) Sent(lag time.Duration) {
 // error of the first-token time and of every inter-token gap: a chunk's
 // arrival (t0 on the wall clock plus its monotonic offset) minus the
 // simulator's write time.
-func (o *tapObserver) Finished(r *prober.Result) {
-	o.next.Finished(r)
+func (o *tapObserver) Finished(r *prober.Result, m *prober.Measurement) {
+	o.next.Finished(r, m)
 	o.count(func(t *tap) {
 		t.lags = append(t.lags, ms(r.Lag()))
 		if r.Outcome != prober.OutcomeOK {

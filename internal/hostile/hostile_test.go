@@ -712,7 +712,9 @@ type daemonObserver struct {
 func (o *daemonObserver) Scheduled()                {}
 func (o *daemonObserver) Dropped(prober.DropReason) {}
 func (o *daemonObserver) Sent(time.Duration)        {}
-func (o *daemonObserver) Finished(r *prober.Result) { o.f.finished(o.target, r) }
+func (o *daemonObserver) Finished(r *prober.Result, _ *prober.Measurement) {
+	o.f.finished(o.target, r)
+}
 
 // logBuffer keeps the last lines the daemon logged.
 type logBuffer struct {
