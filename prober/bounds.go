@@ -104,25 +104,32 @@ func serverMessage(b []byte) string {
 	}
 	msg := ""
 	if json.Unmarshal(b, &obj) == nil {
-		switch {
-		case obj.Message != "":
-			msg = obj.Message
-		case len(obj.Error) > 0:
-			var inner struct {
-				Message string `json:"message"`
-			}
-			var s string
-			if json.Unmarshal(obj.Error, &inner) == nil && inner.Message != "" {
-				msg = inner.Message
-			} else if json.Unmarshal(obj.Error, &s) == nil && s != "" {
-				msg = s
-			}
+		msg = obj.Message
+		if msg == "" && len(obj.Error) > 0 {
+			msg = errorValueMessage(obj.Error)
 		}
 	}
 	if msg == "" {
 		msg = string(b)
 	}
 	return boundMessage(msg)
+}
+
+// errorValueMessage returns the message of an "error" value as engines send
+// it: an object's "message" ({"message": ...}, OpenAI and vLLM) or a string;
+// "" for anything else.
+func errorValueMessage(raw []byte) string {
+	var e struct {
+		Message string `json:"message"`
+	}
+	var s string
+	switch {
+	case json.Unmarshal(raw, &e) == nil && e.Message != "":
+		return e.Message
+	case json.Unmarshal(raw, &s) == nil:
+		return s
+	}
+	return ""
 }
 
 // boundMessage makes s one line of valid UTF-8 of at most
@@ -152,15 +159,6 @@ func Truncate(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + "..."
-}
-
-// validCount returns a reported token count, or 0 (not reported) when it
-// is negative or beyond maxReportedTokens.
-func validCount(n int) int {
-	if n < 0 || n > maxReportedTokens {
-		return 0
-	}
-	return n
 }
 
 // validTimings reports whether every time a server reported is in [0, a day].

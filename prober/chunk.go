@@ -302,11 +302,12 @@ func (p *chunkParser) integer() (int64, error) {
 	return v, nil
 }
 
-// clampInt converts a reported count to an int; values beyond any count a
-// server could mean become -1 (not valid, see validCount).
-func clampInt(v int64) int {
-	if v < 0 || v > 1<<40 {
-		return -1
+// reportedCount converts a count a server reported to an int: negative
+// values and values beyond maxReportedTokens are no count a server could
+// mean, and read as 0 (not reported).
+func reportedCount(v int64) int {
+	if v < 0 || v > maxReportedTokens {
+		return 0
 	}
 	return int(v)
 }
@@ -413,10 +414,10 @@ func (p *chunkParser) usage(key []byte) error {
 	switch string(key) {
 	case "prompt_tokens":
 		v, err = p.integer()
-		p.c.prompt = clampInt(v)
+		p.c.prompt = reportedCount(v)
 	case "completion_tokens":
 		v, err = p.integer()
-		p.c.complete = clampInt(v)
+		p.c.complete = reportedCount(v)
 	case "prompt_tokens_details":
 		if !p.is('{') {
 			return p.skip()
@@ -424,7 +425,7 @@ func (p *chunkParser) usage(key []byte) error {
 		return p.object(func(k []byte) error {
 			if string(k) == "cached_tokens" {
 				v, err := p.integer()
-				p.c.cached, p.c.hasCached = clampInt(v), true
+				p.c.cached, p.c.hasCached = reportedCount(v), true
 				return err
 			}
 			return p.skip()
@@ -440,15 +441,8 @@ func (p *chunkParser) usage(key []byte) error {
 // string) or an object of type "error", at most MaxServerMessageBytes.
 func (c *chunk) errorMessage() string {
 	if c.errRaw != nil {
-		var e struct {
-			Message string `json:"message"`
-		}
-		var s string
-		switch {
-		case json.Unmarshal(c.errRaw, &e) == nil && e.Message != "":
-			return boundMessage(e.Message)
-		case json.Unmarshal(c.errRaw, &s) == nil && s != "":
-			return boundMessage(s)
+		if msg := errorValueMessage(c.errRaw); msg != "" {
+			return boundMessage(msg)
 		}
 		return boundMessage(string(c.errRaw))
 	}

@@ -2,6 +2,7 @@ package prober
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -131,7 +132,8 @@ type Request struct {
 	CutToContext bool
 
 	// Skip, when set, ends the request before it is sent, with this
-	// cause (ErrConversationFull).
+	// cause (ErrConversationFull): Do reports it as the outcome of the
+	// cause, cancelled.
 	Skip error
 	// OnSend, when set, is called with t0 when the HTTP call starts (or,
 	// for a request that never gets that far, when it ends).
@@ -190,9 +192,11 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 			req.OnSend(r.Sent)
 		}
 	}
-	if ctx.Err() != nil { // stopping (or cancelled) before sending
+	// Stopping (or cancelled), or a request the workload does not make
+	// after all: it ends before it is sent.
+	if cause := cmp.Or(context.Cause(ctx), req.Skip); cause != nil {
 		markSent()
-		r.Cause = context.Cause(ctx)
+		r.Cause = cause
 		return
 	}
 	body, err := c.body(req)
@@ -255,8 +259,8 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 		reply = &strings.Builder{}
 		defer func() { r.Reply = reply.String() }()
 	}
-	body2 := &limitedBody{r: resp.Body, limit: limits.Bytes}
-	readStream(readCloser{body2, resp.Body}, r, func() time.Duration { return time.Since(r.Sent) }, reply, limits)
+	limited := &limitedBody{r: resp.Body, limit: limits.Bytes}
+	readStream(readCloser{limited, resp.Body}, r, func() time.Duration { return time.Since(r.Sent) }, reply, limits)
 	if !r.Done && ctx.Err() != nil {
 		r.Cause = context.Cause(ctx)
 	}
@@ -348,9 +352,9 @@ func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *
 			r.FinishReason = boundMessage(decodeString(c.finish))
 		}
 		if c.usage {
-			u := &Usage{PromptTokens: validCount(c.prompt), CompletionTokens: validCount(c.complete)}
+			u := &Usage{PromptTokens: c.prompt, CompletionTokens: c.complete}
 			if c.hasCached {
-				n := validCount(c.cached)
+				n := c.cached // c is reused for the next event
 				u.CachedTokens = &n
 			}
 			r.Usage = u

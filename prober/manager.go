@@ -187,6 +187,13 @@ func (m *Manager) Apply(cfg *config.Config, prepare func()) error {
 	}
 
 	clients := map[string]*targetClient{}
+	var fresh []*targetClient // made by this Apply
+	fail := func(err error) error {
+		for _, tc := range fresh {
+			tc.close()
+		}
+		return err
+	}
 	for _, t := range cfg.Targets {
 		// Enough pooled connections for every request in flight the
 		// target's loads may have.
@@ -204,7 +211,7 @@ func (m *Manager) Apply(cfg *config.Config, prepare func()) error {
 				// on the old one.
 				c, err := NewClient(t, m.userAgent, streams)
 				if err != nil {
-					return err
+					return fail(err)
 				}
 				old.client.Swap(c).Close()
 				old.pools = poolsFor(streams)
@@ -214,22 +221,15 @@ func (m *Manager) Apply(cfg *config.Config, prepare func()) error {
 		}
 		tc, err := newTargetClient(m.logger, m.factory, t, m.userAgent, streams)
 		if err != nil {
-			for name, tc := range clients {
-				if m.clients[name] != tc {
-					tc.close()
-				}
-			}
-			return err
+			return fail(err)
 		}
 		clients[t.Name] = tc
+		fresh = append(fresh, tc)
 	}
 	// A new target's first prompts must know its context: wait for the
 	// context lookups of the new clients, together, at most contextWait.
 	wait := time.NewTimer(contextWait)
-	for name, tc := range clients {
-		if m.clients[name] == tc {
-			continue
-		}
+	for _, tc := range fresh {
 		select {
 		case <-tc.contextKnown:
 		case <-wait.C:
@@ -241,10 +241,8 @@ func (m *Manager) Apply(cfg *config.Config, prepare func()) error {
 		prepare()
 	}
 	if cobs, ok := m.factory.(CalibrationObserver); ok {
-		for name, tc := range clients {
-			if m.clients[name] != tc {
-				cobs.CalibrationFrozen(name, false) // a new calibrator starts unfrozen
-			}
+		for _, tc := range fresh {
+			cobs.CalibrationFrozen(tc.cfg.Name, false) // a new calibrator starts unfrozen
 		}
 	}
 	m.global.SetMax(cfg.Global.MaxInFlight)
@@ -295,10 +293,8 @@ func (m *Manager) Apply(cfg *config.Config, prepare func()) error {
 			tc.close()
 		}
 	}
-	for name, tc := range clients {
-		if m.clients[name] != tc {
-			close(tc.applied)
-		}
+	for _, tc := range fresh {
+		close(tc.applied)
 	}
 	m.clients, m.loads = clients, desired
 	return nil
@@ -383,22 +379,11 @@ func (m *Manager) request(ctx context.Context, l *load, c *targetClient, a Arriv
 	defer done()
 	s := l.scen[a.Scenario]
 	info := l.infos[a.Scenario]
-	if ctx.Err() != nil {
-		// Stopping: no prompt is built (up to 8 MiB of work); Do
-		// reports the request as ended by the shutdown.
-		r := &Result{Target: info.Target, Scenario: info.Scenario, Test: info.Test, Scheduled: a.Due}
-		c.client.Load().Do(ctx, &Request{OnSend: started}, r)
-		m := Measure(r, info.SLOs)
-		l.obs[a.Scenario].Finished(r, &m)
-		return
+	req := &Request{} // stopping: no prompt is built (up to 8 MiB of work); Do reports the shutdown
+	if ctx.Err() == nil {
+		req = s.request(a, c.cal)
 	}
-	req := s.request(a, c.cal)
 	req.OnSend = started
-	if req.Skip != nil {
-		var cancel context.CancelCauseFunc
-		ctx, cancel = context.WithCancelCause(ctx)
-		cancel(req.Skip)
-	}
 	if req.CancelAfter > 0 {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)

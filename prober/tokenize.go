@@ -82,16 +82,18 @@ func parseTokenizeReply(b []byte) (count, maxModelLen int, err error) {
 	return count, r.MaxModelLen, nil
 }
 
-// post sends a JSON body to url and returns the reply body, bounded.
+// post sends a JSON body to url and returns the reply body, bounded (call).
 func (c *Client) post(ctx context.Context, url string, body any) ([]byte, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
-	return c.get(ctx, http.MethodPost, url, b)
+	return c.call(ctx, http.MethodPost, url, b)
 }
 
-func (c *Client) get(ctx context.Context, method, url string, body []byte) ([]byte, error) {
+// call sends a calibration request (body nil for a GET) and returns the
+// reply body: at most maxInfoReplyBytes, within infoTimeout, status 200.
+func (c *Client) call(ctx context.Context, method, url string, body []byte) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, infoTimeout)
 	defer cancel()
 	var rd io.Reader
@@ -146,14 +148,18 @@ func (c *Client) LearnContext(ctx context.Context, cal *Calibrator) Calibration 
 // tokenize is the /tokenize part of Tokenize.
 func (c *Client) tokenize(ctx context.Context, cal *Calibrator, info Calibration) Calibration {
 	var errs []error
-	for _, form := range []func(context.Context, string) (int, string, error){c.tokenizeLlama, c.tokenizeVLLM} {
+	forms := []struct {
+		name  string
+		count func(context.Context, string) (int, string, error)
+	}{{"llama.cpp", c.tokenizeLlama}, {"vllm", c.tokenizeVLLM}}
+	for _, form := range forms {
 		var counts []int
-		var name, template string
+		var template string
 		var err error
 		for i, words := range calibrationWords {
 			text := SynthesizePrompt(Seed("tokenize"), uint64(i), words)
 			var n int
-			n, template, err = form(ctx, text)
+			n, template, err = form.count(ctx, text)
 			if err != nil {
 				break
 			}
@@ -163,10 +169,7 @@ func (c *Client) tokenize(ctx context.Context, cal *Calibrator, info Calibration
 			errs = append(errs, err)
 			continue
 		}
-		name = "vllm"
-		if len(errs) == 0 {
-			name = "llama.cpp"
-		}
+		name := form.name
 		accepted := 0
 		for i, n := range counts {
 			if cal.Observe(calibrationWords[i], n).Accepted {
@@ -207,10 +210,8 @@ func (c *Client) tokenizeLlama(ctx context.Context, text string) (int, string, e
 	if err != nil {
 		return 0, "", fmt.Errorf("llama.cpp form: %w", err)
 	}
-	var r tokenizeReply
-	if json.Unmarshal(b, &r) != nil || r.Count != nil || len(r.Tokens) == 0 {
-		return 0, "", errors.New("llama.cpp form: no token list in the reply")
-	}
+	// An empty token list (llama.cpp's answer to another form) is no
+	// count: parseTokenizeReply says so.
 	n, _, err := parseTokenizeReply(b)
 	if err != nil {
 		return 0, "", fmt.Errorf("llama.cpp form: %w", err)
@@ -250,10 +251,10 @@ func (c *Client) contextLength(ctx context.Context) (int, string) {
 			best, source = n, s
 		}
 	}
-	if b, err := c.get(ctx, http.MethodGet, strings.TrimSuffix(c.target.URL, "/")+"/models", nil); err == nil {
+	if b, err := c.call(ctx, http.MethodGet, strings.TrimSuffix(c.target.URL, "/")+"/models", nil); err == nil {
 		consider(parseModelsContext(b, c.target.Model), "max_model_len")
 	}
-	if b, err := c.get(ctx, http.MethodGet, serverRoot(c.target.URL)+"/props", nil); err == nil {
+	if b, err := c.call(ctx, http.MethodGet, serverRoot(c.target.URL)+"/props", nil); err == nil {
 		consider(parsePropsContext(b), "n_ctx")
 	}
 	consider(c.target.MaxContext, "max_context")
