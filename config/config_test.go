@@ -328,3 +328,24 @@ canary[2]: canary[1] and canary[2] both produce target="local" scenario="c" test
 canary[3]: set scenario or mix
 canary[3].rate: must be between 0.0001 and 10000 req/s, got 0`)
 }
+
+// TestValidateReadsNoFile: Validate checks the traces Parse read, and
+// reads none itself. On a Config not made by Parse, a trace not read skips
+// the checks against it, without a panic; its file and format are checked.
+func TestValidateReadsNoFile(t *testing.T) {
+	c, err := LoadFile("testdata/workloads.yml", false)
+	require.NoError(t, err)
+	require.NoError(t, c.Validate(), "a Config made by Parse is valid again")
+
+	c.Scenario("real-mix").LengthsFrom.Trace = nil
+	replay := c.Canary[1]
+	replay.Replay.Trace = nil
+	replay.Replay.File = "traces/none.jsonl"
+	require.NoError(t, c.Validate(), "no file is read")
+	require.Zero(t, c.LoadRate(replay), "a replay not read has no rate")
+
+	c.Scenario("real-mix").LengthsFrom.Format = "csv"
+	replay.Replay.File = ""
+	require.EqualError(t, c.Validate(), `scenarios[1].lengths_from: format: must be one of azure, mooncake, jsonl, got "csv"
+canary[1].replay: file: must not be empty`)
+}

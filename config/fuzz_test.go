@@ -12,7 +12,7 @@ import (
 	"github.com/sloprober/sloprober/workload"
 )
 
-// FuzzLoadConfig: go test -run='^$' -fuzz=FuzzLoadConfig ./prober/config/
+// FuzzLoadConfig: go test -run='^$' -fuzz=FuzzLoadConfig ./config/
 //
 // Whatever the bytes, Parse must not panic, and a configuration it accepts
 // must keep every documented bound: lengths drawn in [1, MaxTokens], rates

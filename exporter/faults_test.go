@@ -77,9 +77,10 @@ scenarios:
 canary:
   - {target: sim, scenario: chat, rate: 40, arrival: poisson}
 `, sim.URL))
-	reg, m, mgr := run(t, cfg)
+	recent := exporter.NewRecent(20)
+	reg, _, mgr := run(t, cfg, recent)
 	defer mgr.Stop(0)
-	h := exporter.NewHandler(webOptions(reg, m, mgr.Loads))
+	h := exporter.NewHandler(webOptions(reg, recent, mgr.Loads))
 
 	putFaults := func(body string) {
 		req, err := http.NewRequest(http.MethodPut, sim.URL+"/sim/faults", strings.NewReader(body))

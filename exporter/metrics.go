@@ -95,7 +95,7 @@ type Metrics struct {
 
 	scheduled, sent, good, inputTokens, outputTokens, goodOutputTokens, outputChunks *prometheus.CounterVec
 	dropped, finished, responses, sloMissed, fallbacks, mismatches                   *prometheus.CounterVec
-	inFlight, intendedRate, objective, sloThreshold                                  *prometheus.GaugeVec
+	inFlight, intendedRate, intendedConcurrency, objective, sloThreshold             *prometheus.GaugeVec
 	targetInfo, costPerHour                                                          *prometheus.GaugeVec
 	reloadSuccess, reloadTimestamp                                                   prometheus.Gauge
 	calFrozen                                                                        *prometheus.GaugeVec
@@ -105,7 +105,6 @@ type Metrics struct {
 	layout map[string][]float64
 	hist   *histograms
 	series map[config.Key]*series
-	recent *Recent
 	// calTargets are the targets with calibration series; configured is
 	// set by the first ApplyConfig, after which only configured targets
 	// have them.
@@ -151,6 +150,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		sloThreshold:     gauge("slo_threshold_seconds", "Configured SLO thresholds.", append(slices.Clone(loadLabels), "slo")...),
 		targetInfo:       gauge("target_info", "What each target is.", "target", "model", "api"),
 		costPerHour:      gauge("target_cost_per_hour", "Configured serving cost of a target per hour, for cost per good request.", "target"),
+		intendedConcurrency: gauge("intended_concurrency",
+			"Clients of a closed-loop load: each sends its next request when its previous one ends; 0 for open-loop loads.", loadLabels...),
 		reloadSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "config_last_reload_successful",
 			Help: "Whether the last configuration reload attempt was successful."}),
 		reloadTimestamp: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "config_last_reload_success_timestamp_seconds",
@@ -161,14 +162,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Prompt token counts of a target that calibration refused to learn from."}, []string{"target"}),
 		layout:     layouts(nil),
 		series:     map[config.Key]*series{},
-		recent:     NewRecent(20),
 		calTargets: map[string]bool{},
 		removed:    map[config.Key]*time.Timer{},
 	}
 	m.hist = newHistograms(m.layout)
 	reg.MustRegister(m.scheduled, m.dropped, m.sent, m.finished, m.responses, m.good, m.sloMissed,
 		m.inputTokens, m.outputTokens, m.goodOutputTokens, m.outputChunks, m.fallbacks, m.mismatches,
-		m.inFlight, m.intendedRate, m.objective, m.sloThreshold, m.targetInfo, m.costPerHour,
+		m.inFlight, m.intendedRate, m.intendedConcurrency, m.objective, m.sloThreshold, m.targetInfo, m.costPerHour,
 		m.reloadSuccess, m.reloadTimestamp, m.calFrozen, m.calRejected)
 	for _, h := range m.hist.all() {
 		reg.MustRegister(h)
@@ -184,9 +184,6 @@ func (m *Metrics) SetRemovedSeriesTTL(d time.Duration) {
 	defer m.mu.Unlock()
 	m.removedTTL = d
 }
-
-// Recent returns the store of recent results, for the landing page.
-func (m *Metrics) Recent() *Recent { return m.recent }
 
 // ReloadResult records the outcome of a configuration (re)load.
 func (m *Metrics) ReloadResult(ok bool) {
@@ -311,7 +308,6 @@ func (m *Metrics) Observe(info prober.LoadInfo) prober.Observer {
 	lv := []string{info.Target, info.Scenario, info.Test}
 	s := &series{
 		m:                m,
-		info:             info,
 		labels:           lv,
 		scheduled:        m.scheduled.WithLabelValues(lv...),
 		sent:             m.sent.WithLabelValues(lv...),
@@ -340,12 +336,31 @@ func (m *Metrics) Observe(info prober.LoadInfo) prober.Observer {
 	s.outputFallbacks = m.fallbacks.WithLabelValues(append(lv, "output")...)
 	s.inputMismatches = m.mismatches.WithLabelValues(append(lv, "input")...)
 	s.outputMismatches = m.mismatches.WithLabelValues(append(lv, "output")...)
-	m.intendedRate.WithLabelValues(lv...).Set(info.Rate)
+	m.setIntended(lv, info)
 	m.objective.WithLabelValues(lv...).Set(info.Objective)
 	s.resolveHistograms(m.hist)
 	m.series[info.Key] = s
-	m.recent.Init(info.Key)
 	return s
+}
+
+// Update implements prober.ObserverFactory: it sets the intended request
+// rate and concurrency of a running load, and nothing else. A step test
+// changes a load's rate or clients in place, without restarting it, so its
+// counters and histograms go on: resetting them would show the recording
+// and alerting rules a reset that did not happen. A load that is not
+// observed (never, or no longer) gets no series.
+func (m *Metrics) Update(info prober.LoadInfo) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.series[info.Key]; s != nil {
+		m.setIntended(s.labels, info)
+	}
+}
+
+// setIntended sets the gauges of what a load is configured to send.
+func (m *Metrics) setIntended(lv []string, info prober.LoadInfo) {
+	m.intendedRate.WithLabelValues(lv...).Set(info.Rate)
+	m.intendedConcurrency.WithLabelValues(lv...).Set(float64(info.Clients))
 }
 
 // Forget implements prober.ObserverFactory: it deletes every series of a
@@ -356,7 +371,6 @@ func (m *Metrics) Forget(info prober.LoadInfo) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.series, info.Key)
-	m.recent.Forget(info.Key)
 	if t, ok := m.removed[info.Key]; ok {
 		t.Stop()
 	}
@@ -385,7 +399,7 @@ func (m *Metrics) deleteSeries(k config.Key) {
 	}{
 		m.scheduled, m.dropped, m.sent, m.finished, m.responses, m.good, m.sloMissed, m.inputTokens,
 		m.outputTokens, m.goodOutputTokens, m.outputChunks, m.fallbacks, m.mismatches,
-		m.inFlight, m.intendedRate, m.objective, m.sloThreshold,
+		m.inFlight, m.intendedRate, m.intendedConcurrency, m.objective, m.sloThreshold,
 	} {
 		v.DeletePartialMatch(match)
 	}
@@ -397,7 +411,6 @@ func (m *Metrics) deleteSeries(k config.Key) {
 // series records the requests of one load.
 type series struct {
 	m      *Metrics
-	info   prober.LoadInfo
 	labels []string
 
 	scheduled, sent, good, inputTokens, outputTokens, goodOutputTokens, outputChunks prometheus.Counter
@@ -486,7 +499,6 @@ func (s *series) Finished(r *prober.Result, m *prober.Measurement) {
 	for _, slo := range m.Missed {
 		s.missed[slo].Inc()
 	}
-	s.m.recent.Add(s.info.Key, r, m)
 }
 
 func (s *series) response(code int) prometheus.Counter {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/promslog"
@@ -84,13 +86,14 @@ func mustConfig(t *testing.T, yml string) *config.Config {
 	return c
 }
 
-// run applies cfg with a manager on a fresh registry.
-func run(t *testing.T, cfg *config.Config) (*prometheus.Registry, *exporter.Metrics, *prober.Manager) {
+// run applies cfg with a manager on a fresh registry; the manager's
+// observers are the metrics and those of extra, composed as cmd does.
+func run(t *testing.T, cfg *config.Config, extra ...prober.ObserverFactory) (*prometheus.Registry, *exporter.Metrics, *prober.Manager) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := exporter.NewMetrics(reg)
-	mgr := prober.NewManager(promslog.NewNopLogger(), m, "sloprober/test")
-	require.NoError(t, mgr.Apply(cfg, func() { m.ApplyConfig(cfg) }))
+	mgr := prober.NewManager(promslog.NewNopLogger(), prober.Fanout(append([]prober.ObserverFactory{m}, extra...)...), "sloprober/test")
+	require.NoError(t, mgr.ApplyConfig(cfg, func() { m.ApplyConfig(cfg) }))
 	return reg, m, mgr
 }
 
@@ -238,93 +241,6 @@ canary: [{target: sim, scenario: a, rate: 10}]
 	}
 	h := find(t, reg, "sloprober_time_to_first_token_seconds", map[string]string{"scenario": "a"}).GetHistogram()
 	require.NotZero(t, h.GetSchema()+int32(len(h.GetPositiveSpan()))+int32(h.GetZeroThreshold()*1e9), "a native histogram too")
-}
-
-// factoryRecorder wraps the metrics and records Observe and Forget calls.
-type factoryRecorder struct {
-	*exporter.Metrics
-	mu     sync.Mutex
-	events []string
-}
-
-func (f *factoryRecorder) Observe(l prober.LoadInfo) prober.Observer {
-	f.mu.Lock()
-	f.events = append(f.events, "observe "+l.Key.String())
-	f.mu.Unlock()
-	return f.Metrics.Observe(l)
-}
-
-func (f *factoryRecorder) Forget(l prober.LoadInfo) {
-	f.mu.Lock()
-	f.events = append(f.events, "forget "+l.Key.String())
-	f.mu.Unlock()
-	f.Metrics.Forget(l)
-}
-
-// TestReloadDiff: unchanged loads keep running, changed ones restart, removed
-// ones stop and their series are deleted.
-func TestReloadDiff(t *testing.T) {
-	url := startSim(t, "slots: 0\nfixed: {ttft: 1ms, itl: 1ms}\n")
-	base := fmt.Sprintf(`
-global: {max_rate: 100}
-targets: [{name: sim, url: "%s", model: sim-model}]
-scenarios:
-  - {name: keep, output_tokens: 2, ignore_eos: true, slo: {ttft: 1s}}
-  - {name: change, output_tokens: 2, ignore_eos: true}
-  - {name: remove, output_tokens: 2, ignore_eos: true}
-  - {name: add, output_tokens: 2, ignore_eos: true}
-canary:
-  - {target: sim, scenario: keep, rate: 20, arrival: constant}
-`, url)
-	cfg1 := mustConfig(t, base+`
-  - {target: sim, scenario: change, rate: 20, arrival: constant}
-  - {target: sim, scenario: remove, rate: 20, arrival: constant}
-`)
-	cfg2 := mustConfig(t, base+`
-  - {target: sim, scenario: change, rate: 10, arrival: constant}
-  - {target: sim, scenario: add, rate: 20, arrival: constant, enabled: false}
-`)
-	reg := prometheus.NewRegistry()
-	rec := &factoryRecorder{Metrics: exporter.NewMetrics(reg)}
-	mgr := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
-	require.NoError(t, mgr.Apply(cfg1, func() { rec.ApplyConfig(cfg1) }))
-	waitSent(t, reg, 10, "keep", "change", "remove")
-	keepBefore := value(t, reg, "sloprober_requests_sent_total", load("keep"))
-
-	require.NoError(t, mgr.Apply(cfg2, func() { rec.ApplyConfig(cfg2) }))
-	require.GreaterOrEqual(t, value(t, reg, "sloprober_requests_sent_total", load("keep")), keepBefore, "an unchanged load keeps its series")
-	require.Less(t, value(t, reg, "sloprober_requests_sent_total", load("change")), 10.0, "a changed load starts again")
-	require.Equal(t, 10.0, value(t, reg, "sloprober_intended_request_rate", load("change")))
-	require.Nil(t, find(t, reg, "sloprober_requests_sent_total", load("remove")), "a removed load's series are deleted")
-	require.Nil(t, find(t, reg, "sloprober_time_to_first_token_seconds", load("remove")))
-	require.Zero(t, value(t, reg, "sloprober_intended_request_rate", load("add")), "a paused load has series, at rate 0")
-	mgr.Stop(5 * time.Second)
-
-	events := strings.Join(rec.events, "\n")
-	require.Equal(t, 1, strings.Count(events, "observe sim/keep/canary"), events)
-	require.Equal(t, 0, strings.Count(events, "forget sim/keep/canary"), events)
-	require.Equal(t, 2, strings.Count(events, "observe sim/change/canary"), events)
-	require.Equal(t, 1, strings.Count(events, "forget sim/change/canary"), events)
-	require.Equal(t, 1, strings.Count(events, "forget sim/remove/canary"), events)
-	require.Zero(t, value(t, reg, "sloprober_requests_sent_total", load("add")))
-}
-
-// TestShutdownOutcome: requests cancelled when the grace period ends are
-// counted as shutdown and stay out of the attainment denominator.
-func TestShutdownOutcome(t *testing.T) {
-	url := startSim(t, "slots: 0\nfixed: {ttft: 10s, itl: 1ms}\n")
-	cfg := mustConfig(t, fmt.Sprintf(twoScenarios, url))
-	reg, _, mgr := run(t, cfg)
-	waitSent(t, reg, 3, "pass")
-	mgr.Stop(50 * time.Millisecond)
-	require.Error(t, mgr.Apply(cfg, nil), "no loads start once stopping")
-	v := func(name string, extra ...string) float64 { return value(t, reg, name, load("pass", extra...)) }
-	sent := v("sloprober_requests_sent_total")
-	require.Equal(t, sent, v("sloprober_requests_finished_total", "outcome", "shutdown"))
-	require.Zero(t, v("sloprober_slo_missed_total", "slo", "ttft"), "shutdown is not in the denominator")
-	require.Zero(t, v("sloprober_time_to_first_token_seconds"), "no token arrived")
-	require.Equal(t, sent, v("sloprober_schedule_lag_seconds"), "lag is observed for every sent request")
-	require.Zero(t, v("sloprober_requests_in_flight"))
 }
 
 // TestCancellation: requests the workload cancels end as cancelled, add no
@@ -512,4 +428,139 @@ func TestRemovedSeriesLinger(t *testing.T) {
 		time.Sleep(time.Minute)
 		require.NotNil(t, find(t, reg, "sloprober_requests_sent_total", labels), "the old deletion does not touch the new series")
 	})
+}
+
+// intendedNames are the gauges of what a load is configured to send.
+var intendedNames = []string{"sloprober_intended_concurrency", "sloprober_intended_request_rate"}
+
+// intended is the exposition of testKey's intended gauges.
+func intended(rate float64, clients int) string {
+	return fmt.Sprintf(`
+# HELP sloprober_intended_concurrency Clients of a closed-loop load: each sends its next request when its previous one ends; 0 for open-loop loads.
+# TYPE sloprober_intended_concurrency gauge
+sloprober_intended_concurrency{scenario="s",target="t",test="canary"} %d
+# HELP sloprober_intended_request_rate Configured arrival rate, req/s; 0 while paused.
+# TYPE sloprober_intended_request_rate gauge
+sloprober_intended_request_rate{scenario="s",target="t",test="canary"} %g
+`, clients, rate)
+}
+
+// exposition returns the text exposition of every family of reg but the
+// intended gauges.
+func exposition(t *testing.T, reg prometheus.Gatherer) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var names []string
+	for _, mf := range mfs {
+		if !slices.Contains(intendedNames, mf.GetName()) {
+			names = append(names, mf.GetName())
+		}
+	}
+	require.NotEmpty(t, names)
+	b, err := testutil.GatherAndFormat(reg, expfmt.TypeTextPlain, names...)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// TestObserveIntended: Observe sets a load's intended request rate, 0 for a
+// closed-loop or paused load, and its intended concurrency, its clients, 0
+// for an open-loop load.
+func TestObserveIntended(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		info    prober.LoadInfo
+		rate    float64
+		clients int
+	}{
+		{name: "open loop", info: prober.LoadInfo{Rate: 20, Arrival: "poisson"}, rate: 20},
+		{name: "paused", info: prober.LoadInfo{Arrival: "constant"}},
+		{name: "closed loop", info: prober.LoadInfo{Clients: 8, Arrival: "closed"}, clients: 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			m := exporter.NewMetrics(reg)
+			tc.info.Key, tc.info.SLOs = testKey, testSLOs
+			m.Observe(tc.info)
+			require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(intended(tc.rate, tc.clients)), intendedNames...))
+		})
+	}
+}
+
+// TestUpdate: Update sets the intended request rate and concurrency of a
+// running load and nothing else: its counters, histograms and other gauges
+// go on, and keep counting.
+func TestUpdate(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		before, after prober.LoadInfo
+		rate          float64
+		clients       int
+	}{
+		{name: "rate step", before: prober.LoadInfo{Rate: 10, Arrival: "poisson"}, after: prober.LoadInfo{Rate: 25, Arrival: "poisson"}, rate: 25},
+		{name: "paused", before: prober.LoadInfo{Rate: 10, Arrival: "constant"}, after: prober.LoadInfo{Arrival: "constant"}},
+		{name: "clients step", before: prober.LoadInfo{Clients: 4, Arrival: "closed"}, after: prober.LoadInfo{Clients: 16, Arrival: "closed"}, clients: 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			m := exporter.NewMetrics(reg)
+			tc.before.Key, tc.before.SLOs, tc.before.Objective = testKey, testSLOs, 0.99
+			tc.after.Key, tc.after.SLOs, tc.after.Objective = testKey, testSLOs, 0.99
+			obs := m.Observe(tc.before)
+			finish(obs, "r0", true)
+			finish(obs, "r1", false)
+			obs.Scheduled()
+			obs.Dropped(prober.DropMaxInFlight)
+			obs.Scheduled()
+			obs.Sent(time.Millisecond) // still in flight
+			before := exposition(t, reg)
+			require.Contains(t, before, `sloprober_requests_sent_total{scenario="s",target="t",test="canary"} 3`)
+			require.Contains(t, before, `sloprober_requests_in_flight{scenario="s",target="t",test="canary"} 1`)
+
+			m.Update(tc.after)
+			require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(intended(tc.rate, tc.clients)), intendedNames...))
+			require.Equal(t, before, exposition(t, reg), "Update changes nothing but the intended gauges")
+
+			finish(obs, "r2", true)
+			require.Equal(t, 4.0, value(t, reg, "sloprober_requests_sent_total", testLabels), "the counters go on")
+			require.Equal(t, 2.0, value(t, reg, "sloprober_requests_good_total", testLabels))
+			require.Equal(t, 2.0, value(t, reg, "sloprober_request_duration_seconds", testLabels))
+		})
+	}
+}
+
+// TestForgetIntended: Forget deletes a load's intended concurrency with its
+// other series, once the removed-series TTL has passed; meanwhile it keeps
+// its final value, and an Update of the forgotten load neither changes it
+// nor brings it back.
+func TestForgetIntended(t *testing.T) {
+	for _, ttl := range []time.Duration{0, 30 * time.Second} {
+		t.Run(fmt.Sprintf("ttl %v", ttl), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				reg := prometheus.NewRegistry()
+				m := exporter.NewMetrics(reg)
+				m.SetRemovedSeriesTTL(ttl)
+				info := prober.LoadInfo{Key: testKey, Clients: 8, Arrival: "closed", SLOs: testSLOs}
+				m.Observe(info)
+				m.Forget(info)
+				step := info
+				step.Clients = 16
+				m.Update(step)
+				if ttl > 0 {
+					time.Sleep(ttl - time.Second)
+					require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(intended(0, 8)), intendedNames...),
+						"the final value stays for the TTL")
+					time.Sleep(2 * time.Second)
+				}
+				n, err := testutil.GatherAndCount(reg, intendedNames...)
+				require.NoError(t, err)
+				require.Zero(t, n, "deleted with the load's other series")
+				require.Nil(t, find(t, reg, "sloprober_requests_sent_total", testLabels))
+				m.Update(step)
+				n, err = testutil.GatherAndCount(reg, intendedNames...)
+				require.NoError(t, err)
+				require.Zero(t, n, "a forgotten load gets no series back")
+			})
+		})
+	}
 }

@@ -42,36 +42,62 @@ type recentLoad struct {
 	total, totalGood int64
 }
 
-// Recent keeps the last results of every load.
+// Recent keeps the last results of every load, for the landing page. It
+// implements prober.ObserverFactory: cmd composes it with the metrics
+// (prober.Fanout).
 type Recent struct {
 	size  int
 	mu    sync.Mutex
 	loads map[config.Key]*recentLoad
 }
 
+var _ prober.ObserverFactory = (*Recent)(nil)
+
 // NewRecent keeps size results, and size failures, per load.
 func NewRecent(size int) *Recent {
 	return &Recent{size: size, loads: map[config.Key]*recentLoad{}}
 }
 
-// Init starts keeping the results of a load.
-func (r *Recent) Init(k config.Key) {
+// Observe implements prober.ObserverFactory: it starts keeping the results
+// of a load (those already kept stay) and returns an observer that records
+// its finished requests.
+func (r *Recent) Observe(info prober.LoadInfo) prober.Observer {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.loads[k] == nil {
-		r.loads[k] = &recentLoad{}
+	if r.loads[info.Key] == nil {
+		r.loads[info.Key] = &recentLoad{}
 	}
+	return recentObserver{r: r, key: info.Key}
 }
 
-// Forget drops a load.
-func (r *Recent) Forget(k config.Key) {
+// Update implements prober.ObserverFactory: a load changed in place keeps
+// its results.
+func (r *Recent) Update(prober.LoadInfo) {}
+
+// Forget implements prober.ObserverFactory: it drops a load's results.
+func (r *Recent) Forget(info prober.LoadInfo) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.loads, k)
+	delete(r.loads, info.Key)
 }
 
-// Add records a finished request.
-func (r *Recent) Add(k config.Key, res *prober.Result, m *prober.Measurement) {
+// recentObserver records the finished requests of one load.
+type recentObserver struct {
+	r   *Recent
+	key config.Key
+}
+
+func (recentObserver) Scheduled()                {}
+func (recentObserver) Dropped(prober.DropReason) {}
+func (recentObserver) Sent(time.Duration)        {}
+
+func (o recentObserver) Finished(res *prober.Result, m *prober.Measurement) {
+	o.r.add(o.key, res, m)
+}
+
+// add records a finished request of a load it keeps; one it has forgotten
+// (a request that ended after its load was removed) is not kept.
+func (r *Recent) add(k config.Key, res *prober.Result, m *prober.Measurement) {
 	rr := RecentResult{
 		Time: res.Sent, RequestID: res.RequestID, Outcome: res.Outcome, Status: res.StatusCode,
 		Tokens: m.OutputTokens, Good: m.Good, Missed: m.Missed, Error: boundError(res.Error()),

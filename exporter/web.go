@@ -21,7 +21,8 @@ import (
 type WebOptions struct {
 	Logger   *slog.Logger
 	Gatherer prometheus.Gatherer
-	Metrics  *Metrics
+	// Recent holds the recent results the landing page shows (nil: none).
+	Recent *Recent
 	// Reload reloads the configuration and returns when it is done.
 	Reload func() error
 	// Config returns the configuration in force, secrets redacted.
@@ -164,7 +165,9 @@ func serveLanding(w http.ResponseWriter, o WebOptions, stopping bool) {
 	var loads []landingLoad
 	for _, st := range o.Loads() {
 		l := landingLoad{LoadStatus: st}
-		l.Recent, l.Failed, l.Total, l.Good = o.Metrics.Recent().Snapshot(st.Key)
+		if o.Recent != nil {
+			l.Recent, l.Failed, l.Total, l.Good = o.Recent.Snapshot(st.Key)
+		}
 		loads = append(loads, l)
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")

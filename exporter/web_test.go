@@ -20,13 +20,13 @@ import (
 	"github.com/sloprober/sloprober/prober"
 )
 
-// webOptions returns the options of a handler over reg and m whose loads
-// are those loads returns; Reload succeeds at once.
-func webOptions(reg prometheus.Gatherer, m *exporter.Metrics, loads func() []prober.LoadStatus) exporter.WebOptions {
+// webOptions returns the options of a handler over reg and recent whose
+// loads are those loads returns; Reload succeeds at once.
+func webOptions(reg prometheus.Gatherer, recent *exporter.Recent, loads func() []prober.LoadStatus) exporter.WebOptions {
 	return exporter.WebOptions{
 		Logger:   promslog.NewNopLogger(),
 		Gatherer: reg,
-		Metrics:  m,
+		Recent:   recent,
 		Reload:   func() error { return nil },
 		Config:   func() string { return "" },
 		Loads:    loads,
@@ -61,11 +61,12 @@ targets: [{name: hostile, url: "%s/v1", model: m}]
 scenarios: [{name: chat, input_tokens: 16, output_tokens: 2, slo: {ttft: 1s}}]
 canary: [{target: hostile, scenario: chat, rate: 20, arrival: constant}]
 `, srv.URL))
-	reg, m, mgr := run(t, cfg)
+	recent := exporter.NewRecent(20)
+	reg, _, mgr := run(t, cfg, recent)
 	require.Eventually(t, func() bool {
 		return value(t, reg, "sloprober_requests_finished_total", map[string]string{"target": "hostile", "outcome": "http_5xx"}) >= 2
 	}, 10*time.Second, 10*time.Millisecond)
-	h := exporter.NewHandler(webOptions(reg, m, mgr.Loads))
+	h := exporter.NewHandler(webOptions(reg, recent, mgr.Loads))
 	code, page := serve(t, h, http.MethodGet, "/")
 	mgr.Stop(0)
 
@@ -81,11 +82,11 @@ canary: [{target: hostile, scenario: chat, rate: 20, arrival: constant}]
 // and the landing page and /metrics keep answering.
 func TestWebWhileStopping(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := exporter.NewMetrics(reg)
+	exporter.NewMetrics(reg)
 	var mu sync.Mutex
 	stopping := false
 	reloading := make(chan struct{})
-	o := webOptions(reg, m, func() []prober.LoadStatus { return nil })
+	o := webOptions(reg, exporter.NewRecent(20), func() []prober.LoadStatus { return nil })
 	o.Reload = func() error {
 		<-reloading // a reload that would wait for the grace period to end
 		return nil
@@ -148,7 +149,7 @@ func (g *blockingGatherer) Gather() ([]*dto.MetricFamily, error) {
 // counts from before, so it does not count.
 func TestNextScrape(t *testing.T) {
 	g := &blockingGatherer{started: make(chan struct{}), release: make(chan struct{})}
-	o := webOptions(g, exporter.NewMetrics(prometheus.NewRegistry()), nil)
+	o := webOptions(g, nil, nil)
 	h := exporter.NewHandler(o)
 
 	first := make(chan struct{})
@@ -180,4 +181,50 @@ func TestNextScrape(t *testing.T) {
 	g.release <- struct{}{}
 	<-second
 	<-next // closed: the test would time out otherwise
+}
+
+// TestLandingRecent: the landing page shows the results Recent received as
+// one of the manager's factories (composed with the metrics, as cmd does):
+// each load's totals, its last results and its last failures; without a
+// Recent it shows the loads with none.
+func TestLandingRecent(t *testing.T) {
+	info := prober.LoadInfo{Key: testKey, Rate: 2, Arrival: "poisson", SLOs: testSLOs}
+	for _, tc := range []struct {
+		name    string
+		recent  bool
+		want    []string
+		notWant []string
+	}{
+		{name: "recent", recent: true,
+			want:    []string{"<td>2</td><td>50.00%</td>", "<code>good</code>", "<code>bad</code>", "HTTP 503: overloaded bad"},
+			notWant: []string{"None yet."}},
+		{name: "no recent",
+			want:    []string{"<td>0</td><td>-</td>", "None yet."},
+			notWant: []string{"<code>good</code>", "<code>bad</code>"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			factories := []prober.ObserverFactory{exporter.NewMetrics(reg)}
+			var recent *exporter.Recent
+			if tc.recent {
+				recent = exporter.NewRecent(20)
+				factories = append(factories, recent)
+			}
+			obs := prober.Fanout(factories...).Observe(info)
+			finish(obs, "good", true)
+			finish(obs, "bad", false)
+			h := exporter.NewHandler(webOptions(reg, recent, func() []prober.LoadStatus {
+				return []prober.LoadStatus{{LoadInfo: info, Owner: "canary", Enabled: true}}
+			}))
+			code, page := serve(t, h, http.MethodGet, "/")
+			require.Equal(t, http.StatusOK, code)
+			require.Contains(t, page, "<h2>t / s / canary</h2>")
+			for _, s := range tc.want {
+				require.Contains(t, page, s)
+			}
+			for _, s := range tc.notWant {
+				require.NotContains(t, page, s)
+			}
+		})
+	}
 }

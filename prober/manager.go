@@ -1,231 +1,251 @@
 package prober
 
 import (
-	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sloprober/sloprober/config"
 )
 
-// ObserverFactory creates the observers of loads. The exporter implements it
-// with Prometheus metrics; a test runner can implement it with a recorder.
-type ObserverFactory interface {
-	// Observe creates the series of a load, at zero, and returns their observer.
-	Observe(LoadInfo) Observer
-	// Forget deletes the series of a load once it has stopped.
-	Forget(LoadInfo)
+// CanaryOwner owns the loads of the configuration's canary section.
+const CanaryOwner = config.CanaryTest
+
+// Limits are the global caps over the loads of every owner
+// (global.max_rate, global.max_in_flight).
+type Limits struct {
+	// MaxRate caps the sum of the peak rates of all loads, req/s: the
+	// rates of open-loop loads and the maximum rates of closed-loop ones.
+	MaxRate float64
+	// MaxInFlight caps requests in flight over all loads. Closed-loop
+	// clients reserve their share; open-loop loads share the rest, and an
+	// arrival beyond it is dropped (reason max_in_flight).
+	MaxInFlight int
 }
 
-// CalibrationObserver is implemented by an ObserverFactory that exports the
-// state of each target's prompt calibration (see Calibrator). The manager
-// calls it from request goroutines, concurrently.
-type CalibrationObserver interface {
-	// CalibrationFrozen reports whether a target's calibration has stopped
-	// adapting because the server's prompt token counts cannot be followed
-	// (sloprober_calibration_frozen).
-	CalibrationFrozen(target string, frozen bool)
-	// CalibrationRejected counts one observation of a target that
-	// calibration refused (sloprober_calibration_rejected_total).
-	CalibrationRejected(target string)
-}
-
-// LoadInfo describes a load: its labels and what it is configured to do.
-type LoadInfo struct {
-	config.Key
-	// Rate is the intended arrival rate, req/s; 0 while the load is paused.
-	Rate      float64
-	Arrival   string
-	SLOs      []config.SLO
-	Objective float64
-}
-
-// LoadStatus is what the manager tells about a running load.
-type LoadStatus struct {
-	LoadInfo
-	Enabled  bool
-	InFlight int
-}
-
-// Manager runs the loads of a configuration and applies a new configuration
-// as a diff: unchanged loads keep their schedule (and connections), changed
-// ones restart, removed ones stop and their series are deleted.
+// Manager runs loads for their owners: the canary of the configuration,
+// and test runs beside it. Each owner applies its own set of load specs as
+// a diff against its running loads, so a reload of the canary leaves a
+// running test alone and a test never touches the canary: unchanged loads
+// keep their schedule (and connections), loads whose rate or clients alone
+// changed take it in place, other changed ones restart, removed ones stop
+// and their series are forgotten. Targets' clients (connection pools and
+// prompt calibration) are shared by the loads of every owner.
 type Manager struct {
 	logger    *slog.Logger
 	factory   ObserverFactory
 	userAgent string
-	global    *Limiter
+	// global caps the requests in flight of open-loop loads: the global
+	// cap less the clients of closed-loop loads.
+	global *Limiter
 
-	mu      sync.Mutex
-	loads   map[string]*load
-	clients map[string]*targetClient
-	stopped bool
+	mu     sync.Mutex
+	limits Limits
+	owners map[string]map[string]*load // owner, load name
+	// clients are the shared client of each target; configured are the
+	// targets of the applied configuration, whose clients stay while no
+	// load uses them; open are all clients not yet closed, replaced ones
+	// still in use by a load included.
+	clients    map[string]*targetClient
+	configured map[string]bool
+	open       map[*targetClient]bool
+	stopped    bool
 }
 
 // errStopped is returned by Apply once Stop has been called.
 var errStopped = errors.New("the prober is stopping")
 
-// targetClient is the connection pool and the prompt calibration of a
-// target; both outlive reloads that leave the target unchanged.
-type targetClient struct {
-	cfg config.TargetConfig
-	// pools is the client's number of connection pools (poolsFor); a
-	// reload that needs another number swaps the client, keeping the
-	// calibration and the loads.
-	pools  int
-	client atomic.Pointer[Client]
-	cal    *Calibrator
-	// reportMu orders the calibration reports of a target; applied is
-	// closed once the Apply that made the client has registered the
-	// target's series, before which reports would be lost.
-	reportMu sync.Mutex
-	applied  chan struct{}
-	cancel   context.CancelFunc
-	done     chan struct{}
-	// contextKnown is closed once the target's context length is known
-	// (or known to be unknown).
-	contextKnown chan struct{}
-
-	warnedCut    atomic.Bool // a prompt was cut to the context: logged once
-	warnedFrozen atomic.Bool // calibration froze: logged once
-	warnedThawed atomic.Bool // calibration adapted again: logged once
-}
-
-// poolsFor is the number of connection pools of a client for streams
-// concurrent requests (see idlePerPool).
-func poolsFor(streams int) int { return max(1, (streams+idlePerPool-1)/idlePerPool) }
-
-// newTargetClient builds a target's client and starts calibrating its
-// prompts from /tokenize in the background.
-func newTargetClient(logger *slog.Logger, factory ObserverFactory, t *config.TargetConfig, userAgent string, maxStreams int) (*targetClient, error) {
-	c, err := NewClient(t, userAgent, maxStreams)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	tc := &targetClient{cfg: *t, pools: poolsFor(maxStreams), cal: NewCalibrator(), cancel: cancel,
-		applied: make(chan struct{}), contextKnown: make(chan struct{}), done: make(chan struct{})}
-	tc.client.Store(c)
-	go func() {
-		defer close(tc.done)
-		info := c.LearnContext(ctx, tc.cal)
-		close(tc.contextKnown)
-		info = c.tokenize(ctx, tc.cal, info)
-		select {
-		case <-tc.applied:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if cobs, ok := factory.(CalibrationObserver); ok {
-			for range info.Rejected {
-				cobs.CalibrationRejected(t.Name)
-			}
-		}
-		overhead, perWord := tc.cal.Model()
-		args := []any{"target", t.Name, "context_tokens", info.Context, "context_from", info.ContextSource,
-			"template_overhead_from", info.Template, "overhead_tokens", overhead, "tokens_per_word", perWord}
-		if info.Tokenize == "" {
-			logger.Info("Prompt lengths calibrated from usage only: no token counts from /tokenize", append(args, "err", info.Err)...)
-			return
-		}
-		logger.Info("Prompt lengths calibrated from /tokenize", append(args, "tokenize_form", info.Tokenize)...)
-	}()
-	return tc, nil
-}
-
-func (tc *targetClient) close() {
-	tc.cancel()
-	<-tc.done
-	tc.client.Load().Close()
-}
-
-// load is one running (or paused) load: one scenario, or a mix.
-type load struct {
-	cfg      config.LoadConfig
-	target   config.TargetConfig
-	client   *targetClient  // a load whose target client is replaced restarts on the new one
-	scen     []*scenarioRun // by Arrival.Scenario
-	infos    []LoadInfo
-	obs      []Observer
-	rate     float64 // intended request rate of the whole load
-	failures failureLog
-
-	sched *Scheduler // nil while paused
-	stop  context.CancelFunc
-	done  chan struct{}
-}
-
-// NewManager returns a manager with no loads. userAgent is sent on every
-// probe request.
+// NewManager returns a manager with no loads and the default global caps.
+// userAgent is sent on every probe request.
 func NewManager(logger *slog.Logger, factory ObserverFactory, userAgent string) *Manager {
 	return &Manager{
 		logger:    logger,
 		factory:   factory,
 		userAgent: userAgent,
 		global:    NewLimiter(config.DefaultGlobalConfig.MaxInFlight),
-		loads:     map[string]*load{},
+		limits:    Limits{MaxRate: config.DefaultGlobalConfig.MaxRate, MaxInFlight: config.DefaultGlobalConfig.MaxInFlight},
+		owners:    map[string]map[string]*load{},
 		clients:   map[string]*targetClient{},
+		open:      map[*targetClient]bool{},
 	}
 }
 
-// Apply makes the running loads those of cfg. On error nothing has changed.
-// prepare, if not nil, is called once the configuration is known to be
-// usable and before any load changes: the exporter sets up its metrics there.
-func (m *Manager) Apply(cfg *config.Config, prepare func()) error {
+// ApplyConfig makes the canary loads those of cfg, its targets the
+// configured ones and its global section the caps. On error nothing has
+// changed. prepare, if not nil, is called once the configuration is known
+// to be usable and before any load changes: the exporter sets up its
+// metrics there.
+func (m *Manager) ApplyConfig(cfg *config.Config, prepare func()) error {
+	return m.apply(CanaryOwner, cfg.CanaryLoads(), &configUpdate{
+		limits:  Limits{MaxRate: cfg.Global.MaxRate, MaxInFlight: cfg.Global.MaxInFlight},
+		targets: cfg.Targets,
+		prepare: prepare,
+	})
+}
+
+// Apply makes the running loads of owner those of specs, beside the loads
+// of other owners. It fails, changing nothing, when a spec is invalid,
+// when its labels are those of another owner's load, or when all loads
+// together would exceed the global caps.
+func (m *Manager) Apply(owner string, specs []config.LoadSpec) error {
+	if owner == CanaryOwner {
+		return fmt.Errorf("owner %q is the configuration's: use ApplyConfig", owner)
+	}
+	return m.apply(owner, specs, nil)
+}
+
+// SetLimits changes the global caps: for a manager that runs no
+// configuration, such as `sloprober bench`'s (ApplyConfig takes them from
+// the global section). It fails, changing nothing, when the running loads
+// would exceed them.
+func (m *Manager) SetLimits(limits Limits) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !(limits.MaxRate > 0) || limits.MaxInFlight <= 0 {
+		return fmt.Errorf("global caps must be positive, got %g req/s and %d in flight", limits.MaxRate, limits.MaxInFlight)
+	}
+	if err := m.check("", nil, limits); err != nil {
+		return err
+	}
+	m.limits = limits
+	m.global.SetMax(m.openLoopInFlight("", nil))
+	return nil
+}
+
+// configUpdate is what a configuration changes besides its canary loads.
+type configUpdate struct {
+	limits  Limits
+	targets []*config.TargetConfig
+	prepare func()
+}
+
+// clientSlot is the client a load of this Apply runs on: an open one, or
+// one to make.
+type clientSlot struct {
+	cfg config.TargetConfig
+	tc  *targetClient
+	// shared: the slot is the target's shared client (m.clients).
+	shared bool
+}
+
+func (m *Manager) apply(owner string, specs []config.LoadSpec, cu *configUpdate) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.stopped {
 		return errStopped
 	}
+	limits := m.limits
+	if cu != nil {
+		limits = cu.limits
+	}
+	if err := m.check(owner, specs, limits); err != nil {
+		return err
+	}
 
-	clients := map[string]*targetClient{}
-	var fresh []*targetClient // made by this Apply
+	// The clients: the shared client of a target whose configuration is
+	// unchanged; a configuration's changed target gets a new shared one;
+	// a test's spec with a target configured otherwise than the shared
+	// client gets a client of its own, so a test never changes the
+	// canary's.
+	slots := map[string]*clientSlot{}
+	slotOf := func(t *config.TargetConfig, shared bool) (string, error) {
+		key := t.Name
+		cur := m.clients[t.Name]
+		if !shared && cur != nil && !reflect.DeepEqual(cur.cfg, *t) {
+			key = t.Name + "\x00" + owner
+		}
+		if s, ok := slots[key]; ok {
+			if !reflect.DeepEqual(s.cfg, *t) {
+				return "", fmt.Errorf("the loads of %s configure target %q in two different ways", owner, t.Name)
+			}
+			return key, nil
+		}
+		s := &clientSlot{cfg: *t, shared: key == t.Name}
+		if cur != nil && reflect.DeepEqual(cur.cfg, *t) {
+			s.tc = cur
+		}
+		for _, l := range m.owners[owner] {
+			if !s.shared && reflect.DeepEqual(l.client.cfg, *t) {
+				s.tc = l.client // the owner's own client, kept
+			}
+		}
+		slots[key] = s
+		return key, nil
+	}
+	if cu != nil {
+		for _, t := range cu.targets {
+			if _, err := slotOf(t, true); err != nil {
+				return err
+			}
+		}
+	}
+	loadSlot := make([]string, len(specs))
+	for i := range specs {
+		key, err := slotOf(&specs[i].Target, cu != nil)
+		if err != nil {
+			return err
+		}
+		loadSlot[i] = key
+	}
+
+	// Enough pooled connections for every request in flight the loads of
+	// a target may have, over all owners.
+	streams := map[string]int{}
+	for o, loads := range m.owners {
+		if o == owner {
+			continue
+		}
+		for _, l := range loads {
+			streams[l.spec.Target.Name] += l.spec.MaxInFlight()
+		}
+	}
+	for i := range specs {
+		streams[specs[i].Target.Name] += specs[i].MaxInFlight()
+	}
+	for name, n := range streams {
+		streams[name] = min(n, limits.MaxInFlight)
+	}
+
+	var fresh []*targetClient
 	fail := func(err error) error {
 		for _, tc := range fresh {
 			tc.close()
 		}
 		return err
 	}
-	for _, t := range cfg.Targets {
-		// Enough pooled connections for every request in flight the
-		// target's loads may have.
-		streams := 0
-		for _, l := range cfg.Canary {
-			if l.Target == t.Name {
-				streams += t.MaxInFlight
-			}
-		}
-		streams = min(streams, cfg.Global.MaxInFlight)
-		if old := m.clients[t.Name]; old != nil && reflect.DeepEqual(old.cfg, *t) {
-			if old.pools != poolsFor(streams) {
-				// More or fewer pools: a new client, the same
-				// calibration and loads. Requests in flight finish
-				// on the old one.
-				c, err := NewClient(t, m.userAgent, streams)
-				if err != nil {
-					return fail(err)
-				}
-				old.client.Swap(c).Close()
-				old.pools = poolsFor(streams)
-			}
-			clients[t.Name] = old
+	for _, key := range sortedKeys(slots) {
+		s := slots[key]
+		if s.tc != nil {
 			continue
 		}
-		tc, err := newTargetClient(m.logger, m.factory, t, m.userAgent, streams)
+		tc, err := newTargetClient(m.logger, m.factory, &s.cfg, m.userAgent, streams[s.cfg.Name])
 		if err != nil {
-			return fail(err)
+			return fail(fmt.Errorf("target %q: %w", s.cfg.Name, err))
 		}
-		clients[t.Name] = tc
+		s.tc = tc
 		fresh = append(fresh, tc)
 	}
+	for _, s := range slots {
+		tc := s.tc
+		if slices.Contains(fresh, tc) || tc.pools == poolsFor(streams[s.cfg.Name]) {
+			continue
+		}
+		// More or fewer pools: a new client, the same calibration and
+		// loads. Requests in flight finish on the old one.
+		c, err := NewClient(&s.cfg, m.userAgent, streams[s.cfg.Name])
+		if err != nil {
+			return fail(fmt.Errorf("target %q: %w", s.cfg.Name, err))
+		}
+		tc.client.Swap(c).Close()
+		tc.pools = poolsFor(streams[s.cfg.Name])
+	}
+
 	// A new target's first prompts must know its context: wait for the
 	// context lookups of the new clients, together, at most contextWait.
 	wait := time.NewTimer(contextWait)
@@ -237,38 +257,45 @@ func (m *Manager) Apply(cfg *config.Config, prepare func()) error {
 		}
 	}
 	wait.Stop()
-	if prepare != nil {
-		prepare()
+	if cu != nil && cu.prepare != nil {
+		cu.prepare()
 	}
 	if cobs, ok := m.factory.(CalibrationObserver); ok {
 		for _, tc := range fresh {
 			cobs.CalibrationFrozen(tc.cfg.Name, false) // a new calibrator starts unfrozen
 		}
 	}
-	m.global.SetMax(cfg.Global.MaxInFlight)
 
-	desired := map[string]*load{}
-	for _, lc := range cfg.Canary {
-		l := &load{cfg: *lc, target: *cfg.Target(lc.Target), rate: cfg.LoadRate(lc), client: clients[lc.Target]}
-		names, _ := lc.Scenarios()
-		rates := cfg.ScenarioRates(lc)
-		for i, k := range lc.Keys() {
-			s := cfg.Scenario(names[i])
-			l.scen = append(l.scen, newScenarioRun(*s, k))
-			info := LoadInfo{Key: k, Arrival: lc.Process(), SLOs: s.SLO.List(), Objective: s.Objective}
-			if lc.Replay != nil {
-				info.Arrival = "replay"
-			}
-			if lc.IsEnabled() {
-				info.Rate = rates[i]
-			}
-			l.infos = append(l.infos, info)
+	// Commit: from here on nothing fails.
+	if cu != nil {
+		m.limits = limits
+		m.configured = map[string]bool{}
+		for _, t := range cu.targets {
+			m.configured[t.Name] = true
 		}
-		desired[l.name()] = l
 	}
-
-	for name, old := range m.loads {
-		if l, ok := desired[name]; ok && old.sameAs(l) {
+	for _, s := range slots {
+		if s.shared {
+			m.clients[s.cfg.Name] = s.tc
+		}
+		m.open[s.tc] = true
+	}
+	desired := map[string]*load{}
+	for i := range specs {
+		l := m.newLoad(owner, specs[i], slots[loadSlot[i]].tc)
+		desired[l.name] = l
+	}
+	m.global.SetMax(m.openLoopInFlight(owner, specs))
+	running := m.owners[owner]
+	for name, old := range running {
+		if l, ok := desired[name]; ok && old.client == l.client && sameLoad(&old.spec, &l.spec) {
+			if !reflect.DeepEqual(old.spec, l.spec) {
+				old.change(l.spec)
+				for _, info := range old.infos {
+					m.factory.Update(info)
+				}
+				m.logger.Info("Load changed", "owner", owner, "load", name, "rate", old.spec.Rate, "clients", old.spec.Clients)
+			}
 			desired[name] = old
 			continue
 		}
@@ -276,231 +303,157 @@ func (m *Manager) Apply(cfg *config.Config, prepare func()) error {
 		for _, info := range old.infos {
 			m.factory.Forget(info)
 		}
-		m.logger.Info("Load stopped", "load", name)
+		m.logger.Info("Load stopped", "owner", owner, "load", name)
 	}
 	for name, l := range desired {
 		if l.obs != nil {
-			continue // unchanged
+			continue // running
 		}
 		for _, info := range l.infos {
 			l.obs = append(l.obs, m.factory.Observe(info))
 		}
-		m.start(l, l.client)
-		m.logger.Info("Load started", "load", name, "rate", l.rate, "arrival", l.infos[0].Arrival, "enabled", l.cfg.IsEnabled())
+		l.start()
+		m.logger.Info("Load started", "owner", owner, "load", name, "arrival", l.spec.Arrival, "rate", l.spec.Rate,
+			"clients", l.spec.Clients, "enabled", !l.spec.Paused)
 	}
-	for name, tc := range m.clients {
-		if clients[name] != tc {
-			tc.close()
-		}
+	if len(desired) == 0 {
+		delete(m.owners, owner)
+	} else {
+		m.owners[owner] = desired
 	}
+	m.closeUnused()
 	for _, tc := range fresh {
 		close(tc.applied)
 	}
-	m.clients, m.loads = clients, desired
 	return nil
 }
 
-// contextWait bounds how long Apply waits for the context lengths of new
-// targets (/v1/models, /props) before it starts their loads: a target
-// that answers neither within it is probed with its context unknown until
-// the lookup ends (each lookup is bounded by infoTimeout).
-const contextWait = 2 * time.Second
-
-// name identifies a load in logs and in the manager: its label sets.
-func (l *load) name() string {
-	keys := make([]string, len(l.infos))
-	for i, info := range l.infos {
-		keys[i] = info.Key.String()
-	}
-	return strings.Join(keys, "+")
-}
-
-func (l *load) sameAs(o *load) bool {
-	if l.client != o.client || !reflect.DeepEqual(l.cfg, o.cfg) || !reflect.DeepEqual(l.target, o.target) || len(l.scen) != len(o.scen) {
-		return false
-	}
-	for i := range l.scen {
-		if !reflect.DeepEqual(l.scen[i].cfg, o.scen[i].cfg) {
-			return false
+// check validates the specs of owner and checks that the loads of every
+// owner, these in place of owner's running ones, stay within limits.
+func (m *Manager) check(owner string, specs []config.LoadSpec, limits Limits) error {
+	var errs []error
+	names := map[string]bool{}
+	others := map[config.Key]string{}
+	for o, loads := range m.owners {
+		if o == owner {
+			continue
+		}
+		for _, l := range loads {
+			for _, k := range l.spec.Keys() {
+				others[k] = o
+			}
 		}
 	}
-	return true
-}
-
-// start schedules a load, unless it is paused.
-func (m *Manager) start(l *load, c *targetClient) {
-	if !l.cfg.IsEnabled() {
-		return
-	}
-	now := time.Now()
-	seed := Seed(l.name())
-	var arrivals Arrivals
-	if r := l.cfg.Replay; r != nil {
-		arrivals = NewReplayArrivals(r.Trace, r.Speed, r.Loops(), now)
-	} else {
-		// A conversation of n turns is n requests: new conversations start
-		// at a rate such that requests, later turns included, come at the
-		// configured rate, split over a mix by weight.
-		_, weights := l.cfg.Scenarios()
-		starts := make([]float64, len(weights))
-		sumW, sumStarts := 0.0, 0.0
-		for i, w := range weights {
-			starts[i] = w / float64(l.scen[i].turns())
-			sumW += w
-			sumStarts += starts[i]
+	rate, clients := 0.0, 0
+	for i := range specs {
+		s := &specs[i]
+		if err := s.Validate(); err != nil {
+			errs = append(errs, err)
+			continue
 		}
-		rate := l.cfg.Rate * sumStarts / sumW
-		switch l.cfg.Process() {
-		case "constant":
-			arrivals = NewConstantArrivals(rate, seed, now)
-		case "gamma":
-			arrivals = NewGammaArrivals(rate, l.cfg.Shape(), seed, now)
-		default:
-			arrivals = NewPoissonArrivals(rate, seed, now)
+		name := s.Name()
+		if names[name] {
+			errs = append(errs, fmt.Errorf("load %s: given twice", name))
 		}
-		arrivals = NewMixArrivals(arrivals, seed, starts)
-	}
-	late := min(time.Second, time.Duration(l.target.Timeout))
-	send := func(ctx context.Context, a Arrival, started func(time.Time), done func()) {
-		go m.request(ctx, l, c, a, started, done)
-	}
-	l.sched = NewScheduler(arrivals, l.target.MaxInFlight, m.global, late, send, l.obs...)
-	ctx, cancel := context.WithCancel(context.Background())
-	l.stop, l.done = cancel, make(chan struct{})
-	go func() {
-		defer close(l.done)
-		l.sched.Run(ctx)
-	}()
-}
-
-// request sends the request of one arrival, reports it, and schedules the
-// next turn of its conversation.
-func (m *Manager) request(ctx context.Context, l *load, c *targetClient, a Arrival, started func(time.Time), done func()) {
-	defer done()
-	s := l.scen[a.Scenario]
-	info := l.infos[a.Scenario]
-	req := &Request{} // stopping: no prompt is built (up to 8 MiB of work); Do reports the shutdown
-	if ctx.Err() == nil {
-		req = s.request(a, c.cal)
-	}
-	req.OnSend = started
-	if req.CancelAfter > 0 {
-		var cancel context.CancelCauseFunc
-		ctx, cancel = context.WithCancelCause(ctx)
-		t := time.AfterFunc(req.CancelAfter, func() { cancel(ErrCancelled) })
-		defer func() {
-			t.Stop()
-			cancel(nil)
-		}()
-	}
-	r := &Result{Target: info.Target, Scenario: info.Scenario, Test: info.Test, Scheduled: a.Due}
-	if req.CutToContext && c.warnedCut.CompareAndSwap(false, true) {
-		m.logger.Warn("The workload asks for more tokens than the target's context holds: prompts are cut to fit, and their input is counted in sloprober_length_mismatches_total",
-			"load", info.Key.String(), "input_tokens", req.InputTokens, "output_tokens", req.OutputTokens, "context_tokens", c.cal.Context())
-	}
-	c.client.Load().Do(ctx, req, r)
-	meas := Measure(r, info.SLOs)
-	l.obs[a.Scenario].Finished(r, &meas)
-	if r.Usage != nil && r.Usage.PromptTokens > 0 && r.Outcome == OutcomeOK {
-		switch {
-		case req.calibrate:
-			m.calibrate(c, req, r.Usage.PromptTokens)
-		case req.turn != nil && req.turn.N > 1:
-			c.cal.ObserveTurn(req.Words, req.TurnReply, r.Usage.PromptTokens-req.InputBase)
+		names[name] = true
+		for _, k := range s.Keys() {
+			if o, ok := others[k]; ok {
+				errs = append(errs, fmt.Errorf("load %s: target=%q scenario=%q test=%q are the labels of a load of %s", name, k.Target, k.Scenario, k.Test, o))
+			}
+		}
+		rate += s.PeakRate()
+		if s.Closed() && !s.Paused {
+			clients += s.Clients
 		}
 	}
-	if next, ok := s.next(req, r, c.cal, time.Now(), a.Scenario); ok {
-		l.sched.Later(next)
+	if len(errs) > 0 {
+		return fmt.Errorf("loads of %s: %w", owner, errors.Join(errs...))
 	}
-	if r.Outcome != OutcomeOK && r.Outcome != OutcomeCancelled && r.Outcome != OutcomeShutdown {
-		l.failures.log(m.logger, info.Key, r)
+	otherRate, otherClients := 0.0, 0
+	var busy []string
+	for _, o := range sortedKeys(m.owners) {
+		if o == owner {
+			continue
+		}
+		r := 0.0
+		for _, l := range m.owners[o] {
+			r += l.spec.PeakRate()
+			if l.spec.Closed() && !l.spec.Paused {
+				otherClients += l.spec.Clients
+			}
+		}
+		otherRate += r
+		busy = append(busy, fmt.Sprintf("%s %g req/s", o, r))
+	}
+	// A relative tolerance: the canary's rates summed in another order
+	// must not fail a configuration that validated.
+	if total := rate + otherRate; total > limits.MaxRate*(1+1e-9) {
+		if len(busy) == 0 {
+			return fmt.Errorf("the loads of %s add up to %g req/s, above global.max_rate %g", owner, rate, limits.MaxRate)
+		}
+		return fmt.Errorf("the loads of %s (%g req/s) and those running (%s) add up to %g req/s, above global.max_rate %g",
+			owner, rate, strings.Join(busy, ", "), total, limits.MaxRate)
+	}
+	if total := clients + otherClients; total > limits.MaxInFlight {
+		return fmt.Errorf("the closed-loop loads of %s (%d clients) and those running (%d clients) add up to %d clients, above global.max_in_flight %d",
+			owner, clients, otherClients, total, limits.MaxInFlight)
+	}
+	return nil
+}
+
+// openLoopInFlight is the share of global.max_in_flight left to open-loop
+// loads once owner's specs replace its loads: the cap less the clients of
+// closed-loop loads, which each keep one request in flight at most.
+func (m *Manager) openLoopInFlight(owner string, specs []config.LoadSpec) int {
+	n := m.limits.MaxInFlight
+	for o, loads := range m.owners {
+		if o == owner {
+			continue
+		}
+		for _, l := range loads {
+			if l.spec.Closed() && !l.spec.Paused {
+				n -= l.spec.Clients
+			}
+		}
+	}
+	for i := range specs {
+		if specs[i].Closed() && !specs[i].Paused {
+			n -= specs[i].Clients
+		}
+	}
+	return max(n, 0)
+}
+
+// closeUnused closes the clients no load runs on, except the shared
+// clients of configured targets (their calibration is kept for the loads
+// a reload adds); m.mu is held.
+func (m *Manager) closeUnused() {
+	used := map[*targetClient]bool{}
+	for _, loads := range m.owners {
+		for _, l := range loads {
+			used[l.client] = true
+		}
+	}
+	for name, tc := range m.clients {
+		if m.configured[name] {
+			used[tc] = true
+		} else if !used[tc] {
+			delete(m.clients, name)
+		}
+	}
+	for tc := range m.open {
+		if !used[tc] {
+			tc.close()
+			delete(m.open, tc)
+		}
 	}
 }
 
-// calibrate feeds the server's count of a prompt to the target's
-// calibration, reports rejected counts and freezing, and warns once when
-// the counts stay off the requested lengths.
-func (m *Manager) calibrate(c *targetClient, req *Request, counted int) {
-	name := c.cfg.Name
-	cobs, _ := m.factory.(CalibrationObserver)
-	c.reportMu.Lock() // reports in the order of the observations
-	o := c.cal.Observe(req.Words, counted)
-	if !o.Accepted && cobs != nil {
-		cobs.CalibrationRejected(name)
-	}
-	if o.Changed && cobs != nil {
-		cobs.CalibrationFrozen(name, o.Frozen)
-	}
-	c.reportMu.Unlock()
-	overhead, perWord := c.cal.Model()
-	switch {
-	case o.Changed && o.Frozen && c.warnedFrozen.CompareAndSwap(false, true):
-		m.logger.Warn("The target's prompt token counts cannot be followed (a server that truncates prompts, or reports a constant count): prompt calibration is frozen at its last sane model; see sloprober_calibration_frozen",
-			"target", name, "requested_tokens", req.InputTokens, "words_sent", req.Words, "counted_tokens", counted,
-			"reason", o.Reason, "overhead_tokens", overhead, "tokens_per_word", perWord, "context_tokens", c.cal.Context())
-	case o.Changed && !o.Frozen && c.warnedThawed.CompareAndSwap(false, true):
-		m.logger.Info("The target's prompt token counts can be followed again (they agree with the kept model, or make a plausible model of their own): prompt calibration adapts again",
-			"target", name, "overhead_tokens", overhead, "tokens_per_word", perWord)
-	}
-	if !req.calibrated || o.Frozen {
-		return
-	}
-	if c.cal.record(InputWithinTolerance(req.InputTokens, counted)) {
-		m.logger.Warn("The target's prompt token counts stay off the requested lengths after calibration; see sloprober_length_mismatches_total",
-			"target", name, "requested", req.InputTokens, "counted", counted,
-			"overhead_tokens", overhead, "tokens_per_word", perWord)
-	}
-}
-
-// NewRequest builds the request of a scenario for an arrival due now, as a
-// load would: for `sloprober probe`.
-func NewRequest(s *config.ScenarioConfig, k config.Key, cal *Calibrator) *Request {
-	now := time.Now()
-	return newScenarioRun(*s, k).request(Arrival{Due: now, Seq: uint64(now.UnixNano())}, cal)
-}
-
-// failureLogInterval is the least time between two logged failures of a
-// load: a target failing every request at 50 req/s logs one line every 10s,
-// not 500.
-const failureLogInterval = 10 * time.Second
-
-// failureLog logs the failed requests of a load, at most one a
-// failureLogInterval, with the number left out since the last one.
-type failureLog struct {
-	mu      sync.Mutex
-	last    time.Time
-	skipped int
-}
-
-func (f *failureLog) log(logger *slog.Logger, k config.Key, r *Result) {
-	f.mu.Lock()
-	now := time.Now()
-	if !f.last.IsZero() && now.Sub(f.last) < failureLogInterval {
-		f.skipped++
-		f.mu.Unlock()
-		return
-	}
-	skipped := f.skipped
-	f.last, f.skipped = now, 0
-	f.mu.Unlock()
-	logger.Warn("Probe request failed", "load", k.String(), "outcome", r.Outcome, "err", r.Error(),
-		"request_id", r.RequestID, "failures_not_logged", skipped)
-}
-
-// halt stops scheduling and drains the load with the grace period.
-func (l *load) halt(grace time.Duration) {
-	if l.sched == nil {
-		return
-	}
-	l.stop()
-	<-l.done
-	l.sched.Drain(grace)
-}
-
-// Stop stops every load: scheduling ends at once, requests in flight get the
-// grace period to end, those left are cancelled (outcome shutdown). It
-// returns when every request has been reported. Apply fails at once from
-// the moment Stop is called; Loads answers throughout the drain.
+// Stop stops every load of every owner: scheduling ends at once, requests
+// in flight get the grace period to end, those left are cancelled (outcome
+// shutdown). It returns when every request has been reported. Apply fails
+// at once from the moment Stop is called; Loads answers throughout the
+// drain.
 func (m *Manager) Stop(grace time.Duration) {
 	m.mu.Lock()
 	if m.stopped {
@@ -508,36 +461,49 @@ func (m *Manager) Stop(grace time.Duration) {
 		return
 	}
 	m.stopped = true
-	loads, clients := m.loads, m.clients
+	owners, open := m.owners, m.open
 	m.mu.Unlock()
 
 	var wg sync.WaitGroup
-	for _, l := range loads {
-		wg.Go(func() { l.halt(grace) })
+	for _, loads := range owners {
+		for _, l := range loads {
+			wg.Go(func() { l.halt(grace) })
+		}
 	}
 	wg.Wait()
-	for _, tc := range clients {
+	for tc := range open {
 		tc.close()
 	}
 	m.mu.Lock()
-	m.loads, m.clients = map[string]*load{}, map[string]*targetClient{}
+	m.owners, m.clients, m.open = map[string]map[string]*load{}, map[string]*targetClient{}, map[*targetClient]bool{}
 	m.mu.Unlock()
 }
 
-// Loads returns the status of every load, sorted by key.
+// Loads returns the status of every load of every owner, sorted by key.
 func (m *Manager) Loads() []LoadStatus {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]LoadStatus, 0, len(m.loads))
-	for _, l := range m.loads {
-		for _, info := range l.infos {
-			st := LoadStatus{LoadInfo: info, Enabled: l.cfg.IsEnabled()}
-			if l.sched != nil {
-				st.InFlight = l.sched.InFlight() // shared by the scenarios of a mix
+	var out []LoadStatus
+	for owner, loads := range m.owners {
+		for _, l := range loads {
+			for _, info := range l.infos {
+				st := LoadStatus{LoadInfo: info, Owner: owner, Enabled: !l.spec.Paused}
+				if l.run != nil {
+					st.InFlight = l.run.InFlight() // shared by the scenarios of a mix
+				}
+				out = append(out, st)
 			}
-			out = append(out, st)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key.String() < out[j].Key.String() })
 	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

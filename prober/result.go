@@ -1,10 +1,17 @@
-// Package prober sends open-loop synthetic load to OpenAI-compatible LLM
-// endpoints and measures every request: scheduling (absolute-time arrivals,
-// drop-never-queue), the HTTP client and SSE stream reader, and the pure
-// measurement functions that turn a per-request Result into TTFT, TPOT, ITL,
-// E2E and an SLO verdict, as the README's metric reference defines them.
+// Package prober sends synthetic load to OpenAI-compatible LLM endpoints
+// and measures every request: scheduling (open loop: absolute-time
+// arrivals, drop-never-queue, in scheduler.go and schedule.go; closed loop:
+// N clients, in closed.go), the HTTP client and SSE stream reader, and the
+// pure measurement functions that turn a per-request Result into TTFT,
+// TPOT, ITL, E2E and an SLO verdict, as the README's metric reference
+// defines them. The Manager (manager.go) runs config.LoadSpecs for their
+// owners, the canary and test runs, within global caps; each load
+// (load.go) runs on its target's shared client and calibration
+// (target.go).
 //
-// prober never imports the exporter: finished results go to an Observer.
+// prober never imports the exporter: each finished request is measured
+// once and handed with its Measurement to the Observers of an
+// ObserverFactory (observer.go), which Fanout composes.
 package prober
 
 import (

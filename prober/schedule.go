@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/workload"
 )
 
@@ -264,4 +265,46 @@ func ceilDiv(a, b int64) int64 {
 		q++
 	}
 	return q
+}
+
+// conversationStarts returns the rates at which a load's scenarios start
+// conversations, relative to one another: a conversation of n turns is n
+// requests, so a scenario of weight w starts w/n of them. Requests, later
+// turns included, then come in the ratio of the weights: a 1:1 mix of a
+// one-turn scenario and a four-turn one starts conversations 4:1.
+func conversationStarts(spec *config.LoadSpec, turns []int) []float64 {
+	starts := make([]float64, len(spec.Scenarios))
+	for i, s := range spec.Scenarios {
+		starts[i] = s.Weight / float64(turns[i])
+	}
+	return starts
+}
+
+// arrivalsFor chooses the arrival process of an open-loop load from its
+// spec, starting at now: the trace of a replay, else constant, Poisson or
+// gamma arrivals at the rate that makes the spec's request rate once later
+// conversation turns are added, each arrival's scenario drawn by weight.
+// seed is the load's (Seed of its name), so its phase and draws are the
+// same after a restart or rate change and on every replica.
+func arrivalsFor(spec *config.LoadSpec, turns []int, seed uint64, now time.Time) Arrivals {
+	if r := spec.Replay; spec.Arrival == config.ArrivalReplay && r != nil {
+		return NewReplayArrivals(r.Trace, r.Speed, r.Loops(), now)
+	}
+	starts := conversationStarts(spec, turns)
+	sumW, sumStarts := 0.0, 0.0
+	for i, s := range spec.Scenarios {
+		sumW += s.Weight
+		sumStarts += starts[i]
+	}
+	rate := spec.Rate * sumStarts / sumW
+	var arrivals Arrivals
+	switch spec.Arrival {
+	case config.ArrivalConstant:
+		arrivals = NewConstantArrivals(rate, seed, now)
+	case config.ArrivalGamma:
+		arrivals = NewGammaArrivals(rate, spec.Burstiness, seed, now)
+	default:
+		arrivals = NewPoissonArrivals(rate, seed, now)
+	}
+	return NewMixArrivals(arrivals, seed, starts)
 }

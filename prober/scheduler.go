@@ -8,23 +8,6 @@ import (
 	"time"
 )
 
-// Observer receives what happens to the arrivals and requests of one label
-// set. Its methods are called concurrently.
-type Observer interface {
-	// Scheduled: an arrival fell due.
-	Scheduled()
-	// Dropped: a due arrival was not sent.
-	Dropped(DropReason)
-	// Sent: a request that took an in-flight slot started, lag (t0 - ts)
-	// after its due time. It is called once per sent request when its HTTP
-	// call starts, so a request that never ends has its lag counted too.
-	Sent(lag time.Duration)
-	// Finished: a sent request ended; r is complete and no longer changes,
-	// and m is its measurement under the load's SLOs, computed once for
-	// every observer.
-	Finished(r *Result, m *Measurement)
-}
-
 // SendFunc starts the request of an arrival. It must not block: it starts
 // the request (in a goroutine of its own), calls started at t0, when the
 // HTTP call starts (after the request is built: its prompt, up to 8 MiB, is
@@ -110,6 +93,21 @@ func NewScheduler(arrivals Arrivals, maxInFlight int, global *Limiter, late time
 
 // InFlight returns this load's requests in flight.
 func (s *Scheduler) InFlight() int { return s.local.InFlight() }
+
+// SetArrivals replaces the arrival process, as a step test changes a
+// load's rate: the arrivals not yet due are those of the new process
+// (which should start now); dependent arrivals and requests in flight go
+// on, and so do the counts of the load's observers.
+func (s *Scheduler) SetArrivals(arrivals Arrivals) {
+	s.mu.Lock()
+	s.arrivals = arrivals
+	s.next = arrivals.Next()
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
 
 // Later adds a dependent arrival, such as the next turn of a conversation.
 func (s *Scheduler) Later(a Arrival) {

@@ -53,11 +53,13 @@ const (
 // is synthesized from the scenario's name and the group's number.
 type scenarioRun struct {
 	cfg  config.ScenarioConfig
+	key  config.Key
+	slos []config.SLO // cfg.SLO.List(), listed once
 	seed uint64
 }
 
 func newScenarioRun(cfg config.ScenarioConfig, k config.Key) *scenarioRun {
-	return &scenarioRun{cfg: cfg, seed: Seed(k.Target, k.Scenario, k.Test)}
+	return &scenarioRun{cfg: cfg, key: k, slos: cfg.SLO.List(), seed: Seed(k.Target, k.Scenario, k.Test)}
 }
 
 // turns returns the number of requests a conversation of the scenario makes.

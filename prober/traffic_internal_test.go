@@ -365,20 +365,20 @@ func TestTurnOverhead(t *testing.T) {
 // persistent-mismatch warning; calibrated ones that match do not either.
 func TestMismatchJudgedOnlyWhenCalibrated(t *testing.T) {
 	var log strings.Builder
-	m := &Manager{logger: slog.New(slog.NewTextHandler(&log, nil))}
+	logger := slog.New(slog.NewTextHandler(&log, nil))
 	tc := &targetClient{cfg: config.TargetConfig{Name: "t"}, cal: NewCalibrator()}
 	for range 30 { // all sent before the first reply
-		m.calibrate(tc, &Request{InputTokens: 512, Words: 512, calibrate: true}, 1024)
+		tc.calibrate(logger, nil, &Request{InputTokens: 512, Words: 512, calibrate: true}, 1024)
 	}
 	for range 30 {
 		w := tc.cal.Words(512)
-		m.calibrate(tc, &Request{InputTokens: 512, Words: w, calibrate: true, calibrated: true}, 2*w)
+		tc.calibrate(logger, nil, &Request{InputTokens: 512, Words: w, calibrate: true, calibrated: true}, 2*w)
 	}
 	require.NotContains(t, log.String(), "stay off the requested lengths")
 
 	for range 30 { // now the counts really are off
 		w := tc.cal.Words(512)
-		m.calibrate(tc, &Request{InputTokens: 512, Words: w, calibrate: true, calibrated: true}, 2*w+100)
+		tc.calibrate(logger, nil, &Request{InputTokens: 512, Words: w, calibrate: true, calibrated: true}, 2*w+100)
 	}
 	require.Contains(t, log.String(), "stay off the requested lengths")
 }

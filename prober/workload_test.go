@@ -29,6 +29,7 @@ type recorder struct {
 }
 
 func (r *recorder) Observe(info prober.LoadInfo) prober.Observer { return &recObs{r, info.Scenario} }
+func (r *recorder) Update(prober.LoadInfo)                       {}
 func (r *recorder) Forget(prober.LoadInfo)                       {}
 
 func (r *recorder) get(scenario string) []*prober.Result {
@@ -68,7 +69,7 @@ func runLoads(t *testing.T, dir, yml, url string) (*recorder, func()) {
 	require.NoError(t, err)
 	rec := &recorder{}
 	m := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
-	require.NoError(t, m.Apply(cfg, nil))
+	require.NoError(t, m.ApplyConfig(cfg, nil))
 	var once sync.Once
 	stop := func() { once.Do(func() { m.Stop(5 * time.Second) }) }
 	t.Cleanup(stop)
@@ -303,9 +304,9 @@ canary: [{target: sim, scenario: a, rate: 20, arrival: constant}, {target: sim, 
 	f := &forgetCounter{forgot: map[string]int{}}
 	m := prober.NewManager(promslog.NewNopLogger(), f, "sloprober/test")
 	defer m.Stop(time.Second)
-	require.NoError(t, m.Apply(one, nil))
+	require.NoError(t, m.ApplyConfig(one, nil))
 	require.Eventually(t, func() bool { return len(f.get("a")) >= 3 }, 5*time.Second, 5*time.Millisecond)
-	require.NoError(t, m.Apply(two, nil))
+	require.NoError(t, m.ApplyConfig(two, nil))
 	require.Eventually(t, func() bool { return len(f.get("b")) >= 3 }, 5*time.Second, 5*time.Millisecond)
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -196,7 +196,7 @@ func (d *daemon) reload() error {
 	}
 	cfg, err := d.source.load(d.simURL + "/v1")
 	if err == nil {
-		err = d.manager.Apply(cfg, func() { d.metrics.ApplyConfig(cfg) })
+		err = d.manager.ApplyConfig(cfg, func() { d.metrics.ApplyConfig(cfg) })
 	}
 	if err != nil && d.stopping.Load() {
 		// The manager refused it because it is stopping: not a bad
@@ -227,7 +227,8 @@ func (c *runCommand) run(logger *slog.Logger) int {
 	)
 	d := &daemon{logger: logger, source: c.config, metrics: exporter.NewMetrics(reg)}
 	d.metrics.SetRemovedSeriesTTL(*c.removed)
-	d.manager = prober.NewManager(logger, d.metrics, userAgent())
+	recent := exporter.NewRecent(20)
+	d.manager = prober.NewManager(logger, prober.Fanout(d.metrics, recent), userAgent())
 
 	var sim *embeddedSim
 	if *c.config.file == "" {
@@ -309,7 +310,7 @@ func (c *runCommand) run(logger *slog.Logger) int {
 		handler := exporter.NewHandler(exporter.WebOptions{
 			Logger:   logger,
 			Gatherer: reg,
-			Metrics:  d.metrics,
+			Recent:   recent,
 			Reload:   d.reload,
 			Config: func() string {
 				if cfg := d.cfg.Load(); cfg != nil {

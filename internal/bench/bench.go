@@ -28,10 +28,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/model"
 
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/exporter"
 	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/workload"
 )
 
 // Step is one load level: Streams concurrent streams of Tokens tokens, the
@@ -134,6 +136,7 @@ func (t *tap) Observe(info prober.LoadInfo) prober.Observer {
 	return &tapObserver{t: t, next: t.metrics.Observe(info)}
 }
 
+func (t *tap) Update(info prober.LoadInfo) { t.metrics.Update(info) }
 func (t *tap) Forget(info prober.LoadInfo) { t.metrics.Forget(info) }
 
 func (t *tap) setMeasuring(on bool) {
@@ -195,6 +198,38 @@ func (o *tapObserver) Finished(r *prober.Result, m *prober.Measurement) {
 	})
 }
 
+// benchOwner owns the benchmark's loads, whose test label it is too.
+const benchOwner = "bench"
+
+// benchSpec is the open-loop load of a benchmark step against the
+// simulator: requests of in tokens asking for out (ignore_eos, so the
+// simulator sends them all), with a TTFT SLO of 1 s.
+func benchSpec(simURL, scenario, arrival string, rate float64, timeout time.Duration, maxInFlight, in, out int) config.LoadSpec {
+	target := config.DefaultTargetConfig
+	target.Name, target.URL, target.Model = "sim", simURL+"/v1", "sim-model"
+	target.Timeout, target.MaxInFlight = model.Duration(timeout), maxInFlight
+	sc := config.DefaultScenarioConfig
+	sc.Name, sc.IgnoreEOS = scenario, true
+	sc.InputTokens, sc.OutputTokens = workload.FixedLength(in), workload.FixedLength(out)
+	ttft := model.Duration(time.Second)
+	sc.SLO.TTFT = &ttft
+	return config.LoadSpec{
+		Target:    target,
+		Scenarios: []config.ScenarioSpec{{ScenarioConfig: sc, Key: config.Key{Target: "sim", Scenario: scenario, Test: benchOwner}, Weight: 1}},
+		Arrival:   arrival,
+		Rate:      rate,
+	}
+}
+
+// startLoad starts a benchmark's load through the manager, as a test run
+// does, within caps of maxRate and maxInFlight.
+func startLoad(m *prober.Manager, spec config.LoadSpec, maxRate float64, maxInFlight int) error {
+	if err := m.SetLimits(prober.Limits{MaxRate: maxRate, MaxInFlight: maxInFlight}); err != nil {
+		return err
+	}
+	return m.Apply(benchOwner, []config.LoadSpec{spec})
+}
+
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
 func runStep(ctx context.Context, o Options, s Step) (Result, error) {
@@ -210,18 +245,7 @@ func runStep(ctx context.Context, o Options, s Step) (Result, error) {
 	defer stopSim()
 
 	rate := s.Rate()
-	cfg, err := config.Load([]byte(fmt.Sprintf(`
-global: {max_rate: %g, max_in_flight: %d}
-targets:
-  - {name: sim, url: "%s/v1", model: sim-model, timeout: 5m, max_in_flight: %d}
-scenarios:
-  - {name: bench, input_tokens: 32, output_tokens: %d, ignore_eos: true, slo: {ttft: 1s}}
-canary:
-  - {target: sim, scenario: bench, rate: %g, arrival: constant}
-`, 2*rate+1, 2*s.Streams, simURL, s.Streams+s.Streams/5+10, s.Tokens, rate)), false)
-	if err != nil {
-		return Result{}, err
-	}
+	spec := benchSpec(simURL, "bench", config.ArrivalConstant, rate, 5*time.Minute, s.Streams+s.Streams/5+10, 32, s.Tokens)
 	runtime.GC()
 	rssBefore := rss()
 	var msBefore runtime.MemStats
@@ -229,7 +253,7 @@ canary:
 	reg := prometheus.NewRegistry()
 	t := &tap{metrics: exporter.NewMetrics(reg)}
 	m := prober.NewManager(o.Logger, t, "sloprober/bench")
-	if err := m.Apply(cfg, func() { t.metrics.ApplyConfig(cfg) }); err != nil {
+	if err := startLoad(m, spec, 2*rate+1, 2*s.Streams); err != nil {
 		return Result{}, err
 	}
 	defer m.Stop(0)
@@ -418,21 +442,10 @@ func RunFidelity(ctx context.Context, o Options, rate float64, d time.Duration) 
 		return Fidelity{}, err
 	}
 	defer stopSim()
-	cfg, err := config.Load([]byte(fmt.Sprintf(`
-global: {max_rate: %g, max_in_flight: 10000}
-targets:
-  - {name: sim, url: "%s/v1", model: sim-model, timeout: 1m, max_in_flight: 10000}
-scenarios:
-  - {name: fidelity, input_tokens: 16, output_tokens: 5, ignore_eos: true}
-canary:
-  - {target: sim, scenario: fidelity, rate: %g, arrival: poisson}
-`, rate+1, simURL, rate)), false)
-	if err != nil {
-		return Fidelity{}, err
-	}
+	spec := benchSpec(simURL, "fidelity", config.ArrivalPoisson, rate, time.Minute, 10000, 16, 5)
 	t := &tap{metrics: exporter.NewMetrics(prometheus.NewRegistry())}
 	m := prober.NewManager(o.Logger, t, "sloprober/bench")
-	if err := m.Apply(cfg, func() { t.metrics.ApplyConfig(cfg) }); err != nil {
+	if err := startLoad(m, spec, rate+1, 10000); err != nil {
 		return Fidelity{}, err
 	}
 	defer m.Stop(0)
@@ -447,7 +460,7 @@ canary:
 	t.setMeasuring(false)
 	end := time.Now()
 	// The same schedule: the manager seeds a load from its label sets.
-	arrivals := prober.NewPoissonArrivals(rate, prober.Seed("sim/fidelity/canary"), start)
+	arrivals := prober.NewPoissonArrivals(rate, prober.Seed(spec.Name()), start)
 	expected := 0
 	for a := arrivals.Next(); a.Due.Before(end); a = arrivals.Next() {
 		expected++

@@ -618,6 +618,7 @@ func newFactory() *daemonFactory {
 func (f *daemonFactory) Observe(info prober.LoadInfo) prober.Observer {
 	return &daemonObserver{f: f, target: info.Target}
 }
+func (f *daemonFactory) Update(prober.LoadInfo) {}
 func (f *daemonFactory) Forget(prober.LoadInfo) {}
 
 func (f *daemonFactory) CalibrationFrozen(target string, frozen bool) {
@@ -756,7 +757,7 @@ func runDaemon(t *testing.T, yml string, f *daemonFactory, wake []<-chan struct{
 	})
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	m := prober.NewManager(logger, f, userAgent)
-	require.NoError(t, m.Apply(cfg, nil))
+	require.NoError(t, m.ApplyConfig(cfg, nil))
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	cases := []reflect.SelectCase{

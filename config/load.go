@@ -1,0 +1,159 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	commoncfg "github.com/prometheus/common/config"
+
+	"github.com/sloprober/sloprober/internal/strictyaml"
+	"github.com/sloprober/sloprober/workload"
+)
+
+// LoadFile reads, decodes and validates a configuration file. With expandEnv,
+// ${VAR} references are replaced by environment variables first. Relative
+// file paths in the configuration (trace files, TLS files, credentials) are
+// resolved against the file's directory. Every error names the file. A
+// file above MaxConfigFileBytes is rejected after reading one byte more
+// than the limit, not the whole file.
+func LoadFile(filename string, expandEnv bool) (*Config, error) {
+	f, err := os.Open(filename)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxConfigFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filename, err)
+	}
+	c, err := Parse(b, expandEnv, filepath.Dir(filename))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filename, err)
+	}
+	return c, nil
+}
+
+// Load decodes a configuration strictly and validates it; relative paths
+// are taken from the working directory.
+func Load(b []byte, expandEnv bool) (*Config, error) {
+	return Parse(b, expandEnv, "")
+}
+
+// errTooLarge is the error of a configuration above MaxConfigFileBytes.
+var errTooLarge = fmt.Errorf("larger than the limit of %d bytes (4 MiB)", MaxConfigFileBytes)
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// Parse decodes a configuration strictly, resolves relative paths against
+// dir, reads the trace files it names, and validates it. The errors of
+// reading and of validation are reported together, each at its key, in the
+// order of the file.
+func Parse(b []byte, expandEnv bool, dir string) (*Config, error) {
+	if len(b) > MaxConfigFileBytes {
+		return nil, errTooLarge
+	}
+	if expandEnv {
+		var missing []string
+		b = envRef.ReplaceAllFunc(b, func(ref []byte) []byte {
+			name := string(ref[2 : len(ref)-1])
+			v, ok := os.LookupEnv(name)
+			if !ok {
+				missing = append(missing, name)
+			}
+			return []byte(v)
+		})
+		if len(missing) > 0 {
+			return nil, fmt.Errorf("environment variable %s is not set", strings.Join(missing, ", "))
+		}
+		if len(b) > MaxConfigFileBytes {
+			return nil, fmt.Errorf("with environment variables expanded: %w", errTooLarge)
+		}
+	}
+	c := &Config{Global: DefaultGlobalConfig}
+	if err := strictyaml.Unmarshal(b, c); err != nil {
+		return nil, redactErr(err)
+	}
+	for _, t := range c.Targets {
+		if t != nil {
+			t.HTTPClientConfig.SetDirectory(dir)
+		}
+	}
+	c.dir = dir
+	if err := c.validate(c.readTraces()); err != nil {
+		return nil, redactErr(err)
+	}
+	return c, nil
+}
+
+// userinfoPassword matches the password of a URL's userinfo in a text, up
+// to the last @ of the authority, as RedactURL takes it.
+var userinfoPassword = regexp.MustCompile(`(//[^\s/?#@:"]*:)[^\s/?#"]*@`)
+
+// redactErr redacts URL passwords in an error's text: errors of other
+// packages quote the URL they failed on (prometheus/common's proxy_url:
+// parse "http://user:s3cr3t@a b": invalid character " " in host name).
+func redactErr(err error) error {
+	msg := err.Error()
+	if red := userinfoPassword.ReplaceAllString(msg, "${1}"+redactedPassword+"@"); red != msg {
+		return errors.New(red)
+	}
+	return err
+}
+
+// traceErrors are the errors of reading trace files, by the TraceFile that
+// names the file. Validation reports each at the TraceFile's key, among the
+// other errors of its scenario or load, so that all errors keep the order
+// of the file.
+type traceErrors map[*TraceFile]error
+
+// readTraces reads the trace files of scenarios[].lengths_from and
+// canary[].replay, in the order of the file, each file and format once.
+// One whose file or format is bad is not read: validation reports it.
+func (c *Config) readTraces() traceErrors {
+	errs := traceErrors{}
+	read := func(tf *TraceFile) {
+		if tf.check() != nil {
+			return
+		}
+		if err := c.readTrace(tf); err != nil {
+			errs[tf] = err
+		}
+	}
+	for _, s := range c.Scenarios {
+		if s != nil && s.LengthsFrom != nil {
+			read(s.LengthsFrom)
+		}
+	}
+	for _, l := range c.Canary {
+		if l != nil && l.Replay != nil {
+			read(&l.Replay.TraceFile)
+		}
+	}
+	return errs
+}
+
+// readTrace reads a trace file once per configuration, relative to its
+// directory, and sets tf.Trace. tf must pass check.
+func (c *Config) readTrace(tf *TraceFile) error {
+	path := commoncfg.JoinDir(c.dir, tf.File)
+	id := tf.Format + "\x00" + path
+	if t, ok := c.traces[id]; ok {
+		tf.Trace = t
+		return nil
+	}
+	t, err := workload.LoadTrace(path, tf.Format)
+	if err != nil {
+		return fmt.Errorf("file: %w", err)
+	}
+	if c.traces == nil {
+		c.traces = map[string]*workload.Trace{}
+	}
+	c.traces[id] = t
+	tf.Trace = t
+	return nil
+}
