@@ -56,7 +56,7 @@ const idlePerPool = 1000
 // requests; userAgent is sent on every request.
 func NewClient(t *config.TargetConfig, userAgent string, maxStreams int) (*Client, error) {
 	c := &Client{target: t}
-	for range max(1, (maxStreams+idlePerPool-1)/idlePerPool) {
+	for range poolsFor(maxStreams) {
 		rt, err := commoncfg.NewRoundTripperFromConfig(t.HTTPClientConfig, "sloprober_"+t.Name, commoncfg.WithUserAgent(userAgent))
 		if err != nil {
 			return nil, fmt.Errorf("target %q: %w", t.Name, err)

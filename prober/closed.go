@@ -51,6 +51,10 @@ type ClosedLoop struct {
 func NewClosedLoop(clients int, think time.Duration, maxRate float64, seed uint64, weights []float64, send SendFunc, obs ...Observer) *ClosedLoop {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	c := &ClosedLoop{send: send, obs: obs, seed: seed, picks: weights, reqCtx: ctx, cancelReq: cancel}
+	// Prompts are drawn from the scenario's seed and the arrival's Seq:
+	// starting from the clock, a test run again (or a restarted prober)
+	// sends new prompts, not ones a prefix cache has seen.
+	c.seq.Store(uint64(time.Now().UnixNano()))
 	c.Set(clients, think, maxRate)
 	return c
 }
@@ -113,11 +117,15 @@ func (c *ClosedLoop) Run(ctx context.Context) {
 	c.mu.Unlock()
 }
 
-// client is one client's loop: take a due later turn, or start a
-// conversation; wait for the pace; send; wait for the reply; think.
+// client is one client's loop: wait for the pace; stop if the clients
+// were lowered below it meanwhile; take a due later turn, or start a
+// conversation; send; wait for the reply; think.
 func (c *ClosedLoop) client(ctx context.Context, i int) {
 	defer c.done.Done()
 	for {
+		if !c.pace.wait(ctx) {
+			return
+		}
 		c.mu.Lock()
 		if i >= int(c.clients.Load()) {
 			c.running[i] = false
@@ -133,9 +141,6 @@ func (c *ClosedLoop) client(ctx context.Context, i int) {
 		if !turn {
 			seq := c.seq.Add(1)
 			a = Arrival{Seq: seq, Scenario: workload.Pick(c.picks, unitFloat(c.seed, seq, 0))}
-		}
-		if !c.pace.wait(ctx) {
-			return
 		}
 		a.Due = time.Now()
 		ended := c.sendOne(ctx, a)
@@ -205,33 +210,56 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // pacer spaces sends at least 1/rate apart over all the clients of a
-// closed loop: each send takes the next slot of a grid that starts at the
-// last slot or now, whichever is later, so idle time is not saved up into
-// a burst.
+// closed loop. A send takes the first free moment: no slot is booked ahead,
+// so idle time is not saved up into a burst, and a new rate applies to
+// every waiting client at once (a step test's level starts when it is set,
+// not after the clients booked at the old rate have sent).
 type pacer struct {
 	mu       sync.Mutex
 	interval time.Duration
-	next     time.Time
+	next     time.Time     // the earliest moment of the next send
+	changed  chan struct{} // closed when the rate changes
 }
 
 func (p *pacer) setRate(rate float64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.interval = 0
+	interval := time.Duration(0)
 	if rate > 0 {
-		p.interval = time.Duration(float64(time.Second) / rate)
+		interval = time.Duration(float64(time.Second) / rate)
 	}
+	if interval == p.interval && p.changed != nil {
+		return
+	}
+	// The send after the last one now waits the new interval.
+	p.next = p.next.Add(interval - p.interval)
+	p.interval = interval
+	if p.changed != nil {
+		close(p.changed)
+	}
+	p.changed = make(chan struct{})
 }
 
-// wait waits for the caller's slot; false if ctx ended first.
+// wait returns at the caller's moment to send; false if ctx ended first.
 func (p *pacer) wait(ctx context.Context) bool {
-	p.mu.Lock()
-	now := time.Now()
-	slot := now
-	if p.next.After(now) {
-		slot = p.next
+	for {
+		p.mu.Lock()
+		now := time.Now()
+		if !now.Before(p.next) {
+			p.next = now.Add(p.interval)
+			p.mu.Unlock()
+			return ctx.Err() == nil
+		}
+		d, changed := p.next.Sub(now), p.changed
+		p.mu.Unlock()
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-changed:
+			t.Stop()
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		}
 	}
-	p.next = slot.Add(p.interval)
-	p.mu.Unlock()
-	return sleepCtx(ctx, slot.Sub(now))
 }

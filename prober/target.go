@@ -80,6 +80,17 @@ func newTargetClient(logger *slog.Logger, factory ObserverFactory, t *config.Tar
 	return tc, nil
 }
 
+// swapClient replaces the client by one of another number of pools (see
+// poolsFor). Requests in flight finish on the old one; its connections are
+// closed now if idle, and the others once its requests have ended, within
+// the target's timeout.
+func (tc *targetClient) swapClient(c *Client) {
+	old := tc.client.Swap(c)
+	tc.pools = len(c.pools)
+	old.Close()
+	time.AfterFunc(time.Duration(tc.cfg.Timeout)+time.Second, old.Close)
+}
+
 func (tc *targetClient) close() {
 	tc.cancel()
 	<-tc.done
