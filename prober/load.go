@@ -69,10 +69,11 @@ func (l *load) setInfos() {
 }
 
 // sameLoad reports whether two specs describe the same load, maybe at
-// another rate (open loop) or with other clients, think time or maximum
-// rate (closed loop): a change the running load takes in place.
+// another rate (open loop), with other clients, think time or maximum rate
+// (closed loop), or paused or resumed: a change the running load takes in
+// place. A replay restarts on any change (its trace would start over).
 func sameLoad(a, b *config.LoadSpec) bool {
-	if a.Paused || b.Paused || a.Arrival == config.ArrivalReplay {
+	if a.Arrival == config.ArrivalReplay {
 		return reflect.DeepEqual(a, b)
 	}
 	x, y := *a, *b
@@ -80,6 +81,7 @@ func sameLoad(a, b *config.LoadSpec) bool {
 	x.Clients, y.Clients = 0, 0
 	x.ThinkTime, y.ThinkTime = 0, 0
 	x.MaxRate, y.MaxRate = 0, 0
+	x.Paused, y.Paused = false, false
 	return reflect.DeepEqual(x, y)
 }
 
@@ -121,17 +123,34 @@ func (l *load) arrivals(seed uint64, now time.Time) Arrivals {
 }
 
 // change takes a spec of the same load (sameLoad) with another rate or
-// clients: the schedule or the clients change, the series go on.
+// clients, or paused or resumed: the schedule or the clients change, the
+// series go on, and requests in flight end as they would have. A paused
+// open-loop load has no arrivals; a paused closed loop no clients.
 func (l *load) change(spec config.LoadSpec) {
 	l.spec = spec
 	l.setInfos()
 	switch run := l.run.(type) {
+	case nil: // started paused
+		l.start()
 	case *Scheduler:
-		run.SetArrivals(l.arrivals(Seed(l.name), time.Now()))
+		if spec.Paused {
+			run.SetArrivals(noArrivals{})
+		} else {
+			run.SetArrivals(l.arrivals(Seed(l.name), time.Now()))
+		}
 	case *ClosedLoop:
-		run.Set(spec.Clients, spec.ThinkTime, spec.MaxRate)
+		clients := spec.Clients
+		if spec.Paused {
+			clients = 0
+		}
+		run.Set(clients, spec.ThinkTime, spec.MaxRate)
 	}
 }
+
+// noArrivals are the arrivals of a paused open-loop load: none.
+type noArrivals struct{}
+
+func (noArrivals) Next() Arrival { return Arrival{} }
 
 // halt stops scheduling and drains the load with the grace period.
 func (l *load) halt(grace time.Duration) {

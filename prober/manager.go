@@ -1,6 +1,7 @@
 package prober
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -306,7 +307,12 @@ func (m *Manager) apply(owner string, specs []config.LoadSpec, cu *configUpdate)
 				for _, info := range old.infos {
 					m.factory.Update(info)
 				}
-				m.logger.Info("Load changed", "owner", owner, "load", name, "rate", old.spec.Rate, "clients", old.spec.Clients)
+				// A test changes its loads every level: at debug level.
+				level := slog.LevelInfo
+				if owner != CanaryOwner {
+					level = slog.LevelDebug
+				}
+				m.logger.Log(context.Background(), level, "Load changed", "owner", owner, "load", name, "rate", old.spec.Rate, "clients", old.spec.Clients, "enabled", !old.spec.Paused)
 			}
 			desired[name] = old
 			continue

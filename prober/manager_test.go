@@ -379,9 +379,10 @@ func TestOwnTargetClient(t *testing.T) {
 	require.Zero(t, soak.failed)
 }
 
-// TestReloadDiff: a reload keeps unchanged loads, changes a load whose
-// rate alone changed in place, restarts changed ones, stops removed ones
-// and starts added ones (paused: at rate 0, sending nothing).
+// TestReloadDiff: a reload keeps unchanged loads, changes in place a load
+// whose rate alone changed or that was paused, restarts changed ones,
+// stops removed ones and starts added ones (paused: at rate 0, sending
+// nothing).
 func TestReloadDiff(t *testing.T) {
 	sim := simtest.Start(t, "slots: 0\nfixed: {ttft: 1ms, itl: 1ms}\n")
 	base := `
@@ -393,6 +394,7 @@ scenarios:
   - {name: step, output_tokens: 2, ignore_eos: true}
   - {name: remove, output_tokens: 2, ignore_eos: true}
   - {name: add, output_tokens: 2, ignore_eos: true}
+  - {name: pause, output_tokens: 2, ignore_eos: true}
 canary:
   - {target: sim, scenario: keep, rate: 20, arrival: constant}
 `
@@ -400,11 +402,13 @@ canary:
   - {target: sim, scenario: change, rate: 20, arrival: constant}
   - {target: sim, scenario: step, rate: 20, arrival: constant}
   - {target: sim, scenario: remove, rate: 20, arrival: constant}
+  - {target: sim, scenario: pause, rate: 20, arrival: constant}
 `)
 	cfg2 := managerConfig(t, sim.URL, base+`
   - {target: sim, scenario: change, rate: 20, arrival: poisson}
   - {target: sim, scenario: step, rate: 10, arrival: constant}
   - {target: sim, scenario: add, rate: 20, arrival: constant, enabled: false}
+  - {target: sim, scenario: pause, rate: 20, arrival: constant, enabled: false}
 `)
 	f := newCountingFactory()
 	m := prober.NewManager(promslog.NewNopLogger(), f, "sloprober/test")
@@ -412,7 +416,7 @@ canary:
 	key := func(s string) config.Key { return config.Key{Target: "sim", Scenario: s, Test: "canary"} }
 	require.NoError(t, m.ApplyConfig(cfg1, nil))
 	require.Eventually(t, func() bool {
-		for _, s := range []string{"keep", "change", "step", "remove"} {
+		for _, s := range []string{"keep", "change", "step", "remove", "pause"} {
 			if f.get(key(s)).sent < 5 {
 				return false
 			}
@@ -433,6 +437,7 @@ canary:
 		{"step", 1, 1, 0, 10},
 		{"remove", 1, 0, 1, 20},
 		{"add", 1, 0, 0, 0},
+		{"pause", 1, 1, 0, 0},
 	} {
 		c := f.get(key(tc.scenario))
 		require.Equal(t, []int{tc.observed, tc.updated, tc.forgot}, []int{c.observed, c.updated, c.forgot}, "%s: observed, updated, forgot", tc.scenario)
