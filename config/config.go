@@ -95,6 +95,7 @@ type Config struct {
 	Targets   []*TargetConfig   `yaml:"targets"`
 	Scenarios []*ScenarioConfig `yaml:"scenarios"`
 	Canary    []*LoadConfig     `yaml:"canary"`
+	Tests     []*TestConfig     `yaml:"tests,omitempty"`
 
 	dir    string                     // relative paths are resolved against it
 	traces map[string]*workload.Trace // read once per file and format

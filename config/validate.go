@@ -9,10 +9,17 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
+	// The zones schedule.time_zone names are checked against, and a
+	// schedule runs in, are the same wherever the binary runs: a container
+	// image without /usr/share/zoneinfo knows UTC only.
+	_ "time/tzdata"
+
 	"github.com/prometheus/common/model"
+	"github.com/robfig/cron/v3"
 
 	"github.com/sloprober/sloprober/workload"
 )
@@ -35,11 +42,12 @@ func (c *Config) validate(readErrs traceErrors) error {
 	v.validateTargets(c.Targets)
 	v.validateScenarios(c.Scenarios)
 	v.validateCanary(c)
+	v.validateTests(c)
 	return errors.Join(v.errs...)
 }
 
 // validation is one run of validate: the errors so far, and the targets
-// and scenarios by name, which the canary entries refer to.
+// and scenarios by name, which the canary entries and tests refer to.
 type validation struct {
 	errs      []error
 	readErrs  traceErrors
@@ -218,32 +226,39 @@ func (v *validation) validateCanary(c *Config) {
 // arrivals: a replay's or its rate's. It returns the load's target, nil if
 // unknown.
 func (v *validation) validateLoad(key string, l *LoadConfig) *TargetConfig {
-	t, ok := v.targets[l.Target]
-	if !ok {
-		v.bad(key+".target", "unknown target %q", l.Target)
-	}
-	switch {
-	case l.Scenario != "" && len(l.Mix) > 0:
-		v.bad(key, "set either scenario or mix, not both")
-	case l.Scenario == "" && len(l.Mix) == 0:
-		v.bad(key, "set scenario or mix")
-	case l.Scenario != "":
-		if _, ok := v.scenarios[l.Scenario]; !ok {
-			v.bad(key+".scenario", "unknown scenario %q", l.Scenario)
-		}
-	}
-	for _, name := range sortedKeys(l.Mix) {
-		if _, ok := v.scenarios[name]; !ok {
-			v.bad(key+".mix", "unknown scenario %q", name)
-		}
-		if w := l.Mix[name]; !(w > 0) || math.IsInf(w, 0) {
-			v.bad(key+".mix."+name, "weight must be positive, got %g", w)
-		}
-	}
+	t := v.validateTargetScenarios(key, l.Target, l.Scenario, l.Mix)
 	if l.Replay != nil {
 		v.validateReplay(key, l)
 	} else {
 		v.validateArrivals(key, l)
+	}
+	return t
+}
+
+// validateTargetScenarios checks the target and the scenario or mix of a
+// canary load or a test. It returns the target, nil if unknown.
+func (v *validation) validateTargetScenarios(key, target, scenario string, mix map[string]float64) *TargetConfig {
+	t, ok := v.targets[target]
+	if !ok {
+		v.bad(key+".target", "unknown target %q", target)
+	}
+	switch {
+	case scenario != "" && len(mix) > 0:
+		v.bad(key, "set either scenario or mix, not both")
+	case scenario == "" && len(mix) == 0:
+		v.bad(key, "set scenario or mix")
+	case scenario != "":
+		if _, ok := v.scenarios[scenario]; !ok {
+			v.bad(key+".scenario", "unknown scenario %q", scenario)
+		}
+	}
+	for _, name := range sortedKeys(mix) {
+		if _, ok := v.scenarios[name]; !ok {
+			v.bad(key+".mix", "unknown scenario %q", name)
+		}
+		if w := mix[name]; !(w > 0) || math.IsInf(w, 0) {
+			v.bad(key+".mix."+name, "weight must be positive, got %g", w)
+		}
 	}
 	return t
 }
@@ -306,12 +321,7 @@ func (v *validation) validateLoadScenarios(i int, key string, l *LoadConfig, t *
 		if s == nil || t == nil {
 			continue
 		}
-		if s.Conversation != nil && t.API != "chat" {
-			v.bad(key, "scenario %q has conversations, which need a chat target; target %q has api %s", name, t.Name, t.API)
-		}
-		if s.Cancel != nil && s.Cancel.After >= t.Timeout {
-			v.bad(key, "scenario %q cancels after %s, which must be less than target %q's timeout %s", name, s.Cancel.After, t.Name, t.Timeout)
-		}
+		v.validateScenarioOnTarget(key, name, s, t)
 		if s.Conversation != nil && l.Replay != nil {
 			v.bad(key+".replay", "scenario %q has conversations, which a replay does not make", name)
 		}
@@ -320,6 +330,18 @@ func (v *validation) validateLoadScenarios(i int, key string, l *LoadConfig, t *
 			v.bad(key, "canary[%d] and canary[%d] both produce target=%q scenario=%q test=%q", j, i, k.Target, k.Scenario, k.Test)
 		}
 		seen[k] = i
+	}
+}
+
+// validateScenarioOnTarget checks that target t can serve scenario s (named
+// name) of the load or test at key: conversations need the chat API, and a
+// cancellation must come before the target's timeout.
+func (v *validation) validateScenarioOnTarget(key, name string, s *ScenarioConfig, t *TargetConfig) {
+	if s.Conversation != nil && t.API != "chat" {
+		v.bad(key, "scenario %q has conversations, which need a chat target; target %q has api %s", name, t.Name, t.API)
+	}
+	if s.Cancel != nil && s.Cancel.After >= t.Timeout {
+		v.bad(key, "scenario %q cancels after %s, which must be less than target %q's timeout %s", name, s.Cancel.After, t.Name, t.Timeout)
 	}
 }
 
@@ -383,5 +405,273 @@ func sortedKeys[V any](m map[string]V) []string {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	return keys
+}
+
+// Bounds of the tests section. A test runs against production beside the
+// canary, often unattended on a schedule: a typo must fail `check config`,
+// never start an endless or unbounded test.
+const (
+	// MaxBaselineRequests bounds a step test's baseline: one request at a
+	// time, so 10,000 requests of 2 s take 5 h 33 min.
+	MaxBaselineRequests = 10_000
+	// MaxTestLevels bounds the levels of a step test's sweep and the rates
+	// of its verification: each is a warm-up and a steady window (2 min 30 s
+	// by default), so 64 levels are 2 h 40 min.
+	MaxTestLevels = 64
+	// MaxRefine bounds a sweep's bisection steps: 10 narrow the gap
+	// between the last good and the first bad level 1,024-fold, to one
+	// client for any gap up to 1,024 (global.max_in_flight's default is
+	// 1,000).
+	MaxRefine = 10
+	// MaxVerifyRate bounds a verification rate, a fraction of the capacity
+	// the sweep found: twice it is well past the knee.
+	MaxVerifyRate = 2
+	// MaxBurstFactor bounds the burst above a verified rate.
+	MaxBurstFactor = 10
+	// MaxSoakDuration bounds a soak: a week.
+	MaxSoakDuration = 7 * 24 * time.Hour
+)
+
+// cronTZ are the prefixes by which robfig/cron takes a time zone inside the
+// expression; sloprober takes it from schedule.time_zone.
+var cronTZ = []string{"TZ=", "CRON_TZ="}
+
+// cronRef is the time from which a schedule must fire: robfig/cron looks 5
+// years ahead, and from 1 January 2000 every day that exists comes within
+// them (29 February 2000 included); a day that does not (30 February)
+// never comes.
+var cronRef = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// validateTests checks the tests against global, the targets and the
+// scenarios (validateGlobal, validateTargets and validateScenarios run
+// first).
+func (v *validation) validateTests(c *Config) {
+	names := map[string]bool{}
+	for i, t := range c.Tests {
+		key := fmt.Sprintf("tests[%d]", i)
+		if t == nil {
+			v.bad(key, "must not be empty")
+			continue
+		}
+		if err := checkName(t.Name); err != nil {
+			v.bad(key+".name", "%v", err)
+		} else if t.Name == CanaryTest {
+			v.bad(key+".name", "must not be %q: it is the test label of the canary's series, which a test's series would join", CanaryTest)
+		} else if names[t.Name] {
+			v.bad(key+".name", "duplicate test name %q", t.Name)
+		}
+		names[t.Name] = true
+		if t.Kind != TestStep && t.Kind != TestSoak {
+			v.bad(key+".kind", "must be step or soak, got %q", t.Kind)
+		}
+		if tg := v.validateTargetScenarios(key, t.Target, t.Scenario, t.Mix); tg != nil {
+			scenarios, _ := t.Scenarios()
+			for _, name := range scenarios {
+				if s := v.scenarios[name]; s != nil {
+					v.validateScenarioOnTarget(key, name, s, tg)
+				}
+			}
+		}
+		if t.Schedule != nil {
+			v.validateSchedule(key+".schedule", t.Schedule)
+		}
+		if t.MaxRate != 0 && !(t.MaxRate >= MinLoadRate && t.MaxRate <= MaxLoadRate) {
+			v.bad(key+".max_rate", "must be between %g and %d req/s (or 0: global.max_rate less the canary's rate), got %g", MinLoadRate, MaxLoadRate, t.MaxRate)
+		} else if g := c.Global.MaxRate; g > 0 && t.MaxRate > g {
+			v.bad(key+".max_rate", "must be at most global.max_rate %g, got %g", g, t.MaxRate)
+		}
+		switch t.Kind {
+		case TestStep:
+			v.validateStep(key, t, c.Global)
+		case TestSoak:
+			v.validateSoak(key, t, c.Global)
+		}
+	}
+}
+
+// validateSchedule checks a test's cron expression and time zone.
+func (v *validation) validateSchedule(key string, s *ScheduleConfig) {
+	loc, err := time.LoadLocation(s.TimeZone)
+	if err != nil {
+		v.bad(key+".time_zone", "must be a time zone name such as UTC or Europe/Paris, got %q", s.TimeZone)
+		loc = time.UTC
+	}
+	switch {
+	case s.Cron == "":
+		v.bad(key+".cron", "must not be empty (leave out schedule to run the test on demand only)")
+	case slices.ContainsFunc(cronTZ, func(p string) bool { return strings.HasPrefix(strings.TrimSpace(s.Cron), p) }):
+		// Also robfig/cron v3.0.1 panics on "TZ=UTC" without a space.
+		v.bad(key+".cron", "must not set a time zone (set schedule.time_zone), got %q", s.Cron)
+	default:
+		sched, err := cron.ParseStandard(s.Cron)
+		if err != nil {
+			v.bad(key+".cron", "must be 5 fields (minute hour day month weekday) or a descriptor such as @daily, got %q (%v)", s.Cron, err)
+			return
+		}
+		if spec, ok := sched.(*cron.SpecSchedule); ok {
+			spec.Location = loc
+		}
+		if sched.Next(cronRef.In(loc)).IsZero() {
+			v.bad(key+".cron", "never fires (no such day), got %q", s.Cron)
+		}
+	}
+}
+
+// validateStep checks the keys of a step test, and that it sets no key of
+// a soak.
+func (v *validation) validateStep(key string, t *TestConfig, g GlobalConfig) {
+	if n := t.Baseline.Requests; n < 1 || n > MaxBaselineRequests {
+		v.bad(key+".baseline.requests", "must be between 1 and %d, got %d", MaxBaselineRequests, n)
+	}
+	levels := t.Sweep.Concurrency
+	switch {
+	case len(levels) == 0:
+		v.bad(key+".sweep.concurrency", "must not be empty")
+	case len(levels) > MaxTestLevels:
+		v.bad(key+".sweep.concurrency", "must have at most %d levels, got %d", MaxTestLevels, len(levels))
+	default:
+		ok := true
+		for j, n := range levels {
+			switch {
+			case n < 1:
+				v.bad(fmt.Sprintf("%s.sweep.concurrency[%d]", key, j), "must be at least 1, got %d", n)
+				ok = false
+			case j > 0 && n <= levels[j-1]:
+				v.bad(fmt.Sprintf("%s.sweep.concurrency[%d]", key, j), "must be greater than the level before it (%d), got %d", levels[j-1], n)
+				ok = false
+			}
+		}
+		if top := levels[len(levels)-1]; ok && g.MaxInFlight > 0 && top > g.MaxInFlight {
+			v.bad(key+".sweep.concurrency", "the highest level %d is above global.max_in_flight %d", top, g.MaxInFlight)
+		}
+	}
+	if r := t.Sweep.Refine; r < 0 || r > MaxRefine {
+		v.bad(key+".sweep.refine", "must be between 0 and %d, got %d", MaxRefine, r)
+	}
+	v.validateStepWindow(key+".window", t.Window)
+	rates := t.Verify.Rates
+	switch {
+	case len(rates) == 0:
+		v.bad(key+".verify.rates", "must not be empty")
+	case len(rates) > MaxTestLevels:
+		v.bad(key+".verify.rates", "must have at most %d rates, got %d", MaxTestLevels, len(rates))
+	default:
+		for j, r := range rates {
+			switch {
+			case !validVerifyRate(r):
+				v.bad(fmt.Sprintf("%s.verify.rates[%d]", key, j), "must be above 0 and at most %d (fractions of the capacity found), got %g", MaxVerifyRate, r)
+			case j > 0 && validVerifyRate(rates[j-1]) && r <= rates[j-1]:
+				v.bad(fmt.Sprintf("%s.verify.rates[%d]", key, j), "must be greater than the rate before it (%g), got %g", rates[j-1], r)
+			}
+		}
+	}
+	if f := t.Verify.Burst.Factor; !(f >= 1 && f <= MaxBurstFactor) {
+		v.bad(key+".verify.burst.factor", "must be between 1 (no burst) and %d, got %g", MaxBurstFactor, f)
+	}
+	if d := t.Verify.Burst.For; d < 0 {
+		v.bad(key+".verify.burst.for", "must not be negative, got %s", d)
+	}
+	if d := t.Verify.DrainWithin; d <= 0 {
+		v.bad(key+".verify.drain_within", "must be positive, got %s", d)
+	}
+	v.validateStop(key+".stop", t.Stop)
+	for _, k := range soakKeys(t) {
+		v.bad(key+"."+k, "applies to kind: soak only")
+	}
+}
+
+func validVerifyRate(r float64) bool { return r > 0 && r <= MaxVerifyRate }
+
+// validateStepWindow checks a step test's level window.
+func (v *validation) validateStepWindow(key string, w WindowConfig) {
+	if w.Warmup < 0 {
+		v.bad(key+".warmup", "must not be negative, got %s", w.Warmup)
+	}
+	if w.Steady <= 0 {
+		v.bad(key+".steady", "must be positive, got %s", w.Steady)
+	}
+	if w.MinRequests < 1 {
+		v.bad(key+".min_requests", "must be at least 1, got %d", w.MinRequests)
+	}
+}
+
+// validateSoak checks the keys of a soak test, and that it sets no key of
+// a step test.
+func (v *validation) validateSoak(key string, t *TestConfig, g GlobalConfig) {
+	if !(t.Rate >= MinLoadRate && t.Rate <= MaxLoadRate) {
+		v.bad(key+".rate", "must be between %g and %d req/s, got %g", MinLoadRate, MaxLoadRate, t.Rate)
+	} else if t.MaxRate > 0 && t.Rate > t.MaxRate {
+		v.bad(key+".rate", "must be at most max_rate %g, got %g", t.MaxRate, t.Rate)
+	} else if g.MaxRate > 0 && t.Rate > g.MaxRate {
+		v.bad(key+".rate", "must be at most global.max_rate %g, got %g", g.MaxRate, t.Rate)
+	}
+	d := t.Duration
+	durationOK := d > 0 && time.Duration(d) <= MaxSoakDuration
+	if !durationOK {
+		v.bad(key+".duration", "must be positive and at most 7d, got %s", d)
+	}
+	w := t.Window
+	if w.Warmup < 0 {
+		v.bad(key+".window.warmup", "must not be negative, got %s", w.Warmup)
+	}
+	switch {
+	case w.Steady <= 0 || durationOK && w.Steady > d:
+		v.bad(key+".window.steady", "must be positive and at most duration (%s), got %s", d, w.Steady)
+	case durationOK && w.Warmup >= 0 && w.Warmup+w.Steady > d:
+		v.bad(key+".window", "warmup %s and steady %s add up to more than duration %s: no window would be measured", w.Warmup, w.Steady, d)
+	}
+	if w.MinRequests < 0 {
+		v.bad(key+".window.min_requests", "must not be negative, got %d", w.MinRequests)
+	}
+	if p := t.Drift.P99Growth; !(p > 0) || math.IsInf(p, 0) {
+		v.bad(key+".drift.p99_growth", "must be positive and finite, got %g", p)
+	}
+	if p := t.Drift.GoodputDrop; !(p > 0 && p < 1) {
+		v.bad(key+".drift.goodput_drop", "must be between 0 and 1 (exclusive), got %g", p)
+	}
+	v.validateStop(key+".stop", t.Stop)
+	for _, k := range stepKeys(t) {
+		v.bad(key+"."+k, "applies to kind: step only")
+	}
+}
+
+// validateStop checks a test's stop rules.
+func (v *validation) validateStop(key string, s StopConfig) {
+	if r := s.ErrorRatio; !(r > 0 && r <= 1) {
+		v.bad(key+".error_ratio", "must be above 0 and at most 1, got %g", r)
+	}
+	if s.TTFTOver <= 0 {
+		v.bad(key+".ttft_over", "must be positive, got %s", s.TTFTOver)
+	}
+}
+
+// soakKeys returns the keys of a soak that t sets.
+func soakKeys(t *TestConfig) []string {
+	var keys []string
+	if t.Rate != 0 {
+		keys = append(keys, "rate")
+	}
+	if t.Duration != 0 {
+		keys = append(keys, "duration")
+	}
+	if t.Drift != (DriftConfig{}) {
+		keys = append(keys, "drift")
+	}
+	return keys
+}
+
+// stepKeys returns the keys of a step test that t sets.
+func stepKeys(t *TestConfig) []string {
+	var keys []string
+	if t.Baseline != (BaselineConfig{}) {
+		keys = append(keys, "baseline")
+	}
+	if len(t.Sweep.Concurrency) > 0 || t.Sweep.Refine != 0 {
+		keys = append(keys, "sweep")
+	}
+	if len(t.Verify.Rates) > 0 || t.Verify.Burst != (BurstConfig{}) || t.Verify.DrainWithin != 0 {
+		keys = append(keys, "verify")
+	}
 	return keys
 }

@@ -1,0 +1,240 @@
+package config
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/robfig/cron/v3"
+)
+
+// Test kinds.
+const (
+	// TestStep is the capacity procedure of the README's "Capacity
+	// tests": a baseline at concurrency 1, a closed-loop sweep with a
+	// refined knee, open-loop verification and a burst.
+	TestStep = "step"
+	// TestSoak is a fixed open-loop rate for hours, judged on drift.
+	TestSoak = "soak"
+)
+
+// TestConfig is one step or soak test: loads the daemon runs beside the
+// canary, on demand or on a schedule, with test="<name>".
+type TestConfig struct {
+	// Name is the test label value of the test's requests; not "canary".
+	Name   string `yaml:"name"`
+	Kind   string `yaml:"kind"`
+	Target string `yaml:"target"`
+	// Scenario or Mix, as in a canary load.
+	Scenario string             `yaml:"scenario,omitempty"`
+	Mix      map[string]float64 `yaml:"mix,omitempty"`
+	// Schedule runs the test by a cron expression; without it the test
+	// runs on demand only.
+	Schedule *ScheduleConfig `yaml:"schedule,omitempty"`
+	// MaxRate caps the test's sending rate, req/s (a closed loop's pace);
+	// 0: global.max_rate less the canary's rate.
+	MaxRate float64 `yaml:"max_rate,omitempty"`
+
+	// Step tests.
+	Baseline BaselineConfig `yaml:"baseline,omitempty"`
+	Sweep    SweepConfig    `yaml:"sweep,omitempty"`
+	Verify   VerifyConfig   `yaml:"verify,omitempty"`
+	Stop     StopConfig     `yaml:"stop,omitempty"`
+
+	// Window is a step test's level window, or a soak's result window
+	// (`window: 10m` is its steady duration).
+	Window WindowConfig `yaml:"window,omitempty"`
+
+	// Soak tests.
+	Rate     float64        `yaml:"rate,omitempty"`
+	Duration model.Duration `yaml:"duration,omitempty"`
+	Drift    DriftConfig    `yaml:"drift,omitempty"`
+}
+
+// ScheduleConfig is a cron schedule: five fields (minute hour day month
+// weekday) or a descriptor such as @daily, in a time zone (default UTC).
+type ScheduleConfig struct {
+	Cron     string `yaml:"cron"`
+	TimeZone string `yaml:"time_zone,omitempty"`
+}
+
+// BaselineConfig is the step test's first step: requests one at a time,
+// at least Requests of them (one more may start before the count is seen).
+type BaselineConfig struct {
+	Requests int `yaml:"requests,omitempty"`
+}
+
+// SweepConfig is the closed-loop sweep: its concurrency levels, and the
+// bisection steps between the last good and the first bad level.
+type SweepConfig struct {
+	Concurrency []int `yaml:"concurrency,omitempty"`
+	Refine      int   `yaml:"refine"`
+}
+
+// WindowConfig is one level: a warm-up that is not measured, then the
+// steady window whose requests are measured. A level measured on fewer
+// than MinRequests requests is marked insufficient.
+type WindowConfig struct {
+	Warmup      model.Duration `yaml:"warmup"`
+	Steady      model.Duration `yaml:"steady,omitempty"`
+	MinRequests int            `yaml:"min_requests,omitempty"`
+}
+
+// UnmarshalYAML takes a mapping, or a duration (a soak's `window: 10m`,
+// its steady duration).
+func (w *WindowConfig) UnmarshalYAML(unmarshal func(any) error) error {
+	var d model.Duration
+	if err := unmarshal(&d); err == nil {
+		*w = WindowConfig{Steady: d}
+		return nil
+	}
+	type plain WindowConfig
+	return unmarshal((*plain)(w))
+}
+
+// VerifyConfig is the open-loop verification at fractions of the capacity
+// the sweep found, then a burst whose backlog must drain in time.
+type VerifyConfig struct {
+	Rates       []float64      `yaml:"rates,omitempty"`
+	Burst       BurstConfig    `yaml:"burst,omitempty"`
+	DrainWithin model.Duration `yaml:"drain_within,omitempty"`
+}
+
+// BurstConfig is Factor times the verified rate, For a while.
+type BurstConfig struct {
+	Factor float64        `yaml:"factor,omitempty"`
+	For    model.Duration `yaml:"for"`
+}
+
+// StopConfig aborts a test that is plainly broken: more than ErrorRatio of
+// a level's finished requests failed, or a TTFT over TTFTOver.
+type StopConfig struct {
+	ErrorRatio float64        `yaml:"error_ratio,omitempty"`
+	TTFTOver   model.Duration `yaml:"ttft_over,omitempty"`
+}
+
+// DriftConfig is a soak's verdict rule: the last windows against the
+// first steady one.
+type DriftConfig struct {
+	// P99Growth fails a soak whose P99 (of any latency) grew by more
+	// than this fraction.
+	P99Growth float64 `yaml:"p99_growth,omitempty"`
+	// GoodputDrop fails a soak whose goodput fell by more than this
+	// fraction.
+	GoodputDrop float64 `yaml:"goodput_drop,omitempty"`
+}
+
+// Step test defaults: a sweep of powers of two to 64 with 3 bisection
+// steps, 30 s of warm-up and 2 min measured a level (at 10 req/s, 1,200
+// requests: a P99 of 12 samples above it), 20 baseline requests, the
+// fractions 0.5, 0.8 and 1 of capacity, then twice it for 10 s, drained
+// within 30 s. Soak: 10 min windows, 20% P99 growth, 5% goodput drop.
+var (
+	DefaultBaseline = BaselineConfig{Requests: 20}
+	DefaultSweep    = SweepConfig{Concurrency: []int{1, 2, 4, 8, 16, 32, 64}, Refine: 3}
+	DefaultWindow   = WindowConfig{
+		Warmup:      model.Duration(30 * time.Second),
+		Steady:      model.Duration(2 * time.Minute),
+		MinRequests: 200,
+	}
+	DefaultVerify = VerifyConfig{
+		Rates:       []float64{0.5, 0.8, 1.0},
+		Burst:       BurstConfig{Factor: 2, For: model.Duration(10 * time.Second)},
+		DrainWithin: model.Duration(30 * time.Second),
+	}
+	DefaultStop       = StopConfig{ErrorRatio: 0.5, TTFTOver: model.Duration(time.Minute)}
+	DefaultSoakWindow = WindowConfig{Steady: model.Duration(10 * time.Minute)}
+	DefaultDrift      = DriftConfig{P99Growth: 0.2, GoodputDrop: 0.05}
+)
+
+// Scenarios returns the test's scenarios with their weights, sorted by
+// name, as LoadConfig.Scenarios.
+func (t *TestConfig) Scenarios() ([]string, []float64) {
+	if len(t.Mix) == 0 {
+		return []string{t.Scenario}, []float64{1}
+	}
+	names := make([]string, 0, len(t.Mix))
+	for n := range t.Mix {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	weights := make([]float64, len(names))
+	for i, n := range names {
+		weights[i] = t.Mix[n]
+	}
+	return names, weights
+}
+
+// TestLoad returns the load of a validated test, with test="<name>" and
+// no arrival process yet: the test runner sets the arrival process and the
+// rate or clients of each of its steps.
+func (c *Config) TestLoad(t *TestConfig) LoadSpec {
+	spec := LoadSpec{Target: *c.Target(t.Target)}
+	names, weights := t.Scenarios()
+	for i, name := range names {
+		spec.Scenarios = append(spec.Scenarios, ScenarioSpec{
+			ScenarioConfig: *c.Scenario(name),
+			Key:            Key{Target: t.Target, Scenario: name, Test: t.Name},
+			Weight:         weights[i],
+		})
+	}
+	return spec
+}
+
+// Test returns the test of that name, or nil.
+func (c *Config) Test(name string) *TestConfig {
+	for _, t := range c.Tests {
+		if t != nil && t.Name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// UnmarshalYAML implements yaml.Unmarshaler: the defaults of the test's
+// kind, then the file's keys over them (so `refine: 0` is no refinement,
+// and a key left out is its default).
+func (t *TestConfig) UnmarshalYAML(unmarshal func(any) error) error {
+	var kind struct {
+		Kind string `yaml:"kind"`
+	}
+	var raw map[string]any
+	if err := unmarshal(&raw); err != nil {
+		return err
+	}
+	if k, ok := raw["kind"].(string); ok {
+		kind.Kind = k
+	}
+	*t = TestConfig{}
+	switch kind.Kind {
+	case TestStep:
+		t.Baseline, t.Window, t.Verify, t.Stop = DefaultBaseline, DefaultWindow, DefaultVerify, DefaultStop
+		t.Sweep = SweepConfig{Concurrency: append([]int(nil), DefaultSweep.Concurrency...), Refine: DefaultSweep.Refine}
+		t.Verify.Rates = append([]float64(nil), DefaultVerify.Rates...)
+	case TestSoak:
+		t.Window, t.Drift, t.Stop = DefaultSoakWindow, DefaultDrift, DefaultStop
+	}
+	type plain TestConfig
+	return unmarshal((*plain)(t))
+}
+
+// Parse returns the schedule in its time zone (validated: it parses).
+func (s *ScheduleConfig) Parse() (cron.Schedule, error) {
+	loc := time.UTC
+	if s.TimeZone != "" {
+		l, err := time.LoadLocation(s.TimeZone)
+		if err != nil {
+			return nil, fmt.Errorf("time_zone %q: %w", s.TimeZone, err)
+		}
+		loc = l
+	}
+	sched, err := cron.ParseStandard(s.Cron)
+	if err != nil {
+		return nil, fmt.Errorf("cron %q: %w", s.Cron, err)
+	}
+	if spec, ok := sched.(*cron.SpecSchedule); ok {
+		spec.Location = loc
+	}
+	return sched, nil
+}
