@@ -218,7 +218,7 @@ func (s *Simulator) serveCompletion(w http.ResponseWriter, r *http.Request, chat
 	} else {
 		s.stats.running.Add(1)
 		defer s.stats.running.Add(-1)
-		fs := newFixedSource(arrived, time.Duration(s.cfg.Fixed.TTFT), time.Duration(s.cfg.Fixed.ITL), n)
+		fs := newFixedSource(arrived, time.Duration(s.cfg.Fixed.TTFT), time.Duration(s.cfg.Fixed.ITL), n, &s.faults)
 		s.stats.promptTokens.Add(int64(p.tokens))
 		src = fs
 	}

@@ -166,6 +166,25 @@ type Faults struct {
 	MissingDoneRate float64 `yaml:"missing_done_rate" json:"missing_done_rate"`
 	// HeaderDelay delays the response headers of every request.
 	HeaderDelay Duration `yaml:"header_delay" json:"header_delay"`
+	// Degrade slows the engine down over time; nil: it does not.
+	Degrade *DegradeConfig `yaml:"degrade,omitempty" json:"degrade,omitempty"`
+}
+
+// DegradeConfig is a slow degradation, for soak tests: phase times grow
+// linearly with the time since the fault was set (at start for the file's
+// faults, by PUT /sim/faults otherwise), and every request completed since
+// then adds Leak to each decode step, up to LeakMax. With slots: 0 the
+// fixed TTFT degrades as prefill and the fixed ITL as a decode step.
+type DegradeConfig struct {
+	// Prefill and Decode are the fractions by which prefill time and decode
+	// step time grow per Per: 0.5 is +50% per Per, linearly.
+	Prefill float64  `yaml:"prefill" json:"prefill"`
+	Decode  float64  `yaml:"decode" json:"decode"`
+	Per     Duration `yaml:"per" json:"per"`
+	// Leak is added to every decode step per request completed since the
+	// fault was set, up to LeakMax in all.
+	Leak    Duration `yaml:"leak" json:"leak"`
+	LeakMax Duration `yaml:"leak_max" json:"leak_max"`
 }
 
 // StallConfig is a pause mid-stream.
@@ -195,6 +214,12 @@ var DefaultConfig = Config{
 // DefaultPrefixCacheConfig applies when a prefix_cache block is present.
 var DefaultPrefixCacheConfig = PrefixCacheConfig{BlockTokens: 512, MaxBlocks: 65536}
 
+// DefaultDegradeConfig applies when a degrade block is present.
+var DefaultDegradeConfig = DegradeConfig{Per: Duration(time.Hour)}
+
+// maxDegradeFraction bounds degrade.prefill and degrade.decode.
+const maxDegradeFraction = 1000
+
 // UnmarshalYAML implements yaml.Unmarshaler: keys not given keep their default.
 func (c *Config) UnmarshalYAML(unmarshal func(any) error) error {
 	*c = DefaultConfig
@@ -221,6 +246,14 @@ func (c *PrefixCacheConfig) UnmarshalYAML(unmarshal func(any) error) error {
 	*c = DefaultPrefixCacheConfig
 	type plain PrefixCacheConfig
 	return unmarshal((*plain)(c))
+}
+
+// UnmarshalYAML implements yaml.Unmarshaler: keys not given are 0, except
+// per, which defaults to 1h.
+func (d *DegradeConfig) UnmarshalYAML(unmarshal func(any) error) error {
+	*d = DefaultDegradeConfig
+	type plain DegradeConfig
+	return unmarshal((*plain)(d))
 }
 
 // UnmarshalYAML implements yaml.Unmarshaler. A faults block replaces the
@@ -375,6 +408,25 @@ func (f *Faults) validate(prefix string) []error {
 	}
 	if f.HeaderDelay < 0 {
 		bad("header_delay", "must not be negative, got %s", f.HeaderDelay)
+	}
+	if d := f.Degrade; d != nil {
+		for key, v := range map[string]float64{"degrade.prefill": d.Prefill, "degrade.decode": d.Decode} {
+			if !(v >= 0 && v <= maxDegradeFraction) { // false for NaN too
+				bad(key, "must be between 0 and %d, got %g", maxDegradeFraction, v)
+			}
+		}
+		if d.Per <= 0 {
+			bad("degrade.per", "must be positive, got %s", d.Per)
+		}
+		if d.Leak < 0 {
+			bad("degrade.leak", "must not be negative, got %s", d.Leak)
+		}
+		switch {
+		case d.LeakMax < 0:
+			bad("degrade.leak_max", "must not be negative, got %s", d.LeakMax)
+		case d.Leak > 0 && d.LeakMax == 0:
+			bad("degrade.leak_max", "must be positive when degrade.leak is set (a leak must be bounded)")
+		}
 	}
 	return errs
 }

@@ -111,6 +111,7 @@ type engine struct {
 	perSequence time.Duration
 	cache       *prefixCache
 	stats       *stats
+	faults      *atomic.Pointer[faultSet] // for the degradation
 
 	mu       sync.Mutex
 	waiting  *list.List    // of *sequence, guarded by mu
@@ -120,7 +121,7 @@ type engine struct {
 	timer   *time.Timer
 }
 
-func newEngine(c *Config, st *stats) *engine {
+func newEngine(c *Config, st *stats, faults *atomic.Pointer[faultSet]) *engine {
 	return &engine{
 		slots:       c.Slots,
 		maxQueue:    c.MaxQueue,
@@ -130,6 +131,7 @@ func newEngine(c *Config, st *stats) *engine {
 		perSequence: time.Duration(c.Decode.PerSequence),
 		cache:       newPrefixCache(c.PrefixCache),
 		stats:       st,
+		faults:      faults,
 		waiting:     list.New(),
 		arrivals:    make(chan struct{}, 1),
 	}
@@ -234,7 +236,8 @@ func (e *engine) prefill(ctx context.Context, s *sequence) bool {
 	uncached := s.prompt.tokens - cached
 	e.stats.running.Add(1)
 	e.running = append(e.running, s)
-	if !e.busy(ctx, start, e.prefillBase+time.Duration(uncached)*e.perToken) {
+	d := e.faults.Load().degrade.prefill(start, e.prefillBase+time.Duration(uncached)*e.perToken)
+	if !e.busy(ctx, start, d) {
 		return false
 	}
 	now := time.Now()
@@ -247,29 +250,37 @@ func (e *engine) prefill(ctx context.Context, s *sequence) bool {
 	s.produced.Store(1)
 	s.wake()
 	if s.maxTokens == 1 {
+		e.faults.Load().degrade.complete()
 		e.running = e.running[:len(e.running)-1]
 		e.finish(s)
 	}
 	return true
 }
 
-// step runs one decode step over the running sequences.
+// step runs one decode step over the running sequences. A degradation in
+// effect when the step starts sets its length.
 func (e *engine) step(ctx context.Context) bool {
 	e.running = e.keep(func(s *sequence) bool { return s.ctx.Err() == nil })
 	if len(e.running) == 0 {
 		return true
 	}
 	start := time.Now()
-	if !e.busy(ctx, start, e.decodeBase+time.Duration(len(e.running))*e.perSequence) {
+	deg := e.faults.Load().degrade
+	if !e.busy(ctx, start, deg.step(start, e.decodeBase+time.Duration(len(e.running))*e.perSequence)) {
 		return false
 	}
 	now := time.Now()
 	e.stats.generationTokens.Add(int64(len(e.running)))
+	deg = e.faults.Load().degrade // the faults may have been replaced meanwhile
 	e.running = e.keep(func(s *sequence) bool {
 		s.ph.lastToken = now
 		n := s.produced.Add(1)
 		s.wake()
-		return n < int64(s.maxTokens)
+		if n < int64(s.maxTokens) {
+			return true
+		}
+		deg.complete()
+		return false
 	})
 	return true
 }
@@ -319,24 +330,31 @@ func (e *engine) abortAll() {
 // fixedSource serves one request on the fixed timing, without an engine:
 // token i (1-based) exists at arrival + ttft + (i-1)*itl (arrival: when the
 // handler received the request), on an absolute
-// schedule that does not drift however late the writer is.
+// schedule that does not drift however late the writer is. A degradation
+// stretches ttft as a prefill starting at arrival, and each itl as a decode
+// step starting when the token before it was due.
 type fixedSource struct {
-	ttft, itl time.Duration
+	itl       time.Duration
 	maxTokens int
+	faults    *atomic.Pointer[faultSet]
+	due       time.Time // when the next token exists
 	timer     *time.Timer
 	ph        phases
 }
 
-func newFixedSource(arrived time.Time, ttft, itl time.Duration, maxTokens int) *fixedSource {
-	return &fixedSource{ttft: ttft, itl: itl, maxTokens: maxTokens, ph: phases{arrived: arrived, admitted: arrived}}
+func newFixedSource(arrived time.Time, ttft, itl time.Duration, maxTokens int, faults *atomic.Pointer[faultSet]) *fixedSource {
+	return &fixedSource{
+		itl: itl, maxTokens: maxTokens, faults: faults,
+		due: arrived.Add(faults.Load().degrade.prefill(arrived, ttft)),
+		ph:  phases{arrived: arrived, admitted: arrived},
+	}
 }
 
 func (f *fixedSource) wait(ctx context.Context, seen int) (int, bool, error) {
 	if seen >= f.maxTokens {
 		return seen, true, nil
 	}
-	due := f.ph.arrived.Add(f.ttft + time.Duration(seen)*f.itl)
-	if d := time.Until(due); d > 0 {
+	if d := time.Until(f.due); d > 0 {
 		if f.timer == nil {
 			f.timer = time.NewTimer(d)
 		} else {
@@ -354,7 +372,13 @@ func (f *fixedSource) wait(ctx context.Context, seen int) (int, bool, error) {
 		f.ph.firstToken = now
 	}
 	f.ph.lastToken = now
-	return seen + 1, seen+1 == f.maxTokens, nil
+	deg := f.faults.Load().degrade
+	if seen+1 == f.maxTokens {
+		deg.complete()
+		return seen + 1, true, nil
+	}
+	f.due = f.due.Add(deg.step(f.due, f.itl))
+	return seen + 1, false, nil
 }
 
 func (f *fixedSource) phases() phases { return f.ph }

@@ -3,8 +3,10 @@ package simulator
 // The faults a request draws, and how a connection is reset.
 
 import (
+	"math"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,10 +16,75 @@ type codeRate struct {
 	rate float64
 }
 
-// faultSet is Faults with the error codes in a fixed order for drawing.
+// faultSet is Faults with the error codes in a fixed order for drawing, and
+// the state of the degradation, which starts when the set is stored.
 type faultSet struct {
 	Faults
-	codes []codeRate
+	codes   []codeRate
+	degrade *degradation // nil: no degradation
+}
+
+// degradation is a degrade fault in effect: its configuration, when it was
+// set and how many requests have completed since. Its methods work on a nil
+// *degradation, which degrades nothing.
+type degradation struct {
+	cfg       DegradeConfig
+	since     time.Time    // when the fault was set (monotonic clock)
+	completed atomic.Int64 // requests that got their last token since
+}
+
+// maxPhase bounds a degraded phase, so that the arithmetic cannot overflow
+// (about 73 years: never reached in practice).
+const maxPhase = time.Duration(math.MaxInt64 / 4)
+
+// at returns the prefill and decode factors and the leak at now.
+func (d *degradation) at(now time.Time) (prefill, decode float64, leak time.Duration) {
+	if d == nil {
+		return 1, 1, 0
+	}
+	x := max(float64(now.Sub(d.since))/float64(d.cfg.Per), 0)
+	prefill, decode = 1+d.cfg.Prefill*x, 1+d.cfg.Decode*x
+	if n, per, most := d.completed.Load(), time.Duration(d.cfg.Leak), time.Duration(d.cfg.LeakMax); per > 0 && n > 0 {
+		leak = most
+		if n <= int64(most/per) { // n*per <= most, without overflow
+			leak = time.Duration(n) * per
+		}
+	}
+	return prefill, decode, leak
+}
+
+// prefill returns the degraded length of a prefill of nominal length base
+// that starts at now.
+func (d *degradation) prefill(now time.Time, base time.Duration) time.Duration {
+	if d == nil {
+		return base
+	}
+	f, _, _ := d.at(now)
+	return scale(base, f)
+}
+
+// step returns the degraded length of a decode step of nominal length base
+// that starts at now: scaled, plus the leak.
+func (d *degradation) step(now time.Time, base time.Duration) time.Duration {
+	if d == nil {
+		return base
+	}
+	_, f, leak := d.at(now)
+	return min(scale(base, f)+min(leak, maxPhase), maxPhase)
+}
+
+// complete counts a request that got its last token.
+func (d *degradation) complete() {
+	if d != nil {
+		d.completed.Add(1)
+	}
+}
+
+func scale(d time.Duration, f float64) time.Duration {
+	if v := float64(d) * f; v < float64(maxPhase) {
+		return time.Duration(v)
+	}
+	return maxPhase
 }
 
 // faultPlan is what will go wrong with one request.

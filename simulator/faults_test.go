@@ -2,12 +2,15 @@ package simulator_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -174,4 +177,210 @@ faults: {malformed_rate: 1}
 	r = s.post(t, "/v1/chat/completions", chat("x", 2, false), nil)
 	require.Equal(t, http.StatusOK, r.status)
 	require.False(t, json.Valid(r.body), "the body must not be valid JSON: %s", r.body)
+}
+
+// metric returns the value of the sample series (name and labels as
+// exposed, e.g. `x{model_name="sim-model"}`) on /metrics.
+func metric(t *testing.T, s *testSim, series string) float64 {
+	t.Helper()
+	resp, err := s.client.Get(s.url + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			require.NoError(t, err)
+			return f
+		}
+	}
+	t.Fatalf("no series %s on /metrics", series)
+	return 0
+}
+
+const (
+	prefillFactor = `sloprober_sim_degrade_factor{model_name="sim-model",phase="prefill"}`
+	decodeFactor  = `sloprober_sim_degrade_factor{model_name="sim-model",phase="decode"}`
+	leakSeconds   = `sloprober_sim_degrade_leak_seconds{model_name="sim-model"}`
+)
+
+// tpot is a reply's true time per output token after the first.
+func tpot(t *testing.T, r *result) float64 {
+	t.Helper()
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
+	tm := r.summary(t).Timings
+	return tm.PredictedMS / float64(tm.PredictedN-1)
+}
+
+// TestDegradeGrowsLinearly: with degrade {prefill: 1, decode: 1, per: 2s}
+// prefill and decode steps take 1 + t/2s times as long t after start, with
+// the engine and with the fixed timing, and the reply's timings show it.
+// The expected factor of each request is computed from the test's clock:
+// the simulator was started no earlier than t0, and a phase began no
+// earlier than the request was sent plus the phases before it; the
+// factor grows by 0.5% every 10ms, so these estimates are good to about 1%.
+// Measured phases may only be longer than nominal: by the timer overshoot,
+// about 1ms a step on a loaded machine (up to 5% + 8ms allowed for the mean
+// step of a reply, 5% + wakeSlackMS for a prefill, a single timer).
+func TestDegradeGrowsLinearly(t *testing.T) {
+	const degrade = `
+faults:
+  degrade: {prefill: 1, decode: 1, per: 2s}
+`
+	type mode struct {
+		name    string
+		cfg     string
+		t0      time.Time
+		s       *testSim
+		results []*result
+	}
+	modes := []*mode{
+		{name: "engine", cfg: "slots: 1\nprefill: {base: 40ms, per_token: 0s}\ndecode: {base: 20ms, per_sequence: 0s}\n" + degrade},
+		{name: "fixed", cfg: "slots: 0\nfixed: {ttft: 40ms, itl: 20ms}\n" + degrade},
+	}
+	for _, m := range modes {
+		m.t0 = time.Now()
+		m.s = startSim(t, m.cfg)
+	}
+	const tokens = 15
+	var wg sync.WaitGroup
+	for _, m := range modes {
+		wg.Go(func() {
+			for i := range 4 {
+				if i == 2 {
+					time.Sleep(time.Until(m.t0.Add(3 * time.Second)))
+				}
+				m.results = append(m.results, m.s.post(t, "/v1/chat/completions", chat(fmt.Sprint(m.name, i), tokens, true), nil))
+			}
+		})
+	}
+	wg.Wait()
+
+	for _, m := range modes {
+		var early, late []float64
+		for i, r := range m.results {
+			require.Equal(t, http.StatusOK, r.status, "%s %d: %s", m.name, i, r.body)
+			tm := r.summary(t).Timings
+			factor := func(startMS float64) float64 { return 1 + (msSince(m.t0, r.sent)+startMS)/2000 }
+			prefill := 40 * factor(tm.QueueMS)
+			step := 20 * factor(tm.QueueMS+tm.PromptMS+tm.PredictedMS/2)
+			got := tpot(t, r)
+			require.GreaterOrEqual(t, tm.PromptMS, 0.98*prefill, "%s %d: prefill", m.name, i)
+			require.LessOrEqual(t, tm.PromptMS, 1.05*prefill+wakeSlackMS, "%s %d: prefill", m.name, i)
+			least := got
+			if m.name == "fixed" { // an absolute schedule: a late first token shortens the decode phase
+				least = (tm.PromptMS + tm.PredictedMS - prefill) / (tokens - 1)
+			}
+			require.GreaterOrEqual(t, least, 0.98*step, "%s %d: decode step", m.name, i)
+			require.LessOrEqual(t, got, 1.05*step+8, "%s %d: decode step", m.name, i)
+			if i < 2 {
+				early = append(early, got)
+			} else {
+				late = append(late, got)
+			}
+			t.Logf("%s %d: at %.0fms prefill %.1fms (nominal %.1f), step %.1fms (nominal %.1f)",
+				m.name, i, msSince(m.t0, r.sent), tm.PromptMS, prefill, got, step)
+		}
+		// Nominally 1.1 and 1.3 at the start, 2.75 and 3.2 three seconds
+		// on: a ratio of 2.5, less the overshoot, which adds to every step.
+		ratio := (late[0] + late[1]) / (early[0] + early[1])
+		require.InDelta(t, 2.4, ratio, 0.4, "%s: decode step 3s on vs at the start", m.name)
+	}
+}
+
+// TestDegradeLeak: every request completed adds leak to each decode step,
+// up to leak_max: after 10 requests steps are 5ms longer, not 10ms.
+func TestDegradeLeak(t *testing.T) {
+	t.Run("engine", func(t *testing.T) {
+		s := startSim(t, `
+slots: 1
+prefill: {base: 1ms, per_token: 0s}
+decode: {base: 10ms, per_sequence: 0s}
+faults:
+  degrade: {leak: 1ms, leak_max: 5ms}
+`)
+		var capped []float64
+		for k := range 12 {
+			got := tpot(t, s.post(t, "/v1/chat/completions", chat(fmt.Sprint("leak", k), 11, true), nil))
+			require.GreaterOrEqual(t, got, 10+float64(min(k, 5))-0.01, "request %d", k)
+			require.LessOrEqual(t, got, 10+float64(min(k, 5))+wakeSlackMS, "request %d", k)
+			if k >= 8 {
+				capped = append(capped, got)
+			}
+		}
+		require.InDelta(t, 15+nominalMS/2, median(capped), nominalMS/2, "steps of requests 8 to 11: %v", capped)
+		require.Equal(t, 0.005, metric(t, s, leakSeconds))
+		require.Equal(t, 1.0, metric(t, s, prefillFactor))
+		require.Equal(t, 1.0, metric(t, s, decodeFactor))
+	})
+	t.Run("fixed", func(t *testing.T) {
+		s := startSim(t, `
+slots: 0
+fixed: {ttft: 0s, itl: 0s}
+faults:
+  degrade: {leak: 2ms, leak_max: 4ms}
+`)
+		for k, want := range []float64{0, 2, 4, 4} {
+			r := s.post(t, "/v1/chat/completions", chat(fmt.Sprint("leak", k), 6, true), nil)
+			got := tpot(t, r)
+			// An absolute schedule: a late first token shortens the decode phase.
+			tm := r.summary(t).Timings
+			require.GreaterOrEqual(t, (tm.PromptMS+tm.PredictedMS)/5, want-0.01, "request %d", k)
+			require.LessOrEqual(t, got, want+wakeSlackMS/5, "request %d", k)
+		}
+		require.Equal(t, 0.004, metric(t, s, leakSeconds))
+	})
+}
+
+// TestDegradeReset: PUT /sim/faults starts a degradation afresh, from factor
+// 1 and no leak, even when it is the same one; without degrade the
+// factors are 1 and the leak 0.
+func TestDegradeReset(t *testing.T) {
+	const block = `{"degrade": {"decode": 3, "per": "1s", "leak": "1ms", "leak_max": "50ms"}}`
+	s := startSim(t, `
+slots: 1
+prefill: {base: 1ms, per_token: 0s}
+decode: {base: 10ms, per_sequence: 0s}
+faults: `+block+`
+`)
+	started := time.Now()
+	for k := range 3 {
+		require.Equal(t, http.StatusOK, s.post(t, "/v1/chat/completions", chat(fmt.Sprint(k), 2, true), nil).status)
+	}
+	time.Sleep(time.Until(started.Add(time.Second)))
+	require.GreaterOrEqual(t, metric(t, s, decodeFactor), 4.0, "1 + 3 * 1s/1s")
+	require.Equal(t, 1.0, metric(t, s, prefillFactor))
+	require.Equal(t, 0.003, metric(t, s, leakSeconds))
+	r := s.post(t, "/v1/chat/completions", chat("slow", 5, true), nil)
+	slow := tpot(t, r)
+	// The fault was set before started, and every step began after r.sent.
+	require.GreaterOrEqual(t, slow, 10*(1+3*msSince(started, r.sent)/1000)+3-0.01, "steps 10ms * (1 + 3 * elapsed/1s) + 3ms of leak")
+
+	put := func(body string) string {
+		req, err := http.NewRequest(http.MethodPut, s.url+"/sim/faults", strings.NewReader(body))
+		require.NoError(t, err)
+		resp, err := s.client.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+		return string(b)
+	}
+	set := time.Now()
+	got := put(block)
+	require.Equal(t, `"1s"`, field(t, got, "degrade", "per"))
+	require.LessOrEqual(t, metric(t, s, decodeFactor), 1+3*msSince(set, time.Now())/1000, "the factor starts again from 1")
+	require.Zero(t, metric(t, s, leakSeconds), "so does the leak")
+	r = s.post(t, "/v1/chat/completions", chat("fresh", 5, true), nil)
+	fresh := tpot(t, r)
+	require.GreaterOrEqual(t, fresh, 10.0-0.01)
+	require.LessOrEqual(t, fresh, 10*(1+3*msSince(set, r.ended)/1000)+3+wakeSlackMS/2, "slow was %.1fms", slow)
+
+	require.NotContains(t, put(`{}`), "degrade")
+	require.Equal(t, 1.0, metric(t, s, prefillFactor))
+	require.Equal(t, 1.0, metric(t, s, decodeFactor))
+	require.Zero(t, metric(t, s, leakSeconds))
+	require.Nil(t, s.Config().Faults.Degrade)
 }

@@ -62,11 +62,11 @@ func New(cfg *Config, logger *slog.Logger, reg *prometheus.Registry) (*Simulator
 		s.blockTokens = cfg.PrefixCache.BlockTokens
 	}
 	if cfg.Slots > 0 {
-		s.engine = newEngine(cfg, s.stats)
+		s.engine = newEngine(cfg, s.stats, &s.faults)
 	}
 	s.SetFaults(cfg.Faults)
 	if reg != nil {
-		if err := reg.Register(newCollector(s.stats, cfg.Model)); err != nil {
+		if err := reg.Register(newCollector(s.stats, cfg.Model, &s.faults)); err != nil {
 			return nil, fmt.Errorf("registering simulator metrics: %w", err)
 		}
 	}
@@ -87,12 +87,24 @@ func (s *Simulator) Run(ctx context.Context) {
 func (s *Simulator) Config() Config {
 	c := s.cfg
 	c.Faults = s.faults.Load().Faults
+	if d := c.Faults.Degrade; d != nil {
+		dc := *d
+		c.Faults.Degrade = &dc
+	}
 	return c
 }
 
-// SetFaults replaces the injected faults.
+// SetFaults replaces the injected faults. A degradation in f starts now,
+// from no degradation and no leak, whether or not one was in effect.
 func (s *Simulator) SetFaults(f Faults) {
+	if f.Degrade != nil {
+		d := *f.Degrade
+		f.Degrade = &d // not shared with the caller
+	}
 	fs := &faultSet{Faults: f}
+	if f.Degrade != nil {
+		fs.degrade = &degradation{cfg: *f.Degrade, since: time.Now()}
+	}
 	for code, rate := range f.ErrorRate {
 		n, _ := strconv.Atoi(code)
 		if rate > 0 {

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -92,19 +93,21 @@ func (st *stats) snapshot() Stats {
 // its model_name label, so that dashboards and correlation built for a real
 // vLLM server work against the simulator too.
 type collector struct {
-	st    *stats
-	model string
+	st       *stats
+	model    string
+	faultSet *atomic.Pointer[faultSet]
 
-	running, waiting, prompt, generation, cacheQueries, cacheHits, responses, faults *prometheus.Desc
+	running, waiting, prompt, generation, cacheQueries, cacheHits, responses, faults, degradeFactor, leak *prometheus.Desc
 }
 
-func newCollector(st *stats, model string) *collector {
+func newCollector(st *stats, model string, faults *atomic.Pointer[faultSet]) *collector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, append([]string{"model_name"}, labels...), nil)
 	}
 	return &collector{
 		st:           st,
 		model:        model,
+		faultSet:     faults,
 		running:      d("vllm:num_requests_running", "Number of requests in model execution batches."),
 		waiting:      d("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
 		prompt:       d("vllm:prompt_tokens_total", "Number of prefill tokens processed (cached ones included)."),
@@ -113,11 +116,14 @@ func newCollector(st *stats, model string) *collector {
 		cacheHits:    d("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens."),
 		responses:    d("sloprober_sim_responses_total", "HTTP responses of the completion endpoints, by status code.", "code"),
 		faults:       d("sloprober_sim_faults_injected_total", "Faults injected, by fault.", "fault"),
+		degradeFactor: d("sloprober_sim_degrade_factor",
+			"Factor by which the degrade fault currently stretches prefill time or decode step time (1: no degradation).", "phase"),
+		leak: d("sloprober_sim_degrade_leak_seconds", "Time the degrade fault's leak currently adds to every decode step."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.prompt, c.generation, c.cacheQueries, c.cacheHits, c.responses, c.faults} {
+	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.prompt, c.generation, c.cacheQueries, c.cacheHits, c.responses, c.faults, c.degradeFactor, c.leak} {
 		ch <- d
 	}
 }
@@ -136,4 +142,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for f, n := range s.FaultsInjected {
 		ch <- prometheus.MustNewConstMetric(c.faults, prometheus.CounterValue, float64(n), c.model, f)
 	}
+	prefill, decode, leak := c.faultSet.Load().degrade.at(time.Now())
+	ch <- prometheus.MustNewConstMetric(c.degradeFactor, prometheus.GaugeValue, prefill, c.model, "prefill")
+	ch <- prometheus.MustNewConstMetric(c.degradeFactor, prometheus.GaugeValue, decode, c.model, "decode")
+	ch <- prometheus.MustNewConstMetric(c.leak, prometheus.GaugeValue, leak.Seconds(), c.model)
 }
