@@ -32,6 +32,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	sim := newSimCommand(app)
 	wstats := newWorkloadStatsCommand(app)
 	benchCmd := newBenchCommand(app)
+	testCmd := newTestCommand(app)
 
 	cmd, err := app.Parse(args)
 	if err != nil {
@@ -52,6 +53,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return wstats.run(stdout, stderr)
 	case benchCmd.cmd.FullCommand():
 		return benchCmd.run(logger, stdout, stderr)
+	case testCmd.cmd.FullCommand():
+		return testCmd.run(logger, stdout, stderr)
 	}
 	return 0
 }

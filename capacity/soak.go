@@ -1,0 +1,291 @@
+package capacity
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/prober"
+)
+
+// Soak drift rules besides the configured ones (drift.p99_growth and
+// drift.goodput_drop):
+const (
+	// errorBurstRatio: a window in which more than 10% of the requests
+	// failed is an error burst. A soak fails when its last window is one
+	// (it did not recover), not for a burst it recovered from.
+	errorBurstRatio = 0.10
+	// memoryGrowth and memoryGrowthMin: the prober's own RSS growing by
+	// more than 50% and 32 MiB from the first window to the last is a
+	// leak of the prober, which would distort what it measures.
+	memoryGrowth    = 0.5
+	memoryGrowthMin = 32 << 20
+	// lastWindowsShare: the end of a soak is its last quarter of windows
+	// (at least one), pooled, so one noisy window does not decide.
+	lastWindowsShare = 0.25
+)
+
+// SoakWindow is one window of a soak: the level measured over it, and the
+// prober's own state at its end.
+type SoakWindow struct {
+	Level
+	// ProberRSSBytes and ProberGoroutines: sloprober's own resident
+	// memory and goroutines at the end of the window.
+	ProberRSSBytes   int64 `json:"prober_rss_bytes"`
+	ProberGoroutines int   `json:"prober_goroutines"`
+	// ErrorBurst: more than 10% of the window's requests failed.
+	ErrorBurst bool `json:"error_burst,omitempty"`
+}
+
+// Drift compares the end of a soak with its first steady window.
+type Drift struct {
+	// P99Growth is the growth of each latency's P99, last windows over
+	// the first: 0.25 is 25% slower. Over fewer than 1,000 samples on a
+	// side it is the P95's growth, over fewer than 200 the median's: a P99
+	// of 50 samples is their largest, noise that would fail a healthy soak.
+	P99Growth map[string]float64 `json:"p99_growth"`
+	// GoodputDrop is the drop of good requests per sent request (which,
+	// unlike good requests per second, does not move with the Poisson
+	// arrivals' count): 0.1 is 10% fewer.
+	GoodputDrop float64 `json:"goodput_drop"`
+	// MemoryGrowth is the growth of the prober's RSS.
+	MemoryGrowth float64 `json:"memory_growth"`
+}
+
+// Soak runs a soak test: a fixed open-loop rate for its duration, one
+// result per window, judged on drift.
+type Soak struct {
+	Manager  *prober.Manager
+	Recorder *Recorder
+	Test     *config.TestConfig
+	Load     config.LoadSpec
+	Logger   *slog.Logger
+	Progress func(Progress)
+}
+
+// SoakRun is a soak's windows; it is part of Run.
+type SoakRun struct {
+	Rate    float64      `json:"rate"`
+	Windows []SoakWindow `json:"windows"`
+	Drift   *Drift       `json:"drift,omitempty"`
+}
+
+// Run runs the soak until its duration has passed or ctx is done.
+func (s *Soak) Run(ctx context.Context) *Run {
+	t := s.Test
+	start := time.Now()
+	run := &Run{Test: t.Name, Kind: config.TestSoak, Target: s.Load.Target.Name, Start: start, Soak: &SoakRun{Rate: t.Rate}}
+	col := s.Recorder.Start(t.Name)
+	defer s.Recorder.Stop(t.Name)
+	defer func() {
+		if err := s.Manager.Apply(t.Name, nil); err != nil {
+			s.Logger.Debug("Stopping the test's loads", "test", t.Name, "err", err)
+		}
+		run.End = time.Now()
+	}()
+	spec := s.Load
+	spec.Arrival, spec.Rate = config.ArrivalPoisson, t.Rate
+	if err := s.Manager.Apply(t.Name, []config.LoadSpec{spec}); err != nil {
+		run.Verdict, run.Reason = VerdictAborted, err.Error()
+		return run
+	}
+	st := &Step{Manager: s.Manager, Test: t, Load: s.Load, col: col, start: start} // its watch, stop rules, drain and summaries
+	warmup, steady := time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady)
+	end := start.Add(time.Duration(t.Duration))
+	n := int((time.Duration(t.Duration) - warmup) / steady)
+	err := st.watch(ctx, warmup, nil)
+	var windows []*Window
+	done := map[int]bool{} // summarized windows
+	// A window's summary waits for its requests: those sent late in it
+	// end in the next one, within the target's timeout. When a window is
+	// at least that long, window i is summarized (and its records
+	// released) when window i+1 ends; else all at the end.
+	early := steady >= time.Duration(s.Load.Target.Timeout)
+	for i := 0; err == nil && i < n; i++ {
+		if s.Progress != nil {
+			p := Progress{Stage: "soak", Rate: t.Rate, Level: i + 1, Levels: n, Elapsed: time.Since(start), Remaining: time.Until(end)}
+			if i > 0 {
+				// Good requests that ended in the last window: the
+				// window's own goodput waits for its requests.
+				p.Goodput = float64(col.LevelGood()) / steady.Seconds()
+			}
+			s.Progress(p)
+		}
+		col.ResetLevel()
+		w := col.Open(time.Now())
+		windows = append(windows, w)
+		err = st.watch(ctx, steady, nil)
+		col.Close(w, time.Now())
+		run.Soak.Windows = append(run.Soak.Windows, SoakWindow{ProberRSSBytes: proberRSS(), ProberGoroutines: runtime.NumGoroutine()})
+		if i > 0 && early {
+			s.summarizeWindow(st, run, windows, i-1)
+			done[i-1] = true
+		}
+	}
+	stop := spec
+	stop.Paused = true
+	_, derr := st.drain(ctx, stop)
+	for i := range windows {
+		if !done[i] {
+			s.summarizeWindow(st, run, windows, i)
+		}
+	}
+	switch {
+	case err != nil:
+		run.Verdict, run.Reason = VerdictAborted, abortReason(ctx, err)
+	case derr != nil:
+		run.Verdict, run.Reason = VerdictAborted, derr.Error()
+	case len(windows) == 0:
+		run.Verdict, run.Reason = VerdictAborted, "the soak ended before its first window"
+	default:
+		run.Verdict, run.Reason = judgeSoak(t, run.Soak)
+	}
+	return run
+}
+
+// summarizeWindow fills window i of a soak run.
+func (s *Soak) summarizeWindow(st *Step, run *Run, windows []*Window, i int) {
+	w := &run.Soak.Windows[i]
+	records, gaps, seen := st.col.Records(windows[i])
+	w.Level = Level{Stage: "soak", IntendedRate: s.Test.Rate}
+	summarize(&w.Level, &s.Load, windows[i], records, gaps, seen, s.Test.Window.MinRequests)
+	failed := 0
+	for outcome, n := range w.Outcomes {
+		if outcome != prober.OutcomeOK && outcome != prober.OutcomeCancelled && outcome != prober.OutcomeShutdown {
+			failed += n
+		}
+	}
+	w.ErrorBurst = w.Sent > 0 && float64(failed) > errorBurstRatio*float64(w.Sent)
+	st.col.Release(windows[i])
+}
+
+// judgeSoak decides a finished soak's verdict from its drift.
+func judgeSoak(t *config.TestConfig, sr *SoakRun) (string, string) {
+	ws := sr.Windows
+	first := &ws[0]
+	k := max(1, int(math.Ceil(lastWindowsShare*float64(len(ws)-1))))
+	last := ws[len(ws)-k:]
+	if len(ws) == 1 {
+		return VerdictPass, "one window: nothing to compare it with (the soak is shorter than two windows)"
+	}
+	d := &Drift{P99Growth: map[string]float64{}}
+	sr.Drift = d
+	var fails []string
+	for _, name := range []string{"ttft", "tpot", "itl", "e2e"} {
+		p0 := latency(&first.Level, name)
+		var end []Percentiles
+		n := 0
+		for i := range last {
+			if p := latency(&last[i].Level, name); p.N > 0 {
+				end = append(end, p)
+				n += p.N
+			}
+		}
+		if p0.N == 0 || n == 0 {
+			continue
+		}
+		// The tail the samples can tell: P99 over 1,000 samples a side,
+		// else P95 over 200, else the median.
+		q, pick := "P99", func(p Percentiles) float64 { return p.P99 }
+		switch m := min(p0.N, n); {
+		case m < minSamplesP95:
+			q, pick = "P50", func(p Percentiles) float64 { return p.P50 }
+		case m < minSamplesP99:
+			q, pick = "P95", func(p Percentiles) float64 { return p.P95 }
+		}
+		v0, sum := pick(p0), 0.0
+		for _, p := range end {
+			sum += pick(p)
+		}
+		vN := sum / float64(len(end))
+		if v0 <= 0 {
+			continue
+		}
+		g := vN/v0 - 1
+		d.P99Growth[name] = g
+		if g > t.Drift.P99Growth {
+			fails = append(fails, fmt.Sprintf("%s %s grew %.0f%% (%.3gs to %.3gs; drift.p99_growth %g)", name, q, 100*g, v0, vN, t.Drift.P99Growth))
+		}
+	}
+	good0 := ratio(goodOf(first), first.Sent)
+	goodN, sentN := 0, 0
+	for i := range last {
+		goodN += goodOf(&last[i])
+		sentN += last[i].Sent
+	}
+	if good0 > 0 {
+		d.GoodputDrop = 1 - ratio(goodN, sentN)/good0
+		if d.GoodputDrop > t.Drift.GoodputDrop {
+			fails = append(fails, fmt.Sprintf("goodput per request fell %.0f%% (%.1f%% to %.1f%% good; drift.goodput_drop %g)",
+				100*d.GoodputDrop, 100*good0, 100*ratio(goodN, sentN), t.Drift.GoodputDrop))
+		}
+	}
+	if r0, rN := first.ProberRSSBytes, ws[len(ws)-1].ProberRSSBytes; r0 > 0 {
+		d.MemoryGrowth = float64(rN)/float64(r0) - 1
+		if d.MemoryGrowth > memoryGrowth && rN-r0 > memoryGrowthMin {
+			fails = append(fails, fmt.Sprintf("the prober's memory grew %.0f%% (%d to %d MiB)", 100*d.MemoryGrowth, r0>>20, rN>>20))
+		}
+	}
+	if ws[len(ws)-1].ErrorBurst {
+		fails = append(fails, fmt.Sprintf("the last window is an error burst (more than %.0f%% failed): no recovery", 100*errorBurstRatio))
+	}
+	if len(fails) > 0 {
+		return VerdictFail, "drift: " + strings.Join(fails, "; ")
+	}
+	bursts := 0
+	for i := range ws {
+		if ws[i].ErrorBurst {
+			bursts++
+		}
+	}
+	reason := fmt.Sprintf("no drift over %d windows: P99 growth within %g, goodput within %g", len(ws), t.Drift.P99Growth, t.Drift.GoodputDrop)
+	if bursts > 0 {
+		reason += fmt.Sprintf("; %d error bursts, recovered", bursts)
+	}
+	return VerdictPass, reason
+}
+
+func goodOf(w *SoakWindow) int {
+	n := 0
+	for _, s := range w.Scenarios {
+		n += s.Good
+	}
+	return n
+}
+
+func latency(l *Level, name string) Percentiles {
+	switch name {
+	case "ttft":
+		return l.TTFT
+	case "tpot":
+		return l.TPOT
+	case "itl":
+		return l.ITL
+	}
+	return l.E2E
+}
+
+// proberRSS is this process's resident set size, bytes (0 where
+// /proc/self/statm is not there).
+func proberRSS() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return pages * int64(os.Getpagesize())
+}

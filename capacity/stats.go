@@ -1,0 +1,229 @@
+package capacity
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/prober"
+)
+
+// Low-confidence thresholds of the README's "Percentiles in reports": a
+// P99 over fewer than 1,000 samples has fewer than 10 samples above it, a
+// P95 over fewer than 200 fewer than 10 too.
+const (
+	minSamplesP95 = 200
+	minSamplesP99 = 1000
+)
+
+// Percentiles are exact percentiles of one latency over a window's
+// records (nearest rank), in seconds, with their sample count.
+type Percentiles struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+	// LowConfidence names the percentiles over too few samples: "p95"
+	// below 200, "p99" below 1,000.
+	LowConfidence []string `json:"low_confidence,omitempty"`
+	// Sampled: the window had more gaps than it keeps (ITL only); the
+	// percentiles are of a uniform sample of N of them.
+	Sampled bool `json:"sampled,omitempty"`
+}
+
+// percentiles computes Percentiles of values (sorted in place).
+func percentiles(values []float64) Percentiles {
+	p := Percentiles{N: len(values)}
+	if len(values) == 0 {
+		return p
+	}
+	slices.Sort(values)
+	rank := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(values)))) - 1
+		return values[max(i, 0)]
+	}
+	p.P50, p.P95, p.P99 = rank(0.50), rank(0.95), rank(0.99)
+	if p.N < minSamplesP95 {
+		p.LowConfidence = append(p.LowConfidence, "p95")
+	}
+	if p.N < minSamplesP99 {
+		p.LowConfidence = append(p.LowConfidence, "p99")
+	}
+	return p
+}
+
+// ScenarioResult is one scenario's attainment in a level.
+type ScenarioResult struct {
+	Scenario string  `json:"scenario"`
+	Counted  int     `json:"counted"`
+	Good     int     `json:"good"`
+	Goodput  float64 `json:"goodput"` // good requests per second
+	// Attainment is good / counted (overall, every SLO at once);
+	// SLOAttainment is 1 - missed / counted per SLO.
+	Attainment    float64            `json:"attainment"`
+	SLOAttainment map[string]float64 `json:"slo_attainment"`
+	Objective     float64            `json:"objective"`
+	Met           bool               `json:"met"`
+}
+
+// Level is what one step of a test measured over its steady window.
+type Level struct {
+	// Stage is baseline, sweep, refine, verify or burst.
+	Stage string `json:"stage"`
+	// Concurrency is the closed-loop clients; IntendedRate the open-loop
+	// rate, req/s.
+	Concurrency  int       `json:"concurrency,omitempty"`
+	IntendedRate float64   `json:"intended_rate,omitempty"`
+	Start        time.Time `json:"start"`
+	// WindowSeconds is the length of the steady window the rates are
+	// over: the requests sent in it are the level's sample, each awaited.
+	WindowSeconds float64 `json:"window_seconds"`
+
+	Scheduled int                    `json:"scheduled"`
+	Sent      int                    `json:"sent"`
+	Dropped   map[string]int         `json:"dropped,omitempty"`
+	Outcomes  map[prober.Outcome]int `json:"outcomes"`
+
+	// Rates over the window, per second: requests sent (offered), ok
+	// requests (completed), input and output tokens (apart: never only
+	// their sum), and good requests (goodput).
+	OfferedRate      float64 `json:"offered_rate"`
+	CompletedRate    float64 `json:"completed_rate"`
+	InputTokensRate  float64 `json:"input_tokens_rate"`
+	OutputTokensRate float64 `json:"output_tokens_rate"`
+	Goodput          float64 `json:"goodput"`
+
+	Counted       int                `json:"counted"`
+	Attainment    float64            `json:"attainment"`
+	SLOAttainment map[string]float64 `json:"slo_attainment"`
+	Scenarios     []ScenarioResult   `json:"scenarios"`
+
+	TTFT Percentiles `json:"ttft"`
+	TPOT Percentiles `json:"tpot"`
+	ITL  Percentiles `json:"itl"`
+	E2E  Percentiles `json:"e2e"`
+
+	// DrainSeconds is how long the requests in flight took to end after
+	// the window (the cooldown), or after a burst.
+	DrainSeconds float64 `json:"drain_seconds"`
+	// Insufficient: fewer requests than window.min_requests; its
+	// percentiles are shown, flagged.
+	Insufficient bool `json:"insufficient,omitempty"`
+	// Met: every scenario's attainment at or above its objective.
+	Met bool `json:"met"`
+	// Note says why a level is what it is (a stop rule, a cap).
+	Note string `json:"note,omitempty"`
+}
+
+// summarize computes a level from a window's records.
+func summarize(l *Level, spec *config.LoadSpec, w *Window, records []Record, gaps []float32, gapsSeen int64, minRequests int) {
+	secs := w.End.Sub(w.Start).Seconds()
+	l.Start, l.WindowSeconds = w.Start, secs
+	l.Scheduled = w.scheduled
+	l.Sent = len(records)
+	l.Outcomes = map[prober.Outcome]int{}
+	if len(w.dropped) > 0 {
+		l.Dropped = map[string]int{}
+		for r, n := range w.dropped {
+			l.Dropped[string(r)] = n
+		}
+	}
+	type acc struct {
+		counted, good int
+		missed        map[string]int
+	}
+	byScenario := map[string]*acc{}
+	for _, s := range spec.Scenarios {
+		byScenario[s.Key.Scenario] = &acc{missed: map[string]int{}}
+	}
+	missed := map[string]int{}
+	var ttft, tpot, e2e []float64
+	var ok, good, in, out int
+	for i := range records {
+		r := &records[i]
+		l.Outcomes[r.Outcome]++
+		a := byScenario[r.Scenario]
+		if a == nil {
+			continue
+		}
+		if r.Outcome == prober.OutcomeOK {
+			ok++
+		}
+		in += r.InputTokens
+		out += r.OutputTokens
+		if r.Counted {
+			a.counted++
+			l.Counted++
+			for _, slo := range r.Missed {
+				a.missed[slo]++
+				missed[slo]++
+			}
+		}
+		if r.Good {
+			a.good++
+			good++
+		}
+		if r.HasTTFT {
+			ttft = append(ttft, r.TTFT.Seconds())
+		}
+		if r.HasTPOT {
+			tpot = append(tpot, r.TPOT.Seconds())
+		}
+		if r.HasE2E {
+			e2e = append(e2e, r.E2E.Seconds())
+		}
+	}
+	per := func(n int) float64 {
+		if secs <= 0 {
+			return 0
+		}
+		return float64(n) / secs
+	}
+	l.OfferedRate, l.CompletedRate, l.Goodput = per(len(records)), per(ok), per(good)
+	l.InputTokensRate, l.OutputTokensRate = per(in), per(out)
+	l.Attainment = ratio(good, l.Counted)
+	l.SLOAttainment = sloAttainment(spec, missed, l.Counted)
+	l.Met = l.Counted > 0
+	for _, s := range spec.Scenarios {
+		a := byScenario[s.Key.Scenario]
+		sr := ScenarioResult{
+			Scenario: s.Key.Scenario, Counted: a.counted, Good: a.good, Goodput: per(a.good),
+			Attainment: ratio(a.good, a.counted), Objective: s.Objective,
+			SLOAttainment: sloAttainment(&config.LoadSpec{Scenarios: []config.ScenarioSpec{s}}, a.missed, a.counted),
+		}
+		// A scenario of a mix that drew no request in the window does
+		// not fail the level; one that drew requests meets its own
+		// objective or fails it.
+		sr.Met = a.counted == 0 || sr.Attainment >= s.Objective
+		l.Met = l.Met && sr.Met
+		l.Scenarios = append(l.Scenarios, sr)
+	}
+	l.TTFT, l.TPOT, l.E2E = percentiles(ttft), percentiles(tpot), percentiles(e2e)
+	g := make([]float64, len(gaps))
+	for i, v := range gaps {
+		g[i] = float64(v)
+	}
+	l.ITL = percentiles(g)
+	l.ITL.Sampled = gapsSeen > int64(len(gaps))
+	l.Insufficient = len(records) < minRequests
+}
+
+// sloAttainment is 1 - missed/counted for every SLO of the spec's
+// scenarios.
+func sloAttainment(spec *config.LoadSpec, missed map[string]int, counted int) map[string]float64 {
+	out := map[string]float64{}
+	for _, s := range spec.Scenarios {
+		for _, slo := range s.SLO.List() {
+			out[slo.Name] = 1 - ratio(missed[slo.Name], counted)
+		}
+	}
+	return out
+}
+
+func ratio(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}

@@ -1,0 +1,106 @@
+package capacity
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteTable writes a run as a text table: its verdict, then one row per
+// level with the sample count beside every percentile. A percentile over
+// too few samples is marked *, an insufficient level "(few)".
+func WriteTable(w io.Writer, r *Run) {
+	fmt.Fprintf(w, "test %s (%s) on %s: %s: %s\n", r.Test, r.Kind, r.Target, strings.ToUpper(r.Verdict), r.Reason)
+	if c := r.Capacity; c != nil {
+		fmt.Fprintf(w, "capacity: %.3g req/s verified open loop (%.3g good req/s); closed loop %d clients at %.3g req/s (%.3g good req/s)\n",
+			c.VerifiedRate, c.VerifiedGoodput, c.Concurrency, c.Rate, c.Goodput)
+	}
+	if d := r.Soak.drift(); d != nil {
+		fmt.Fprintf(w, "drift: P99 growth ttft %+.0f%%, tpot %+.0f%%, itl %+.0f%%, e2e %+.0f%%; goodput per request %+.0f%%; prober memory %+.0f%%\n",
+			100*d.P99Growth["ttft"], 100*d.P99Growth["tpot"], 100*d.P99Growth["itl"], 100*d.P99Growth["e2e"], -100*d.GoodputDrop, 100*d.MemoryGrowth)
+	}
+	if k := r.Knee; k != nil {
+		fmt.Fprintf(w, "knee: %d clients: %s\n", k.Concurrency, k.Reason)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "stage\tclients\trate/s\twindow\tsent\tok/s\tgood/s\tin tok/s\tout tok/s\tattained\tTTFT p50/p95/p99 ms (n)\tTPOT p99 ms\tE2E p99 ms\tdrain s\tnote\t")
+	levels := []*Level{r.Baseline}
+	for i := range r.Sweep {
+		levels = append(levels, &r.Sweep[i])
+	}
+	for i := range r.Verify {
+		levels = append(levels, &r.Verify[i])
+	}
+	levels = append(levels, r.Burst)
+	if r.Soak != nil {
+		for i := range r.Soak.Windows {
+			w := &r.Soak.Windows[i]
+			l := w.Level
+			l.Note = strings.TrimSpace(fmt.Sprintf("%s prober %d MiB, %d goroutines", l.Note, w.ProberRSSBytes>>20, w.ProberGoroutines))
+			if w.ErrorBurst {
+				l.Note = "error burst; " + l.Note
+			}
+			levels = append(levels, &l)
+		}
+	}
+	for _, l := range levels {
+		if l == nil {
+			continue
+		}
+		clients, rate := "-", "-"
+		if l.Concurrency > 0 {
+			clients = fmt.Sprint(l.Concurrency)
+		}
+		if l.IntendedRate > 0 {
+			rate = fmt.Sprintf("%.3g", l.IntendedRate)
+		}
+		note := l.Note
+		if l.Insufficient {
+			note = strings.TrimSpace("(few) " + note)
+		}
+		if l.Met {
+			note = strings.TrimSpace("met " + note)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0fs\t%d\t%.3g\t%.3g\t%.4g\t%.4g\t%.1f%%\t%s\t%s\t%s\t%.2f\t%s\t\n",
+			l.Stage, clients, rate, l.WindowSeconds, l.Sent, l.CompletedRate, l.Goodput, l.InputTokensRate, l.OutputTokensRate,
+			100*l.Attainment, ms3(l.TTFT), ms1(l.TPOT, l.TPOT.P99), ms1(l.E2E, l.E2E.P99), l.DrainSeconds, note)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "* over too few samples: P95 below 200, P99 below 1,000")
+}
+
+// ms3 is p50/p95/p99 in milliseconds with the sample count, a starred
+// percentile over too few samples.
+func ms3(p Percentiles) string {
+	if p.N == 0 {
+		return "-"
+	}
+	star := func(name string) string {
+		for _, lc := range p.LowConfidence {
+			if lc == name {
+				return "*"
+			}
+		}
+		return ""
+	}
+	return fmt.Sprintf("%.0f/%.0f%s/%.0f%s (%d)", 1e3*p.P50, 1e3*p.P95, star("p95"), 1e3*p.P99, star("p99"), p.N)
+}
+
+func ms1(p Percentiles, v float64) string {
+	if p.N == 0 {
+		return "-"
+	}
+	star := ""
+	if len(p.LowConfidence) > 0 && p.LowConfidence[len(p.LowConfidence)-1] == "p99" {
+		star = "*"
+	}
+	return fmt.Sprintf("%.0f%s", 1e3*v, star)
+}
+
+func (s *SoakRun) drift() *Drift {
+	if s == nil {
+		return nil
+	}
+	return s.Drift
+}

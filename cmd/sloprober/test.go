@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+
+	"github.com/sloprober/sloprober/capacity"
+	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/prober"
+)
+
+// Exit codes of `sloprober test run`.
+const (
+	exitPass  = 0 // the test passed
+	exitFail  = 1 // fail or infeasible: the target does not do what the test asks
+	exitError = 2 // the test could not run or was aborted; usage errors too
+)
+
+// testCommand is `sloprober test run`: one run of a test, now.
+type testCommand struct {
+	cmd    *kingpin.CmdClause
+	name   *string
+	json   *string
+	source configSource
+	simArg *string
+}
+
+func newTestCommand(app *kingpin.Application) *testCommand {
+	test := app.Command("test", "Capacity tests: step tests (knee search) and soak tests.")
+	c := &testCommand{cmd: test.Command("run", "Run a step or soak test of the configuration once, now, and print its results. Exit code: 0 pass, 1 fail or infeasible, 2 error or aborted.")}
+	c.name = c.cmd.Arg("name", "The test's name in the configuration's tests section (the embedded default has \"knee\").").Required().String()
+	c.json = c.cmd.Flag("json", "Also write the run's results as JSON to this file.").String()
+	c.source = addConfigFlags(c.cmd)
+	c.simArg = c.cmd.Flag("sim.listen-address", "Address of the built-in simulator started without --config.file (loopback only).").Default("127.0.0.1:0").String()
+	return c
+}
+
+func (c *testCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "sloprober: %v\n", err)
+		return exitError
+	}
+	simURL := ""
+	if *c.source.file == "" {
+		sim, err := startEmbeddedSim(logger, *c.simArg)
+		if err != nil {
+			return fail(err)
+		}
+		defer sim.stop(time.Second)
+		simURL = sim.url() + "/v1"
+	}
+	cfg, err := c.source.load(simURL)
+	if err != nil {
+		return fail(err)
+	}
+	t := cfg.Test(*c.name)
+	if t == nil {
+		var names []string
+		for _, t := range cfg.Tests {
+			names = append(names, t.Name)
+		}
+		return fail(fmt.Errorf("no test %q in the configuration (tests: %s)", *c.name, strings.Join(names, ", ")))
+	}
+
+	// One-shot: the test alone, without the canary, within the global caps.
+	rec := capacity.NewRecorder()
+	m := prober.NewManager(logger, rec, userAgent())
+	defer m.Stop(time.Second)
+	if err := m.SetLimits(prober.Limits{MaxRate: cfg.Global.MaxRate, MaxInFlight: cfg.Global.MaxInFlight}); err != nil {
+		return fail(err)
+	}
+	maxRate := cfg.Global.MaxRate
+	if t.MaxRate > 0 {
+		maxRate = t.MaxRate
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	progress := func(p capacity.Progress) { fmt.Fprintln(stderr, progressLine(p)) }
+	var run *capacity.Run
+	if t.Kind == config.TestSoak {
+		fmt.Fprintf(stderr, "Running soak test %s on target %s: %g req/s for %s, windows of %s\n", t.Name, t.Target,
+			t.Rate, time.Duration(t.Duration), time.Duration(t.Window.Steady))
+		soak := &capacity.Soak{Manager: m, Recorder: rec, Test: t, Load: cfg.TestLoad(t), Logger: logger, Progress: progress}
+		run = soak.Run(ctx)
+	} else {
+		fmt.Fprintf(stderr, "Running step test %s on target %s: sweep %v, windows %s + %s a level\n", t.Name, t.Target,
+			t.Sweep.Concurrency, time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady))
+		step := &capacity.Step{Manager: m, Recorder: rec, Test: t, Load: cfg.TestLoad(t), MaxRate: maxRate, Logger: logger, Progress: progress}
+		run = step.Run(ctx)
+	}
+	capacity.WriteTable(stdout, run)
+	if *c.json != "" {
+		b, err := json.MarshalIndent(run, "", "  ")
+		if err == nil {
+			err = os.WriteFile(*c.json, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("--json: %w", err))
+		}
+	}
+	switch run.Verdict {
+	case capacity.VerdictPass:
+		return exitPass
+	case capacity.VerdictFail, capacity.VerdictInfeasible:
+		return exitFail
+	}
+	return exitError
+}
+
+// progressLine is one line of a running test's progress.
+func progressLine(p capacity.Progress) string {
+	what := fmt.Sprintf("%d clients", p.Concurrency)
+	if p.Rate > 0 {
+		what = fmt.Sprintf("%.3g req/s", p.Rate)
+	}
+	line := fmt.Sprintf("level %d of about %d: %s, %s; elapsed %s, about %s left", p.Level, p.Levels, p.Stage, what,
+		p.Elapsed.Round(time.Second), p.Remaining.Round(time.Second))
+	if p.Level > 1 {
+		line += fmt.Sprintf("; last goodput %.3g good req/s", p.Goodput)
+	}
+	return line
+}
