@@ -35,6 +35,9 @@ type WebOptions struct {
 	Notes func() []string
 	// Pprof serves net/http/pprof on /debug/pprof/.
 	Pprof bool
+	// API serves /api/ (the test API), if not nil; the same
+	// --web.config.file authentication covers it.
+	API http.Handler
 	// Stopping reports whether sloprober is stopping (nil: never). While
 	// it is, /-/reload refuses at once and /-/ready answers 503, and every
 	// other endpoint keeps answering: the landing page and /metrics are
@@ -106,6 +109,9 @@ func NewHandler(o WebOptions) *Handler {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	if o.API != nil {
+		mux.Handle("/api/", o.API)
 	}
 	mux.HandleFunc("/config", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -46,7 +46,7 @@ func TestEndToEnd(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 
 	proberAddr, simAddr, promAddr := freeAddr(t), freeAddr(t), freeAddr(t)
-	start(t, "sloprober", bin, "run", "--web.listen-address="+proberAddr, "--sim.listen-address="+simAddr)
+	start(t, "sloprober", bin, "run", "--web.listen-address="+proberAddr, "--sim.listen-address="+simAddr, "--storage.path="+t.TempDir())
 
 	rulesFile, err := filepath.Abs("sloprober.rules.yml")
 	require.NoError(t, err)

@@ -4,9 +4,12 @@
 package rules
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -50,6 +53,38 @@ func TestPromtool(t *testing.T) {
 			require.NoError(t, err, "promtool check rules:\n%s", out)
 			out, err = exec.Command(tool, append([]string{"test", "rules"}, tests...)...).CombinedOutput()
 			require.NoError(t, err, "promtool test rules:\n%s", out)
+		})
+	}
+}
+
+// TestDashboards: every dashboard query (variables set to "All", as the
+// end-to-end test sets them) is valid PromQL for Prometheus 2.42 and 3.x,
+// checked by promtool as the expression of a recording rule, and every
+// recorded series it names (level:metric:operations) is one of the rules'.
+// The end-to-end test then requires each query to return data.
+func TestDashboards(t *testing.T) {
+	queries := dashboardQueries(t)
+	require.NotEmpty(t, queries)
+	recorded := map[string]bool{}
+	for _, name := range recordNames(t) {
+		recorded[name] = true
+	}
+	names := regexp.MustCompile(`\b[a-zA-Z_][a-zA-Z0-9_]*:[a-zA-Z0-9_:]*[a-zA-Z0-9_]\b`)
+	var file strings.Builder
+	file.WriteString("groups:\n  - name: dashboards\n    rules:\n")
+	for i, q := range queries {
+		for _, name := range names.FindAllString(q, -1) {
+			require.True(t, recorded[name], "a dashboard query names %s, which no recording rule records: %s", name, q)
+		}
+		fmt.Fprintf(&file, "      - record: dashboard_query_%d\n        expr: %q\n", i, q)
+	}
+	rules := filepath.Join(t.TempDir(), "dashboards.rules.yml")
+	require.NoError(t, os.WriteFile(rules, []byte(file.String()), 0o600))
+	for version, tool := range promtools(t) {
+		t.Run(version, func(t *testing.T) {
+			t.Parallel()
+			out, err := exec.Command(tool, "check", "rules", rules).CombinedOutput()
+			require.NoError(t, err, "promtool check rules on the dashboards' queries:\n%s", out)
 		})
 	}
 }

@@ -88,6 +88,9 @@ func start(t *testing.T, args ...string) *process {
 	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--shutdown.linger=") }) {
 		flags = append(flags, "--shutdown.linger=200ms")
 	}
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--storage.path=") }) {
+		flags = append(flags, "--storage.path="+t.TempDir())
+	}
 	p.cmd = exec.Command(binary, append(flags, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	require.NoError(t, p.cmd.Start())

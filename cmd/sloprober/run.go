@@ -21,14 +21,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
+	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/exporter"
 	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/runstore"
 	"github.com/sloprober/sloprober/simulator"
+	"github.com/sloprober/sloprober/testrun"
 )
 
 //go:embed default.yml
@@ -144,6 +148,10 @@ type runCommand struct {
 	removed   *time.Duration
 	simlisten *string
 	pprof     *bool
+	storage   *string
+	keepRuns  *int
+	keepAge   *model.Duration
+	testAPI   *bool
 }
 
 func newRunCommand(app *kingpin.Application) *runCommand {
@@ -159,6 +167,11 @@ func newRunCommand(app *kingpin.Application) *runCommand {
 	c.simlisten = c.cmd.Flag("sim.listen-address", "Where the built-in simulator listens when no --config.file is given (loopback only; port 0 picks a free port).").
 		Default("127.0.0.1:0").String()
 	c.pprof = c.cmd.Flag("debug.pprof", "Serve Go profiling (net/http/pprof) on /debug/pprof/.").Default("false").Bool()
+	c.storage = c.cmd.Flag("storage.path", "Directory of the results of test runs (one JSON file a run).").Default("data/").String()
+	c.keepRuns = c.cmd.Flag("storage.retention.runs", "How many runs of each test are kept (0: no limit).").Default("100").Int()
+	c.keepAge = new(model.Duration)
+	c.cmd.Flag("storage.retention.age", "How long runs are kept after they ended (0: no limit).").Default("90d").SetValue((*modelDurationValue)(c.keepAge))
+	c.testAPI = c.cmd.Flag("web.enable-test-api", "Enable the test API's POST endpoints: start and abort test runs (the GET endpoints are always on).").Default("false").Bool()
 	return c
 }
 
@@ -169,6 +182,7 @@ type daemon struct {
 	simURL  string
 	metrics *exporter.Metrics
 	manager *prober.Manager
+	tests   *testrun.Service
 
 	reloadMu sync.Mutex
 	cfg      atomic.Pointer[config.Config]
@@ -197,6 +211,9 @@ func (d *daemon) reload() error {
 	cfg, err := d.source.load(d.simURL + "/v1")
 	if err == nil {
 		err = d.manager.ApplyConfig(cfg, func() { d.metrics.ApplyConfig(cfg) })
+	}
+	if err == nil {
+		err = d.tests.ApplyConfig(cfg)
 	}
 	if err != nil && d.stopping.Load() {
 		// The manager refused it because it is stopping: not a bad
@@ -228,7 +245,15 @@ func (c *runCommand) run(logger *slog.Logger) int {
 	d := &daemon{logger: logger, source: c.config, metrics: exporter.NewMetrics(reg)}
 	d.metrics.SetRemovedSeriesTTL(*c.removed)
 	recent := exporter.NewRecent(20)
-	d.manager = prober.NewManager(logger, prober.Fanout(d.metrics, recent), userAgent())
+	recorder := capacity.NewRecorder()
+	d.manager = prober.NewManager(logger, prober.Fanout(d.metrics, recent, recorder), userAgent())
+	store, serr := runstore.Open(*c.storage, runstore.Retention{MaxRuns: *c.keepRuns, MaxAge: time.Duration(*c.keepAge)}, logger)
+	if serr != nil {
+		logger.Error("Error opening the storage of test runs", "path", *c.storage, "err", serr)
+		return 1
+	}
+	defer store.Close()
+	d.tests = testrun.New(logger, d.manager, recorder, store, testrun.NewMetrics(reg))
 
 	var sim *embeddedSim
 	if *c.config.file == "" {
@@ -259,10 +284,20 @@ func (c *runCommand) run(logger *slog.Logger) int {
 	g.Add(run.SignalHandler(context.Background(), os.Interrupt, syscall.SIGTERM))
 	managerDone := make(chan struct{})
 	{
+		ctx, cancel := context.WithCancel(context.Background())
+		g.Add(func() error {
+			d.tests.Run(ctx)
+			return nil
+		}, func(error) { cancel() })
+	}
+	{
 		stop := make(chan struct{})
 		var once sync.Once
 		g.Add(func() error {
 			<-stop
+			// A running test ends first, as aborted with its partial
+			// results stored; then the canary drains.
+			d.tests.Stop()
 			logger.Info("Stopping loads", "grace_period", *c.grace)
 			d.manager.Stop(*c.grace)
 			close(managerDone)
@@ -320,6 +355,7 @@ func (c *runCommand) run(logger *slog.Logger) int {
 			},
 			Loads:    d.manager.Loads,
 			Pprof:    *c.pprof,
+			API:      testrun.NewAPI(d.tests, *c.testAPI),
 			Ready:    func() bool { return d.cfg.Load() != nil },
 			Stopping: d.stopping.Load,
 			Notes: func() []string {
@@ -400,3 +436,17 @@ func userAgent() string {
 	}
 	return "sloprober/" + v
 }
+
+// modelDurationValue is a kingpin flag of a Prometheus duration (90d).
+type modelDurationValue model.Duration
+
+func (d *modelDurationValue) Set(s string) error {
+	v, err := model.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = modelDurationValue(v)
+	return nil
+}
+
+func (d *modelDurationValue) String() string { return model.Duration(*d).String() }

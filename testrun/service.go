@@ -1,0 +1,319 @@
+// Package testrun runs the configuration's step and soak tests in the
+// daemon, beside the canary: on their cron schedules or on demand (the HTTP
+// API), at most one test at a time per target, their results persisted in
+// a runstore and summarised in Prometheus gauges (capacity, verdicts, runs,
+// the next scheduled run).
+package testrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/sloprober/sloprober/capacity"
+	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/runstore"
+)
+
+// Errors of Start.
+var (
+	// ErrBusy: a test runs on the target already.
+	ErrBusy = errors.New("a test is running on the target")
+	// ErrUnknown: no test of that name in the configuration.
+	ErrUnknown = errors.New("no such test")
+	// ErrStopping: the service is stopping.
+	ErrStopping = errors.New("sloprober is stopping")
+)
+
+// Service runs tests. Its methods are safe for concurrent use.
+type Service struct {
+	logger   *slog.Logger
+	manager  *prober.Manager
+	recorder *capacity.Recorder
+	store    *runstore.Store
+	metrics  *Metrics
+
+	mu      sync.Mutex
+	cfg     *config.Config
+	tests   map[string]*scheduled // by name
+	running map[string]*active    // by target
+	wake    chan struct{}
+	stopped bool
+	runs    sync.WaitGroup
+
+	// runTest runs one test (runTest by default; tests replace it).
+	runTest func(ctx context.Context, t *config.TestConfig, load config.LoadSpec, maxRate float64) *capacity.Run
+}
+
+// scheduled is a configured test and its next scheduled run.
+type scheduled struct {
+	cfg   *config.TestConfig
+	sched cron.Schedule // nil: on demand only
+	next  time.Time
+}
+
+// active is a running test.
+type active struct {
+	id     runstore.ID
+	test   string
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+}
+
+// New returns a service that runs tests through manager (whose observers
+// include recorder) and keeps their runs in store. Call ApplyConfig, then
+// Run.
+func New(logger *slog.Logger, manager *prober.Manager, recorder *capacity.Recorder, store *runstore.Store, metrics *Metrics) *Service {
+	s := &Service{
+		logger: logger, manager: manager, recorder: recorder, store: store, metrics: metrics,
+		tests: map[string]*scheduled{}, running: map[string]*active{}, wake: make(chan struct{}, 1),
+	}
+	s.runTest = s.run
+	return s
+}
+
+// run runs a step or soak test through the manager.
+func (s *Service) run(ctx context.Context, t *config.TestConfig, load config.LoadSpec, maxRate float64) *capacity.Run {
+	if t.Kind == config.TestSoak {
+		return (&capacity.Soak{Manager: s.manager, Recorder: s.recorder, Test: t, Load: load, Logger: s.logger}).Run(ctx)
+	}
+	return (&capacity.Step{Manager: s.manager, Recorder: s.recorder, Test: t, Load: load, MaxRate: maxRate, Logger: s.logger}).Run(ctx)
+}
+
+// ApplyConfig takes a configuration's tests: new schedules apply from now;
+// a running test goes on with the configuration it started with, to its
+// end.
+func (s *Service) ApplyConfig(cfg *config.Config) error {
+	tests := map[string]*scheduled{}
+	now := time.Now()
+	for _, t := range cfg.Tests {
+		st := &scheduled{cfg: t}
+		if t.Schedule != nil {
+			sched, err := t.Schedule.Parse()
+			if err != nil {
+				return fmt.Errorf("test %q: schedule: %w", t.Name, err)
+			}
+			st.sched, st.next = sched, sched.Next(now)
+		}
+		tests[t.Name] = st
+	}
+	s.mu.Lock()
+	s.cfg, s.tests = cfg, tests
+	s.mu.Unlock()
+	s.metrics.configured(cfg.Tests, tests, s.store)
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Run starts the scheduled runs as they fall due, until ctx is done. A run
+// due while another test runs on its target is skipped and counted
+// (sloprober_test_runs_skipped_total); a run due while sloprober was down
+// is not made up for.
+func (s *Service) Run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		timer.Reset(s.untilNext())
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+			continue
+		case <-timer.C:
+		}
+		now := time.Now()
+		for _, name := range s.due(now) {
+			if _, err := s.Start(name, "schedule"); err != nil {
+				if errors.Is(err, ErrBusy) {
+					s.metrics.skipped(s.targetOf(name), name)
+				}
+				s.logger.Warn("Scheduled test not started", "test", name, "err", err)
+			}
+		}
+	}
+}
+
+// untilNext is the time to the next scheduled run (an hour if none).
+func (s *Service) untilNext() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := time.Hour
+	for _, t := range s.tests {
+		if t.sched != nil {
+			d = min(d, time.Until(t.next))
+		}
+	}
+	return max(d, 0)
+}
+
+// due returns the tests due at now, sorted, and moves their next run on.
+func (s *Service) due(now time.Time) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	for name, t := range s.tests {
+		if t.sched != nil && !t.next.After(now) {
+			names = append(names, name)
+			t.next = t.sched.Next(now)
+			s.metrics.setNext(t.cfg.Target, name, t.next)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (s *Service) targetOf(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.tests[name]; ok {
+		return t.cfg.Target
+	}
+	return ""
+}
+
+// Start starts a run of a test now; why is logged (schedule, api). It
+// fails when the test is unknown, a test runs on its target, or the
+// service is stopping.
+func (s *Service) Start(name, why string) (runstore.ID, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return "", ErrStopping
+	}
+	st, ok := s.tests[name]
+	if !ok {
+		return "", fmt.Errorf("%w: %q", ErrUnknown, name)
+	}
+	t, cfg := st.cfg, s.cfg
+	if a, busy := s.running[t.Target]; busy {
+		return "", fmt.Errorf("%w: %s runs on %s (run %s)", ErrBusy, a.test, t.Target, a.id)
+	}
+	maxRate := t.MaxRate
+	if maxRate == 0 {
+		// The canary keeps running: a test gets what global.max_rate
+		// leaves it.
+		maxRate = cfg.Global.MaxRate
+		for _, l := range cfg.CanaryLoads() {
+			maxRate -= l.PeakRate()
+		}
+	}
+	if maxRate <= 0 {
+		return "", fmt.Errorf("test %q: the canary takes all of global.max_rate %g: set the test's max_rate or raise global.max_rate", name, cfg.Global.MaxRate)
+	}
+	run := &capacity.Run{Test: t.Name, Kind: t.Kind, Target: t.Target, Start: time.Now()}
+	id, err := s.store.Begin(run)
+	if err != nil {
+		return "", fmt.Errorf("test %q: storing the run: %w", name, err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	a := &active{id: id, test: t.Name, cancel: cancel, done: make(chan struct{})}
+	s.running[t.Target] = a
+	s.metrics.setRunning(t.Target, t.Name, true)
+	s.logger.Info("Test started", "test", t.Name, "kind", t.Kind, "target", t.Target, "run", id, "by", why)
+	s.runs.Add(1)
+	go func() {
+		defer s.runs.Done()
+		defer close(a.done)
+		defer cancel(nil)
+		r := s.runTest(ctx, t, cfg.TestLoad(t), maxRate)
+		if err := s.store.Finish(id, r); err != nil {
+			s.logger.Error("Storing a test run", "test", t.Name, "run", id, "err", err)
+		}
+		s.metrics.finished(r)
+		s.mu.Lock()
+		delete(s.running, t.Target)
+		s.mu.Unlock()
+		s.metrics.setRunning(t.Target, t.Name, false)
+		s.logger.Info("Test ended", "test", t.Name, "run", id, "verdict", r.Verdict, "reason", r.Reason)
+	}()
+	return id, nil
+}
+
+// Abort aborts a running test, by its name; the run ends as aborted with
+// its partial results. It reports whether the test was running.
+func (s *Service) Abort(name, why string) bool {
+	s.mu.Lock()
+	var a *active
+	for _, r := range s.running {
+		if r.test == name {
+			a = r
+		}
+	}
+	s.mu.Unlock()
+	if a == nil {
+		return false
+	}
+	a.cancel(errors.New(why))
+	<-a.done
+	return true
+}
+
+// Stop aborts every running test ("sloprober is stopping") and waits for
+// them to end, their partial results stored; from then on Start fails.
+// Ending takes at most a level's drain (the target's timeout).
+func (s *Service) Stop() {
+	s.mu.Lock()
+	s.stopped = true
+	for _, a := range s.running {
+		a.cancel(ErrStopping)
+	}
+	s.mu.Unlock()
+	s.runs.Wait()
+}
+
+// TestStatus is a configured test as the API lists it.
+type TestStatus struct {
+	Name     string      `json:"name"`
+	Kind     string      `json:"kind"`
+	Target   string      `json:"target"`
+	Schedule string      `json:"schedule,omitempty"`
+	Next     time.Time   `json:"next_run,omitzero"`
+	Running  runstore.ID `json:"running,omitempty"`
+	Last     *RunSummary `json:"last,omitempty"`
+}
+
+// RunSummary is a stored run without its levels.
+type RunSummary = runstore.Summary
+
+// Tests lists the configured tests.
+func (s *Service) Tests() []TestStatus {
+	s.mu.Lock()
+	var out []TestStatus
+	for name, t := range s.tests {
+		ts := TestStatus{Name: name, Kind: t.cfg.Kind, Target: t.cfg.Target}
+		if t.sched != nil {
+			ts.Schedule, ts.Next = t.cfg.Schedule.Cron, t.next
+			if tz := t.cfg.Schedule.TimeZone; tz != "" {
+				ts.Schedule += " (" + tz + ")"
+			}
+		}
+		if a, ok := s.running[t.cfg.Target]; ok && a.test == name {
+			ts.Running = a.id
+		}
+		out = append(out, ts)
+	}
+	s.mu.Unlock()
+	for i := range out {
+		if runs := s.store.List(out[i].Name); len(runs) > 0 {
+			out[i].Last = &runs[0]
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Runs lists the stored runs of a test ("": all), newest first.
+func (s *Service) Runs(test string) []RunSummary { return s.store.List(test) }
+
+// Get returns a stored run.
+func (s *Service) Get(id runstore.ID) (*capacity.Run, error) { return s.store.Get(id) }

@@ -1,0 +1,214 @@
+package testrun_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/promslog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/capacity"
+	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/runstore"
+	"github.com/sloprober/sloprober/testrun"
+)
+
+// No test here sends a request: the runner is replaced by one that takes
+// a set time and finds a set capacity.
+const testsConfig = `
+targets: [{name: sim, url: "http://127.0.0.1:9/v1", model: m}, {name: other, url: "http://127.0.0.1:9/v1", model: m}]
+scenarios: [{name: s}]
+tests:
+  - {name: a, kind: step, target: sim, scenario: s, schedule: {cron: "*/10 * * * *"}}
+  - {name: b, kind: step, target: sim, scenario: s, schedule: {cron: "*/10 * * * *"}}
+  - {name: c, kind: soak, target: other, scenario: s, rate: 1, duration: 1h}
+`
+
+type fixture struct {
+	svc   *testrun.Service
+	reg   *prometheus.Registry
+	store *runstore.Store
+}
+
+// newService returns a service on cfg whose runs take d (or until
+// aborted) and find a capacity of 10 req/s.
+func newService(t *testing.T, dir string, cfg *config.Config, d time.Duration) fixture {
+	t.Helper()
+	store, err := runstore.Open(dir, runstore.Retention{}, promslog.NewNopLogger())
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() })
+	reg := prometheus.NewRegistry()
+	logger := promslog.NewNopLogger()
+	rec := capacity.NewRecorder()
+	svc := testrun.New(logger, prober.NewManager(logger, rec, "sloprober/test"), rec, store, testrun.NewMetrics(reg))
+	svc.SetRunner(func(ctx context.Context, tc *config.TestConfig, _ config.LoadSpec, _ float64) *capacity.Run {
+		r := &capacity.Run{Test: tc.Name, Kind: tc.Kind, Target: tc.Target, Start: time.Now()}
+		select {
+		case <-time.After(d):
+			r.Verdict, r.Reason = capacity.VerdictPass, "ok"
+			r.Capacity = &capacity.Capacity{Concurrency: 8, Rate: 11, Goodput: 11, VerifiedRate: 10, VerifiedGoodput: 9.5}
+		case <-ctx.Done():
+			r.Verdict, r.Reason = capacity.VerdictAborted, "aborted: "+context.Cause(ctx).Error()
+		}
+		r.End = time.Now()
+		return r
+	})
+	require.NoError(t, svc.ApplyConfig(cfg))
+	return fixture{svc, reg, store}
+}
+
+func loadConfig(t *testing.T) *config.Config {
+	t.Helper()
+	cfg, err := config.Load([]byte(testsConfig), false)
+	require.NoError(t, err)
+	return cfg
+}
+
+func value(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue metrics
+				}
+			}
+			if m.Counter != nil {
+				return m.Counter.GetValue()
+			}
+			return m.Gauge.GetValue()
+		}
+	}
+	t.Fatalf("no series %s%v", name, labels)
+	return 0
+}
+
+// TestSchedule: in fake time, two tests due every 10 minutes on one target
+// take turns as the target allows: a run of 15 minutes holds the target
+// through the next due time, and every run due while a test runs there is
+// skipped and counted.
+func TestSchedule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newService(t, t.TempDir(), loadConfig(t), 15*time.Minute)
+		start := time.Now() // 2000-01-01 00:00 UTC in the bubble
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f.svc.Run(ctx)
+		}()
+		// Due at 0:10, 0:20, 0:30: a runs 0:10-0:25 and from 0:30; b is
+		// skipped three times, a once (at 0:20, while itself ran).
+		time.Sleep(35 * time.Minute)
+		synctest.Wait()
+		v := func(name string, labels ...string) float64 { return value(t, f.reg, name, labels...) }
+		require.Equal(t, 1.0, v("sloprober_test_runs_total", "test", "a", "verdict", "pass"))
+		require.Equal(t, 0.0, v("sloprober_test_runs_total", "test", "b", "verdict", "pass"))
+		require.Equal(t, 1.0, v("sloprober_test_runs_skipped_total", "test", "a"))
+		require.Equal(t, 3.0, v("sloprober_test_runs_skipped_total", "test", "b"))
+		require.Equal(t, 1.0, v("sloprober_test_running", "test", "a"))
+		require.Equal(t, 0.0, v("sloprober_test_running", "test", "b"))
+		require.Equal(t, float64(start.Add(40*time.Minute).Unix()), v("sloprober_test_next_run_timestamp_seconds", "test", "a"))
+		require.Equal(t, float64(start.Add(25*time.Minute).Unix()), v("sloprober_test_last_run_timestamp_seconds", "test", "a"))
+		require.Equal(t, 10.0, v("sloprober_test_capacity_requests_per_second", "test", "a"))
+		require.Equal(t, 1.0, v("sloprober_test_last_verdict", "test", "a", "verdict", "pass"))
+		require.Equal(t, 1.0, v("sloprober_test_info", "test", "c", "kind", "soak"))
+		require.Zero(t, testutil.CollectAndCount(f.reg, "sloprober_test_capacity_concurrency")-1, "only a has a capacity")
+
+		cancel()
+		<-done
+		f.svc.Stop() // aborts the run of a started at 0:30, stored
+		runs := f.svc.Runs("a")
+		require.Len(t, runs, 2)
+		require.Equal(t, capacity.VerdictAborted, runs[0].Verdict)
+		require.Equal(t, "aborted: sloprober is stopping", runs[0].Reason)
+		require.Equal(t, capacity.VerdictPass, runs[1].Verdict)
+	})
+}
+
+// TestRestoredAfterRestart: the capacity and last-run gauges come back
+// from storage at start, so a restart does not drop them (or set them to
+// 0, which would fire the capacity-regression alert); a run that was
+// running when sloprober stopped is stored as aborted.
+func TestRestoredAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := loadConfig(t)
+	f := newService(t, dir, cfg, 10*time.Millisecond)
+	_, err := f.svc.Start("a", "test")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return f.svc.Runs("a")[0].Verdict == capacity.VerdictPass }, 5*time.Second, time.Millisecond)
+	f.svc.Stop()
+	require.NoError(t, f.store.Close())
+
+	g := newService(t, dir, cfg, time.Hour)
+	v := func(name string, labels ...string) float64 { return value(t, g.reg, name, labels...) }
+	require.Equal(t, 10.0, v("sloprober_test_capacity_requests_per_second", "test", "a"))
+	require.Equal(t, 8.0, v("sloprober_test_capacity_concurrency", "test", "a"))
+	require.Equal(t, 9.5, v("sloprober_test_capacity_goodput_requests_per_second", "test", "a"))
+	require.Equal(t, 1.0, v("sloprober_test_last_verdict", "test", "a", "verdict", "pass"))
+	require.Zero(t, testutil.CollectAndCount(g.reg, "sloprober_test_last_run_timestamp_seconds")-1, "b never ran: absent")
+}
+
+// TestAPI: the test API lists tests and runs, starts and aborts runs only
+// when enabled, and answers each refusal with its status.
+func TestAPI(t *testing.T) {
+	f := newService(t, t.TempDir(), loadConfig(t), time.Hour)
+	defer f.svc.Stop()
+	do := func(h http.Handler, method, path string) (int, string) {
+		req := httptest.NewRequest(method, path, nil)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	off := testrun.NewAPI(f.svc, false)
+	code, body := do(off, "POST", "/api/v1/tests/a/run")
+	require.Equal(t, http.StatusForbidden, code)
+	require.Contains(t, body, "--web.enable-test-api")
+
+	api := testrun.NewAPI(f.svc, true)
+	code, body = do(api, "POST", "/api/v1/tests/a/run")
+	require.Equal(t, http.StatusAccepted, code, body)
+	var started struct{ ID string }
+	require.NoError(t, json.Unmarshal([]byte(body), &started))
+	require.True(t, strings.HasPrefix(started.ID, "a-"), started.ID)
+
+	for _, tc := range []struct {
+		method, path string
+		code         int
+		contains     string
+	}{
+		{"POST", "/api/v1/tests/b/run", http.StatusConflict, "a test is running on the target: a runs on sim"},
+		{"POST", "/api/v1/tests/nope/run", http.StatusNotFound, `no such test: \"nope\"`},
+		{"GET", "/api/v1/tests/a/run", http.StatusMethodNotAllowed, ""},
+		{"GET", "/api/v1/tests", http.StatusOK, `"running": "` + started.ID + `"`},
+		{"GET", "/api/v1/runs?test=a", http.StatusOK, `"verdict": "running"`},
+		{"GET", "/api/v1/runs/..%2f..%2fetc", http.StatusBadRequest, ""},
+		{"GET", "/api/v1/runs/a-20000101T000000.000Z-00000000", http.StatusNotFound, "run not found"},
+		{"POST", "/api/v1/tests/a/abort", http.StatusOK, `"aborted": "a"`},
+		{"POST", "/api/v1/tests/a/abort", http.StatusNotFound, `test \"a\" is not running`},
+		{"GET", "/api/v1/runs/" + started.ID, http.StatusOK, `"reason": "aborted: aborted through the API"`},
+	} {
+		code, body := do(api, tc.method, tc.path)
+		require.Equal(t, tc.code, code, "%s %s: %s", tc.method, tc.path, body)
+		require.Contains(t, body, tc.contains, "%s %s", tc.method, tc.path)
+	}
+}
