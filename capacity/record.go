@@ -9,10 +9,13 @@
 package capacity
 
 import (
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/prober"
 )
 
@@ -20,14 +23,17 @@ import (
 // prober.ObserverFactory: cmd composes it with the metrics (prober.Fanout),
 // and loads whose test label is not a running test's cost it nothing.
 type Recorder struct {
-	mu    sync.Mutex
-	tests map[string]*Collector // by test label
+	mu      sync.Mutex
+	tests   map[string]*Collector   // by test label
+	watches map[string]*CanaryWatch // by target: the canary during a test
 }
 
 var _ prober.ObserverFactory = (*Recorder)(nil)
 
 // NewRecorder returns a recorder with no running test.
-func NewRecorder() *Recorder { return &Recorder{tests: map[string]*Collector{}} }
+func NewRecorder() *Recorder {
+	return &Recorder{tests: map[string]*Collector{}, watches: map[string]*CanaryWatch{}}
+}
 
 // Start begins keeping the requests of a test's loads (those with
 // test=<test>), before they start; Stop ends it.
@@ -50,11 +56,107 @@ func (r *Recorder) Stop(test string) {
 func (r *Recorder) Observe(info prober.LoadInfo) prober.Observer {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if info.Test == config.CanaryTest {
+		return &canaryObserver{r: r, info: info}
+	}
 	c, ok := r.tests[info.Test]
 	if !ok {
 		return nopObserver{}
 	}
 	return &collectorObserver{c: c, scenario: info.Scenario}
+}
+
+// WatchCanary counts the canary's requests on target while a test runs
+// there: a step test overloads the target on purpose, and what that costs
+// the unrelated traffic (head-of-line blocking) belongs in its report.
+func (r *Recorder) WatchCanary(target string) *CanaryWatch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := &CanaryWatch{scenarios: map[string]*CanaryScenario{}}
+	r.watches[target] = w
+	return w
+}
+
+// StopWatch ends counting the canary on target.
+func (r *Recorder) StopWatch(target string, w *CanaryWatch) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.watches[target] == w {
+		delete(r.watches, target)
+	}
+}
+
+// canaryBudgetPeriod is the period of the error budget a test's cost to
+// the canary is stated in: 30 days, the usual SLO window.
+const canaryBudgetPeriod = 30 * 24 * time.Hour
+
+// CanaryScenario is the canary of one scenario during a test.
+type CanaryScenario struct {
+	Scenario   string  `json:"scenario"`
+	Counted    int     `json:"counted"`
+	Good       int     `json:"good"`
+	Attainment float64 `json:"attainment"`
+	Objective  float64 `json:"objective"`
+	// BudgetConsumed is the share of the canary's 30-day error budget the
+	// test cost it: its bad requests over (1 - objective) x its rate x 30
+	// days. At 1 req/s and 0.99, 259 bad requests are 1%.
+	BudgetConsumed float64 `json:"budget_consumed"`
+
+	rate float64
+}
+
+// CanaryWatch counts the canary's requests during a test.
+type CanaryWatch struct {
+	mu        sync.Mutex
+	scenarios map[string]*CanaryScenario
+}
+
+// Results returns the canary's attainment per scenario, sorted.
+func (w *CanaryWatch) Results() []CanaryScenario {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]CanaryScenario, 0, len(w.scenarios))
+	for _, s := range w.scenarios {
+		c := *s
+		c.Attainment = ratio(c.Good, c.Counted)
+		if budget := (1 - c.Objective) * c.rate * canaryBudgetPeriod.Seconds(); budget > 0 {
+			c.BudgetConsumed = float64(c.Counted-c.Good) / budget
+		}
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b CanaryScenario) int { return strings.Compare(a.Scenario, b.Scenario) })
+	return out
+}
+
+// canaryObserver counts a canary load's requests into the watch of its
+// target, while there is one.
+type canaryObserver struct {
+	nopObserver
+	r    *Recorder
+	info prober.LoadInfo
+}
+
+func (o *canaryObserver) Finished(_ *prober.Result, m *prober.Measurement) {
+	if !m.Counted {
+		return
+	}
+	o.r.mu.Lock()
+	w := o.r.watches[o.info.Target]
+	o.r.mu.Unlock()
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.scenarios[o.info.Scenario]
+	if !ok {
+		s = &CanaryScenario{Scenario: o.info.Scenario, Objective: o.info.Objective, rate: o.info.Rate}
+		w.scenarios[o.info.Scenario] = s
+	}
+	s.Counted++
+	if m.Good {
+		s.Good++
+	}
 }
 
 // Update implements prober.ObserverFactory.

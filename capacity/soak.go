@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/internal/proc"
 	"github.com/sloprober/sloprober/prober"
 )
 
@@ -46,10 +45,11 @@ type SoakWindow struct {
 
 // Drift compares the end of a soak with its first steady window.
 type Drift struct {
-	// P99Growth is the growth of each latency's P99, last windows over
-	// the first: 0.25 is 25% slower. Over fewer than 1,000 samples on a
-	// side it is the P95's growth, over fewer than 200 the median's: a P99
-	// of 50 samples is their largest, noise that would fail a healthy soak.
+	// P99Growth is the growth of each latency's P99, the mean of the last
+	// windows' over the first window's: 0.25 is 25% slower. When a window
+	// compared has fewer than 1,000 samples it is the P95's growth, fewer
+	// than 200 the median's: a P99 of 50 samples is their largest, noise
+	// that would fail a healthy soak.
 	P99Growth map[string]float64 `json:"p99_growth"`
 	// GoodputDrop is the drop of good requests per sent request (which,
 	// unlike good requests per second, does not move with the Poisson
@@ -84,6 +84,11 @@ func (s *Soak) Run(ctx context.Context) *Run {
 	run := &Run{Test: t.Name, Kind: config.TestSoak, Target: s.Load.Target.Name, Start: start, Soak: &SoakRun{Rate: t.Rate}}
 	col := s.Recorder.Start(t.Name)
 	defer s.Recorder.Stop(t.Name)
+	canary := s.Recorder.WatchCanary(s.Load.Target.Name)
+	defer func() {
+		run.Canary = canary.Results()
+		s.Recorder.StopWatch(s.Load.Target.Name, canary)
+	}()
 	defer func() {
 		if err := s.Manager.Apply(t.Name, nil); err != nil {
 			s.Logger.Debug("Stopping the test's loads", "test", t.Name, "err", err)
@@ -96,7 +101,10 @@ func (s *Soak) Run(ctx context.Context) *Run {
 		run.Verdict, run.Reason = VerdictAborted, err.Error()
 		return run
 	}
-	st := &Step{Manager: s.Manager, Test: t, Load: s.Load, col: col, start: start} // its watch, stop rules, drain and summaries
+	// A Step lends the soak its watch, drain and summaries; the stop rules
+	// are judged per window (below), not as requests end: an error burst
+	// the target recovers from is part of a soak, not a reason to stop.
+	st := &Step{Manager: s.Manager, Test: t, Load: s.Load, col: col, start: start, noStopRules: true}
 	warmup, steady := time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady)
 	end := start.Add(time.Duration(t.Duration))
 	n := int((time.Duration(t.Duration) - warmup) / steady)
@@ -105,9 +113,12 @@ func (s *Soak) Run(ctx context.Context) *Run {
 	done := map[int]bool{} // summarized windows
 	// A window's summary waits for its requests: those sent late in it
 	// end in the next one, within the target's timeout. When a window is
-	// at least that long, window i is summarized (and its records
-	// released) when window i+1 ends; else all at the end.
-	early := steady >= time.Duration(s.Load.Target.Timeout)
+	// longer than that (and the 5 s a drain allows more), window i is
+	// summarized, and its records released, when window i+1 ends; else
+	// all at the end.
+	early := steady > time.Duration(s.Load.Target.Timeout)+5*time.Second
+	broken := 0 // windows in a row over a stop rule
+	now := time.Now()
 	for i := 0; err == nil && i < n; i++ {
 		if s.Progress != nil {
 			p := Progress{Stage: "soak", Rate: t.Rate, Level: i + 1, Levels: n, Elapsed: time.Since(start), Remaining: time.Until(end)}
@@ -119,11 +130,22 @@ func (s *Soak) Run(ctx context.Context) *Run {
 			s.Progress(p)
 		}
 		col.ResetLevel()
-		w := col.Open(time.Now())
+		// Windows follow each other without a gap: the next one opens
+		// at the instant the last one closed.
+		w := col.Open(now)
 		windows = append(windows, w)
-		err = st.watch(ctx, steady, nil)
-		col.Close(w, time.Now())
-		run.Soak.Windows = append(run.Soak.Windows, SoakWindow{ProberRSSBytes: proberRSS(), ProberGoroutines: runtime.NumGoroutine()})
+		err = st.watch(ctx, time.Until(now.Add(steady)), nil)
+		now = time.Now()
+		col.Close(w, now)
+		run.Soak.Windows = append(run.Soak.Windows, SoakWindow{ProberRSSBytes: proc.RSS(), ProberGoroutines: runtime.NumGoroutine()})
+		if serr := st.stopRule(); serr != nil && err == nil {
+			// Plainly broken for two windows in a row: not recovering.
+			if broken++; broken >= 2 {
+				err = fmt.Errorf("%w (two windows in a row)", serr)
+			}
+		} else {
+			broken = 0
+		}
 		if i > 0 && early {
 			s.summarizeWindow(st, run, windows, i-1)
 			done[i-1] = true
@@ -181,20 +203,21 @@ func judgeSoak(t *config.TestConfig, sr *SoakRun) (string, string) {
 	for _, name := range []string{"ttft", "tpot", "itl", "e2e"} {
 		p0 := latency(&first.Level, name)
 		var end []Percentiles
-		n := 0
+		n := p0.N // the fewest samples of a window compared
 		for i := range last {
 			if p := latency(&last[i].Level, name); p.N > 0 {
 				end = append(end, p)
-				n += p.N
+				n = min(n, p.N)
 			}
 		}
-		if p0.N == 0 || n == 0 {
+		if p0.N == 0 || len(end) == 0 {
 			continue
 		}
-		// The tail the samples can tell: P99 over 1,000 samples a side,
-		// else P95 over 200, else the median.
+		// The tail each window's samples can tell: P99 over 1,000
+		// samples, else P95 over 200, else the median; the last windows'
+		// are averaged.
 		q, pick := "P99", func(p Percentiles) float64 { return p.P99 }
-		switch m := min(p0.N, n); {
+		switch m := n; {
 		case m < minSamplesP95:
 			q, pick = "P50", func(p Percentiles) float64 { return p.P50 }
 		case m < minSamplesP99:
@@ -270,22 +293,4 @@ func latency(l *Level, name string) Percentiles {
 		return l.ITL
 	}
 	return l.E2E
-}
-
-// proberRSS is this process's resident set size, bytes (0 where
-// /proc/self/statm is not there).
-func proberRSS() int64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		return 0
-	}
-	pages, err := strconv.ParseInt(f[1], 10, 64)
-	if err != nil {
-		return 0
-	}
-	return pages * int64(os.Getpagesize())
 }

@@ -110,3 +110,58 @@ func TestSoakCatchesDegradation(t *testing.T) {
 	require.Greater(t, run.Soak.Drift.P99Growth["e2e"], 0.8, "%+v", run.Soak.Drift)
 	require.Greater(t, run.Soak.Drift.P99Growth["tpot"], 0.8, "%+v", run.Soak.Drift)
 }
+
+// TestCanaryDuringTest: a run reports what the canary on its target
+// attained meanwhile, and the share of its 30-day error budget that cost:
+// a canary whose TTFT SLO (1 ms) no request meets, at 10 req/s and 0.99,
+// burns 1 / (0.01 x 10 x 2,592,000) of its budget per request.
+func TestCanaryDuringTest(t *testing.T) {
+	sim := simtest.Start(t, "slots: 0\nfixed: {ttft: 20ms, itl: 5ms}\n")
+	cfg, err := config.Load([]byte(fmt.Sprintf(`
+global: {max_rate: 100, max_in_flight: 200}
+targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s}]
+scenarios:
+  - {name: short, input_tokens: 16, output_tokens: 20, ignore_eos: true, slo: {ttft: 500ms}}
+  - {name: strict, input_tokens: 16, output_tokens: 2, ignore_eos: true, objective: 0.99, slo: {ttft: 1ms}}
+canary: [{target: sim, scenario: strict, rate: 10, arrival: constant}]
+tests:
+  - {name: soak, kind: soak, target: sim, scenario: short, rate: 10, duration: 2s, window: 1s}
+`, sim.URL)), false)
+	require.NoError(t, err)
+	rec := capacity.NewRecorder()
+	m := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
+	defer m.Stop(time.Second)
+	require.NoError(t, m.ApplyConfig(cfg, nil))
+	s := &capacity.Soak{Manager: m, Recorder: rec, Test: cfg.Tests[0], Load: cfg.TestLoad(cfg.Tests[0]), Logger: promslog.NewNopLogger()}
+	run := s.Run(t.Context())
+	require.Len(t, run.Canary, 1)
+	c := run.Canary[0]
+	require.Equal(t, "strict", c.Scenario)
+	require.InDelta(t, 20, c.Counted, 5, "10 req/s for the 2 s of the run")
+	require.Zero(t, c.Good)
+	require.Zero(t, c.Attainment)
+	require.InEpsilon(t, float64(c.Counted)/(0.01*10*30*24*3600), c.BudgetConsumed, 1e-9)
+}
+
+// TestSoakRecovers: a target that fails every request for 2 s and then
+// recovers passes a soak; the error bursts are reported, and the default
+// stop rule (half the requests failing) does not end the soak for one
+// window's burst.
+func TestSoakRecovers(t *testing.T) {
+	sim := simtest.Start(t, "slots: 0\nfixed: {ttft: 20ms, itl: 5ms}\n")
+	cfg := stepConfig(t, sim.URL, `
+  - {name: soak, kind: soak, target: sim, scenario: short, rate: 20, duration: 8s, window: 2s}
+`)
+	failing, err := simulator.ParseFaults([]byte(`{error_rate: {"503": 1}}`))
+	require.NoError(t, err)
+	run := runSoak(t, cfg, func() {
+		time.Sleep(2500 * time.Millisecond) // from the middle of the second window
+		sim.SetFaults(failing)
+		time.Sleep(2 * time.Second) // to the middle of the third
+		sim.SetFaults(simulator.Faults{})
+	})
+	require.Equal(t, capacity.VerdictPass, run.Verdict, run.Reason)
+	require.Contains(t, run.Reason, "error bursts, recovered")
+	require.True(t, run.Soak.Windows[1].ErrorBurst)
+	require.False(t, run.Soak.Windows[3].ErrorBurst)
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sloprober/sloprober/config"
@@ -29,10 +30,10 @@ const (
 	VerdictAborted = "aborted"
 )
 
-// kneeGain is the least growth of goodput from one sweep level to the next
-// that still counts as growing: 10%. The knee is the level after which
-// goodput grows less (doubling 8 to 16 clients for 10.4 instead of 10 good
-// req/s), while its tail latency climbs.
+// kneeGain is the least growth of goodput, relative to the growth of
+// clients, from one sweep level to the next that still counts as growing:
+// 0.1. The knee is the level after which goodput grows less: doubling 8 to
+// 16 clients for 10.4 instead of 10 good req/s is +4% for +100%.
 const kneeGain = 0.10
 
 // Run is the result of one run of a test: what a report is built from.
@@ -56,6 +57,10 @@ type Run struct {
 
 	// Soak holds a soak test's windows and drift.
 	Soak *SoakRun `json:"soak,omitempty"`
+
+	// Canary is the canary on the target during the run (none when it
+	// ran alone, as `sloprober test run` does).
+	Canary []CanaryScenario `json:"canary,omitempty"`
 }
 
 // Knee is where goodput stops growing.
@@ -79,6 +84,10 @@ type Capacity struct {
 	// (Poisson) rate that met every objective, req/s; 0 if none did.
 	VerifiedRate    float64 `json:"verified_rate"`
 	VerifiedGoodput float64 `json:"verified_goodput"`
+	// LimitedBy says why the capacity may be higher than found: the
+	// sweep's clients reached the test's max_rate at it. The capacity
+	// gauges are not set from such a run.
+	LimitedBy string `json:"limited_by,omitempty"`
 }
 
 // Progress is what a running test tells while it runs.
@@ -109,13 +118,25 @@ type Step struct {
 	MaxRate  float64
 	Logger   *slog.Logger
 	Progress func(Progress)
+	// Queue, if set, tells the requests waiting in the target's own
+	// queue: a level then drains until it is empty too, not only until the
+	// test's requests have ended (another client's requests may still
+	// hold the engine).
+	Queue QueueProbe
 
-	col     *Collector
-	run     *Run
-	start   time.Time
-	level   int
-	levels  int
-	goodput float64
+	col         *Collector
+	noStopRules bool // a soak judges them per window
+	run         *Run
+	start       time.Time
+	level       int
+	levels      int
+	goodput     float64
+}
+
+// QueueProbe tells how many requests wait in a target's own queue, e.g.
+// from its engine's metrics (vllm:num_requests_waiting).
+type QueueProbe interface {
+	Waiting(ctx context.Context) (int, error)
 }
 
 // errStopRule is the cause of an abort by a stop rule.
@@ -130,6 +151,11 @@ func (s *Step) Run(ctx context.Context) *Run {
 	s.levels = 1 + len(t.Sweep.Concurrency) + t.Sweep.Refine + len(t.Verify.Rates) + 1
 	s.col = s.Recorder.Start(t.Name)
 	defer s.Recorder.Stop(t.Name)
+	canary := s.Recorder.WatchCanary(s.Load.Target.Name)
+	defer func() {
+		s.run.Canary = canary.Results()
+		s.Recorder.StopWatch(s.Load.Target.Name, canary)
+	}()
 	defer func() {
 		if err := s.Manager.Apply(t.Name, nil); err != nil {
 			s.Logger.Debug("Stopping the test's loads", "test", t.Name, "err", err)
@@ -160,19 +186,35 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 	// last good and the first bad level. The sweep ends after two levels
 	// in a row missed: goodput has stopped growing by then, and more load
 	// only overloads the target.
-	var capped string
+	var capped, limited string
 	missedInRow := 0
 	for _, c := range t.Sweep.Concurrency {
 		l, err := s.closedLevel(ctx, "sweep", c)
+		if errors.Is(err, errCapped) {
+			capped = err.Error()
+			break
+		}
+		if errors.Is(err, errStopRule) && ctx.Err() == nil {
+			// A plainly broken level is a missed one: the sweep ends
+			// there, the capacity below it stands.
+			s.keep(l)
+			capped = fmt.Sprintf("a stop rule at %d clients (%v)", c, err)
+			break
+		}
 		if err != nil {
-			if errors.Is(err, errCapped) {
-				capped = err.Error()
-				break
-			}
 			s.keep(l)
 			return VerdictAborted, abortReason(ctx, err)
 		}
 		s.keep(l)
+		if l.CompletedRate >= 0.95*s.MaxRate {
+			// The clients are paced at MaxRate: goodput flattening here
+			// is the prober's cap, not the target's knee.
+			l.Note = strings.TrimSpace(l.Note + " limited by max_rate")
+			limited = fmt.Sprintf("max_rate %g req/s at %d clients (the capacity may be higher)", s.MaxRate, c)
+			capped = "capped by " + limited
+			s.run.Sweep[len(s.run.Sweep)-1].Note = l.Note
+			break
+		}
 		if missedInRow = 0; !l.Met {
 			missedInRow = 1
 			if n := len(s.run.Sweep); n >= 2 && !s.run.Sweep[n-2].Met {
@@ -189,22 +231,28 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 			break
 		}
 		l, err := s.closedLevel(ctx, "refine", (good+bad)/2)
-		if err != nil {
-			if errors.Is(err, errCapped) {
-				break
-			}
+		if errors.Is(err, errCapped) {
+			break
+		}
+		if err != nil && (!errors.Is(err, errStopRule) || ctx.Err() != nil) {
 			s.keep(l)
 			return VerdictAborted, abortReason(ctx, err)
 		}
-		s.keep(l)
+		s.keep(l) // a level a stop rule ended is a missed one
 	}
 	s.run.Knee = knee(s.run.Sweep)
 	good, _ := s.bounds()
+	if good == 0 && len(s.run.Sweep) == 0 && capped != "" {
+		return VerdictAborted, "no sweep level could run: " + capped
+	}
 	if good == 0 {
 		return VerdictFail, "no sweep level met the objectives: " + missedObjectives(s.lowest())
 	}
 	capLevel := s.at(good)
 	s.run.Capacity = &Capacity{Concurrency: good, Rate: capLevel.CompletedRate, Goodput: capLevel.Goodput}
+	if limited != "" && good == s.run.Sweep[len(s.run.Sweep)-1].Concurrency {
+		s.run.Capacity.LimitedBy = limited
+	}
 
 	// Step 5: open-loop verification at fractions of that rate, then a
 	// burst from the highest rate that passed.
@@ -217,11 +265,13 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 			continue
 		}
 		l, err := s.openLevel(ctx, "verify", rate)
+		s.run.Verify = append(s.run.Verify, *l)
+		if errors.Is(err, errStopRule) && ctx.Err() == nil {
+			break // missed, and higher rates would be no better
+		}
 		if err != nil {
-			s.run.Verify = append(s.run.Verify, *l)
 			return VerdictAborted, abortReason(ctx, err)
 		}
-		s.run.Verify = append(s.run.Verify, *l)
 		if l.Met && l.Dropped == nil {
 			verified = &s.run.Verify[len(s.run.Verify)-1]
 			s.run.Capacity.VerifiedRate, s.run.Capacity.VerifiedGoodput = rate, l.Goodput
@@ -327,7 +377,10 @@ func (s *Step) closedLevel(ctx context.Context, stage string, c int) (*Level, er
 	s.report(stage, c, 0)
 	l := &Level{Stage: stage, Concurrency: c}
 	if err := s.Manager.Apply(s.Test.Name, []config.LoadSpec{s.closedSpec(c)}); err != nil {
-		return nil, cappedError{err}
+		if errors.Is(err, prober.ErrOverCaps) {
+			return nil, cappedError{err}
+		}
+		return nil, err
 	}
 	return l, s.measure(ctx, l, s.closedSpec(0))
 }
@@ -438,7 +491,16 @@ func (s *Step) drain(ctx context.Context, stop config.LoadSpec) (time.Duration, 
 		return 0, err
 	}
 	start := time.Now()
-	err := s.watch(ctx, time.Duration(s.Load.Target.Timeout)+5*time.Second, func() bool { return s.col.InFlight() == 0 })
+	err := s.watch(ctx, time.Duration(s.Load.Target.Timeout)+5*time.Second, func() bool {
+		if s.col.InFlight() > 0 {
+			return false
+		}
+		if s.Queue == nil {
+			return true
+		}
+		n, err := s.Queue.Waiting(ctx)
+		return err != nil || n == 0 // a queue that cannot be read does not hold the test
+	})
 	if errors.Is(err, errTimedOut) {
 		err = fmt.Errorf("%d requests still in flight %s after the level", s.col.InFlight(), time.Since(start).Round(time.Second))
 	}
@@ -453,8 +515,10 @@ var errTimedOut = errors.New("timed out")
 // without, watch returns nil after d.
 func (s *Step) watch(ctx context.Context, d time.Duration, done func() bool) error {
 	if done == nil && d <= 0 {
-		if err := s.stopRule(); err != nil {
-			return err
+		if !s.noStopRules {
+			if err := s.stopRule(); err != nil {
+				return err
+			}
 		}
 		return context.Cause(ctx)
 	}
@@ -470,8 +534,10 @@ func (s *Step) watch(ctx context.Context, d time.Duration, done func() bool) err
 		if done != nil && done() {
 			return nil
 		}
-		if err := s.stopRule(); err != nil {
-			return err
+		if !s.noStopRules {
+			if err := s.stopRule(); err != nil {
+				return err
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -564,13 +630,21 @@ func knee(levels []Level) *Knee {
 	}
 	for i := 0; i+1 < len(levels); i++ {
 		a, b := &levels[i], &levels[i+1]
-		if a.Goodput > 0 && (b.Goodput-a.Goodput)/a.Goodput < kneeGain {
+		if a.Goodput <= 0 || b.Concurrency <= a.Concurrency {
+			continue
+		}
+		// Growth of goodput per growth of clients: a target that scales
+		// gives 1, a full one 0; levels 32 and 34 are compared as
+		// fairly as 8 and 16.
+		gain := (b.Goodput - a.Goodput) / a.Goodput
+		more := float64(b.Concurrency-a.Concurrency) / float64(a.Concurrency)
+		if gain/more < kneeGain {
 			return &Knee{Concurrency: a.Concurrency, Goodput: a.Goodput, Reached: true,
-				Reason: fmt.Sprintf("goodput %.3g -> %.3g good req/s from %d to %d clients (under +%.0f%%), TTFT P99 %.3gs -> %.3gs",
-					a.Goodput, b.Goodput, a.Concurrency, b.Concurrency, 100*kneeGain, a.TTFT.P99, b.TTFT.P99)}
+				Reason: fmt.Sprintf("goodput %.3g -> %.3g good req/s from %d to %d clients (%+.0f%% for %+.0f%% clients), TTFT P99 %.3gs -> %.3gs",
+					a.Goodput, b.Goodput, a.Concurrency, b.Concurrency, 100*gain, 100*more, a.TTFT.P99, b.TTFT.P99)}
 		}
 	}
 	last := &levels[len(levels)-1]
 	return &Knee{Concurrency: last.Concurrency, Goodput: last.Goodput,
-		Reason: fmt.Sprintf("goodput still grew by %.0f%% or more at %d clients, the highest level", 100*kneeGain, last.Concurrency)}
+		Reason: fmt.Sprintf("goodput still grew at %d clients, the highest level", last.Concurrency)}
 }

@@ -23,6 +23,10 @@ func WriteTable(w io.Writer, r *Run) {
 	if k := r.Knee; k != nil {
 		fmt.Fprintf(w, "knee: %d clients: %s\n", k.Concurrency, k.Reason)
 	}
+	for _, c := range r.Canary {
+		fmt.Fprintf(w, "canary %s during the test: %.2f%% of %d requests good (objective %.2f%%); %.2f%% of its 30-day error budget\n",
+			c.Scenario, 100*c.Attainment, c.Counted, 100*c.Objective, 100*c.BudgetConsumed)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "stage\tclients\trate/s\twindow\tsent\tok/s\tgood/s\tin tok/s\tout tok/s\tattained\tTTFT p50/p95/p99 ms (n)\tTPOT p99 ms\tE2E p99 ms\tdrain s\tnote\t")
 	levels := []*Level{r.Baseline}

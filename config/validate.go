@@ -3,11 +3,11 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/url"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 	"unicode"
@@ -252,7 +252,7 @@ func (v *validation) validateTargetScenarios(key, target, scenario string, mix m
 			v.bad(key+".scenario", "unknown scenario %q", scenario)
 		}
 	}
-	for _, name := range sortedKeys(mix) {
+	for _, name := range slices.Sorted(maps.Keys(mix)) {
 		if _, ok := v.scenarios[name]; !ok {
 			v.bad(key+".mix", "unknown scenario %q", name)
 		}
@@ -397,15 +397,6 @@ func validateURL(s string) error {
 		return errors.New("host is missing")
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // Bounds of the tests section. A test runs against production beside the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
 	"slices"
 	"sort"
@@ -58,6 +59,11 @@ type Manager struct {
 	open       map[*targetClient]bool
 	stopped    bool
 }
+
+// ErrOverCaps is wrapped by the error of an Apply, ApplyConfig or
+// SetLimits refused because the loads would exceed the global caps: a
+// step test ends its sweep there.
+var ErrOverCaps = errors.New("over the global caps")
 
 // errStopped is returned by Apply once Stop has been called.
 var errStopped = errors.New("the prober is stopping")
@@ -222,7 +228,7 @@ func (m *Manager) apply(owner string, specs []config.LoadSpec, cu *configUpdate)
 		}
 		return err
 	}
-	for _, key := range sortedKeys(slots) {
+	for _, key := range slices.Sorted(maps.Keys(slots)) {
 		s := slots[key]
 		if s.tc != nil {
 			continue
@@ -241,7 +247,7 @@ func (m *Manager) apply(owner string, specs []config.LoadSpec, cu *configUpdate)
 		client *Client
 	}
 	var swaps []swap
-	for _, key := range sortedKeys(slots) {
+	for _, key := range slices.Sorted(maps.Keys(slots)) {
 		s := slots[key]
 		if slices.Contains(fresh, s.tc) || s.tc.pools == poolsFor(streams[s.cfg.Name]) {
 			continue
@@ -387,7 +393,7 @@ func (m *Manager) check(owner string, specs []config.LoadSpec, limits Limits) er
 		clients += closedClients(&specs[i])
 		openInFlight += openMaxInFlight(&specs[i])
 	}
-	for _, o := range sortedKeys(m.owners) {
+	for _, o := range slices.Sorted(maps.Keys(m.owners)) {
 		if o == owner {
 			continue
 		}
@@ -414,7 +420,7 @@ func (m *Manager) check(owner string, specs []config.LoadSpec, limits Limits) er
 	// A relative tolerance: the canary's rates summed in another order
 	// must not fail a configuration that validated.
 	if total := rate + otherRate; total > limits.MaxRate*(1+1e-9) {
-		return fmt.Errorf("%s add up to %g req/s, above global.max_rate %g", mine, total, limits.MaxRate)
+		return fmt.Errorf("%w: %s add up to %g req/s, above global.max_rate %g", ErrOverCaps, mine, total, limits.MaxRate)
 	}
 	// Closed-loop clients are reserved out of global.max_in_flight; the
 	// rest must still hold every open-loop load's own max_in_flight, so a
@@ -428,8 +434,8 @@ func (m *Manager) check(owner string, specs []config.LoadSpec, limits Limits) er
 		if len(busyClients) > 0 {
 			who += fmt.Sprintf(" and those running (%s)", strings.Join(busyClients, ", "))
 		}
-		return fmt.Errorf("%s keep %d clients, and the open-loop loads' max_in_flight add up to %d: above global.max_in_flight %d",
-			who, total, openInFlight, limits.MaxInFlight)
+		return fmt.Errorf("%w: %s keep %d clients, and the open-loop loads' max_in_flight add up to %d: above global.max_in_flight %d",
+			ErrOverCaps, who, total, openInFlight, limits.MaxInFlight)
 	}
 	return nil
 }
@@ -542,13 +548,4 @@ func (m *Manager) Loads() []LoadStatus {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key.String() < out[j].Key.String() })
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

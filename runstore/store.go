@@ -568,12 +568,13 @@ func (s *Store) Last(test string, finishedOnly bool) (*capacity.Run, bool) {
 }
 
 // LastWithCapacity returns the newest finished step run of test ("": of
-// any test) that found a capacity (its Capacity is set: the closed loop
+// any test), not aborted, that found a capacity (its Capacity is set: the closed loop
 // met the objectives at some level; its VerifiedRate is 0 if no open-loop
 // rate did). The daemon restores its capacity gauges from it at start.
 func (s *Store) LastWithCapacity(test string) (*capacity.Run, bool) {
 	return s.last(func(e *entry) bool {
-		return (test == "" || e.Test == test) && !e.running() && e.Kind == config.TestStep && e.capacity
+		return (test == "" || e.Test == test) && !e.running() && e.Kind == config.TestStep && e.capacity &&
+			e.Verdict != capacity.VerdictAborted // an aborted run's capacity is unverified
 	})
 }
 

@@ -66,7 +66,7 @@ func (m *Metrics) all() []interface {
 
 // configured sets the series of the configured tests, restores their
 // results from the store, and deletes those of removed tests.
-func (m *Metrics) configured(tests []*config.TestConfig, sched map[string]*scheduled, store *runstore.Store) {
+func (m *Metrics) configured(tests []*config.TestConfig, next map[string]time.Time, store *runstore.Store) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := map[string]string{}
@@ -96,8 +96,8 @@ func (m *Metrics) configured(tests []*config.TestConfig, sched map[string]*sched
 				m.setCapacity(r)
 			}
 		}
-		if st := sched[t.Name]; st != nil && st.sched != nil {
-			m.next.WithLabelValues(t.Target, t.Name).Set(float64(st.next.UnixNano()) / 1e9)
+		if at, ok := next[t.Name]; ok {
+			m.next.WithLabelValues(t.Target, t.Name).Set(float64(at.UnixNano()) / 1e9)
 		} else {
 			m.next.DeleteLabelValues(t.Target, t.Name)
 		}
@@ -106,6 +106,11 @@ func (m *Metrics) configured(tests []*config.TestConfig, sched map[string]*sched
 }
 
 func (m *Metrics) setRunning(target, test string, on bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.known[test] != target {
+		return // moved or removed by a reload: its series are gone
+	}
 	v := 0.0
 	if on {
 		v = 1
@@ -113,16 +118,29 @@ func (m *Metrics) setRunning(target, test string, on bool) {
 	m.running.WithLabelValues(target, test).Set(v)
 }
 
-func (m *Metrics) skipped(target, test string) { m.skips.WithLabelValues(target, test).Inc() }
+func (m *Metrics) skipped(target, test string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.known[test] == target {
+		m.skips.WithLabelValues(target, test).Inc()
+	}
+}
 
 func (m *Metrics) setNext(target, test string, t time.Time) {
-	m.next.WithLabelValues(target, test).Set(float64(t.UnixNano()) / 1e9)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.known[test] == target {
+		m.next.WithLabelValues(target, test).Set(float64(t.UnixNano()) / 1e9)
+	}
 }
 
 // finished records a finished run.
 func (m *Metrics) finished(r *capacity.Run) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.known[r.Test] != r.Target {
+		return // moved or removed by a reload while it ran: stored, not exported
+	}
 	m.runs.WithLabelValues(r.Target, r.Test, r.Verdict).Inc()
 	m.setLast(r)
 	m.setCapacity(r)
@@ -145,7 +163,7 @@ func (m *Metrics) setLast(r *capacity.Run) {
 // would fire the capacity-regression alert); m.mu is held.
 func (m *Metrics) setCapacity(r *capacity.Run) {
 	c := r.Capacity
-	if c == nil || r.Verdict == capacity.VerdictAborted {
+	if c == nil || r.Verdict == capacity.VerdictAborted || c.LimitedBy != "" {
 		return
 	}
 	m.capRate.WithLabelValues(r.Target, r.Test).Set(c.VerifiedRate)

@@ -93,6 +93,9 @@ func (s *Service) run(ctx context.Context, t *config.TestConfig, load config.Loa
 func (s *Service) ApplyConfig(cfg *config.Config) error {
 	tests := map[string]*scheduled{}
 	now := time.Now()
+	s.mu.Lock()
+	old := s.tests
+	s.mu.Unlock()
 	for _, t := range cfg.Tests {
 		st := &scheduled{cfg: t}
 		if t.Schedule != nil {
@@ -105,9 +108,20 @@ func (s *Service) ApplyConfig(cfg *config.Config) error {
 		tests[t.Name] = st
 	}
 	s.mu.Lock()
+	next := map[string]time.Time{}
+	for name, st := range tests {
+		// An unchanged schedule keeps its next run: reloads more often
+		// than it fires must not postpone it for ever.
+		if o := old[name]; o != nil && o.sched != nil && st.sched != nil && *o.cfg.Schedule == *st.cfg.Schedule {
+			st.next = o.next
+		}
+		if st.sched != nil {
+			next[name] = st.next
+		}
+	}
 	s.cfg, s.tests = cfg, tests
 	s.mu.Unlock()
-	s.metrics.configured(cfg.Tests, tests, s.store)
+	s.metrics.configured(cfg.Tests, next, s.store)
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -197,6 +211,11 @@ func (s *Service) Start(name, why string) (runstore.ID, error) {
 	t, cfg := st.cfg, s.cfg
 	if a, busy := s.running[t.Target]; busy {
 		return "", fmt.Errorf("%w: %s runs on %s (run %s)", ErrBusy, a.test, t.Target, a.id)
+	}
+	for target, a := range s.running {
+		if a.test == name { // moved to another target by a reload while it ran
+			return "", fmt.Errorf("%w: %s still runs on %s (run %s)", ErrBusy, name, target, a.id)
+		}
 	}
 	maxRate := t.MaxRate
 	if maxRate == 0 {

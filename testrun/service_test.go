@@ -116,9 +116,12 @@ func TestSchedule(t *testing.T) {
 			defer close(done)
 			f.svc.Run(ctx)
 		}()
+		// A reload of the same schedules keeps their next run (0:10).
+		time.Sleep(5 * time.Minute)
+		require.NoError(t, f.svc.ApplyConfig(loadConfig(t)))
 		// Due at 0:10, 0:20, 0:30: a runs 0:10-0:25 and from 0:30; b is
 		// skipped three times, a once (at 0:20, while itself ran).
-		time.Sleep(35 * time.Minute)
+		time.Sleep(30 * time.Minute)
 		synctest.Wait()
 		v := func(name string, labels ...string) float64 { return value(t, f.reg, name, labels...) }
 		require.Equal(t, 1.0, v("sloprober_test_runs_total", "test", "a", "verdict", "pass"))
@@ -211,4 +214,19 @@ func TestAPI(t *testing.T) {
 		require.Equal(t, tc.code, code, "%s %s: %s", tc.method, tc.path, body)
 		require.Contains(t, body, tc.contains, "%s %s", tc.method, tc.path)
 	}
+}
+
+// TestMovedTestStaysBusy: a test moved to another target by a reload while
+// it runs cannot start again there until its run has ended.
+func TestMovedTestStaysBusy(t *testing.T) {
+	f := newService(t, t.TempDir(), loadConfig(t), time.Hour)
+	defer f.svc.Stop()
+	_, err := f.svc.Start("a", "test")
+	require.NoError(t, err)
+	moved, err := config.Load([]byte(strings.Replace(testsConfig, "{name: a, kind: step, target: sim", "{name: a, kind: step, target: other", 1)), false)
+	require.NoError(t, err)
+	require.NoError(t, f.svc.ApplyConfig(moved))
+	_, err = f.svc.Start("a", "test")
+	require.ErrorIs(t, err, testrun.ErrBusy)
+	require.ErrorContains(t, err, "a still runs on sim")
 }

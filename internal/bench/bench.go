@@ -21,8 +21,6 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -32,6 +30,7 @@ import (
 
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/exporter"
+	"github.com/sloprober/sloprober/internal/proc"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/workload"
 )
@@ -247,7 +246,7 @@ func runStep(ctx context.Context, o Options, s Step) (Result, error) {
 	rate := s.Rate()
 	spec := benchSpec(simURL, "bench", config.ArrivalConstant, rate, 5*time.Minute, s.Streams+s.Streams/5+10, 32, s.Tokens)
 	runtime.GC()
-	rssBefore := rss()
+	rssBefore := proc.RSS()
 	var msBefore runtime.MemStats
 	runtime.ReadMemStats(&msBefore)
 	reg := prometheus.NewRegistry()
@@ -277,8 +276,8 @@ func runStep(ctx context.Context, o Options, s Step) (Result, error) {
 		}
 	}
 	res := Result{Streams: s.Streams, ITLMS: ms(s.ITL), IntendedRate: rate, Goroutines: runtime.NumGoroutine()}
-	res.RSSMB = float64(rss()) / (1 << 20)
-	res.RSSPerKiB = float64(rss()-rssBefore) / 1024 / float64(s.Streams)
+	res.RSSMB = float64(proc.RSS()) / (1 << 20)
+	res.RSSPerKiB = float64(proc.RSS()-rssBefore) / 1024 / float64(s.Streams)
 	var msAfter runtime.MemStats
 	runtime.ReadMemStats(&msAfter)
 	res.HeapPerKiB = (float64(msAfter.HeapInuse) - float64(msBefore.HeapInuse)) / 1024 / float64(s.Streams)
@@ -359,20 +358,6 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// rss is the process's resident set size in bytes, from /proc/self/statm.
-func rss() int64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		return 0
-	}
-	pages, _ := strconv.ParseInt(f[1], 10, 64)
-	return pages * int64(os.Getpagesize())
 }
 
 // quantile is the nearest-rank quantile; 0 for no values (JSON has no NaN).
