@@ -75,6 +75,8 @@ type SoakRun struct {
 	Rate    float64      `json:"rate"`
 	Windows []SoakWindow `json:"windows"`
 	Drift   *Drift       `json:"drift,omitempty"`
+	// Faults is what the soak's fault plan did to the simulator.
+	Faults []FaultEvent `json:"faults,omitempty"`
 }
 
 // Run runs the soak until its duration has passed or ctx is done.
@@ -100,6 +102,24 @@ func (s *Soak) Run(ctx context.Context) *Run {
 	if err := s.Manager.Apply(t.Name, []config.LoadSpec{spec}); err != nil {
 		run.Verdict, run.Reason = VerdictAborted, err.Error()
 		return run
+	}
+	if len(t.Faults) > 0 {
+		plan, err := newFaultPlan(s.Load.Target.URL)
+		if err != nil {
+			run.Verdict, run.Reason = VerdictAborted, fmt.Sprintf("fault plan: %v", err)
+			return run
+		}
+		pctx, stopPlan := context.WithCancel(ctx)
+		planned := make(chan struct{})
+		go func() {
+			defer close(planned)
+			plan.run(pctx, start, t.Faults)
+		}()
+		defer func() {
+			stopPlan()
+			<-planned // a step in force is restored first
+			run.Soak.Faults = plan.Events()
+		}()
 	}
 	// A Step lends the soak its watch, drain and summaries; the stop rules
 	// are judged per window (below), not as requests end: an error burst

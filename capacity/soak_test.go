@@ -143,25 +143,33 @@ tests:
 	require.InEpsilon(t, float64(c.Counted)/(0.01*10*30*24*3600), c.BudgetConsumed, 1e-9)
 }
 
-// TestSoakRecovers: a target that fails every request for 2 s and then
-// recovers passes a soak; the error bursts are reported, and the default
-// stop rule (half the requests failing) does not end the soak for one
-// window's burst.
+// TestSoakRecovers: a soak whose fault plan makes the simulator fail every
+// request for 2 s, from the middle of its second window, passes: the
+// target recovers, the error bursts are reported, and the default stop
+// rule (half the requests failing) does not end the soak for one window's
+// burst. The plan restores the simulator's faults after its step.
 func TestSoakRecovers(t *testing.T) {
-	sim := simtest.Start(t, "slots: 0\nfixed: {ttft: 20ms, itl: 5ms}\n")
+	sim := simtest.Start(t, "slots: 0\nfixed: {ttft: 20ms, itl: 5ms}\nfaults: {stall: {rate: 0, duration: 3s}}\n")
 	cfg := stepConfig(t, sim.URL, `
-  - {name: soak, kind: soak, target: sim, scenario: short, rate: 20, duration: 8s, window: 2s}
+  - name: soak
+    kind: soak
+    target: sim
+    scenario: short
+    rate: 20
+    duration: 8s
+    window: 2s
+    faults: [{at: 2500ms, for: 2s, set: {error_rate: {"503": 1}}}]
 `)
-	failing, err := simulator.ParseFaults([]byte(`{error_rate: {"503": 1}}`))
-	require.NoError(t, err)
-	run := runSoak(t, cfg, func() {
-		time.Sleep(2500 * time.Millisecond) // from the middle of the second window
-		sim.SetFaults(failing)
-		time.Sleep(2 * time.Second) // to the middle of the third
-		sim.SetFaults(simulator.Faults{})
-	})
+	run := runSoak(t, cfg, nil)
 	require.Equal(t, capacity.VerdictPass, run.Verdict, run.Reason)
 	require.Contains(t, run.Reason, "error bursts, recovered")
 	require.True(t, run.Soak.Windows[1].ErrorBurst)
 	require.False(t, run.Soak.Windows[3].ErrorBurst)
+	require.Len(t, run.Soak.Faults, 2)
+	require.Equal(t, "set", run.Soak.Faults[0].Action)
+	require.Empty(t, run.Soak.Faults[0].Error)
+	require.Equal(t, "restored", run.Soak.Faults[1].Action)
+	require.Empty(t, run.Soak.Faults[1].Error)
+	require.Equal(t, 3*time.Second, time.Duration(sim.Config().Faults.Stall.Duration), "the file's faults are back")
+	require.Empty(t, sim.Config().Faults.ErrorRate)
 }

@@ -57,7 +57,7 @@ func stepConfig(t *testing.T, url, test string) *config.Config {
 	t.Helper()
 	cfg, err := config.Load([]byte(fmt.Sprintf(`
 global: {max_rate: 100, max_in_flight: 200}
-targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s}]
+targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s, simulator: true}]
 scenarios:
   - {name: short, input_tokens: 16, output_tokens: 20, ignore_eos: true, objective: 0.85, slo: {ttft: 150ms}}
 tests:

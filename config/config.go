@@ -115,6 +115,9 @@ type GlobalConfig struct {
 type TargetConfig struct {
 	// Name is the target label value.
 	Name string `yaml:"name"`
+	// Simulator marks a `sloprober sim`: a soak's fault plan may change
+	// its faults (PUT /sim/faults), which no production server takes.
+	Simulator bool `yaml:"simulator,omitempty"`
 	// URL is the OpenAI base URL; /chat/completions, /completions and
 	// /models are appended.
 	URL string `yaml:"url"`

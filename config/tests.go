@@ -50,6 +50,17 @@ type TestConfig struct {
 	Rate     float64        `yaml:"rate,omitempty"`
 	Duration model.Duration `yaml:"duration,omitempty"`
 	Drift    DriftConfig    `yaml:"drift,omitempty"`
+	// Faults is a soak's fault plan, against a simulator target only.
+	Faults []FaultStep `yaml:"faults,omitempty"`
+}
+
+// FaultStep sets a simulator's faults At into a soak, For a while, then
+// restores the faults it had: "failure and recovery" as part of the run.
+type FaultStep struct {
+	At  model.Duration `yaml:"at"`
+	For model.Duration `yaml:"for"`
+	// Set is a faults block of the simulator (its `faults` keys).
+	Set map[string]any `yaml:"set"`
 }
 
 // ScheduleConfig is a cron schedule: five fields (minute hour day month

@@ -409,3 +409,42 @@ func levels(n int) string {
 	}
 	return strings.Join(s, ", ")
 }
+
+// TestFaultPlanErrors: a soak's fault plan is checked in check config:
+// against a simulator target only, steps in order within the soak, each a
+// valid faults block of the simulator.
+func TestFaultPlanErrors(t *testing.T) {
+	const base = `
+targets:
+  - {name: sim, url: "http://127.0.0.1:8000/v1", model: m, simulator: true}
+  - {name: prod, url: "http://127.0.0.1:9000/v1", model: m}
+scenarios: [{name: s}]
+tests:
+`
+	for _, tc := range []struct {
+		test, err string
+	}{
+		{`  - {name: x, kind: soak, target: sim, scenario: s, rate: 1, duration: 1h, faults: [{at: 30m, for: 5m, set: {error_rate: {"503": 1}}}]}`, ""},
+		{`  - {name: x, kind: soak, target: prod, scenario: s, rate: 1, duration: 1h, faults: [{at: 30m, for: 5m, set: {error_rate: {"503": 1}}}]}`,
+			`tests[0].faults: a fault plan changes a simulator's faults: target "prod" is not marked simulator: true`},
+		{`  - {name: x, kind: soak, target: sim, scenario: s, rate: 1, duration: 1h, faults: [{at: 30m, for: 5m, set: {error_rate: {"503": 1}}}, {at: 32m, for: 1m, set: {reset_rate: 1}}]}`,
+			`tests[0].faults[1].at: must be at or after the end of the step before (35m), got 32m`},
+		{`  - {name: x, kind: soak, target: sim, scenario: s, rate: 1, duration: 1h, faults: [{at: 58m, for: 5m, set: {reset_rate: 1}}]}`,
+			`tests[0].faults[0]: ends at 1h3m, after the soak's duration 1h`},
+		{`  - {name: x, kind: soak, target: sim, scenario: s, rate: 1, duration: 1h, faults: [{at: 1m, for: 0s, set: {reset_rate: 1}}]}`,
+			`tests[0].faults[0].for: must be positive, got 0s`},
+		{`  - {name: x, kind: soak, target: sim, scenario: s, rate: 1, duration: 1h, faults: [{at: 1m, for: 1m, set: {reset_rate: 2}}]}`,
+			`tests[0].faults[0].set: faults.reset_rate`},
+		{`  - {name: x, kind: soak, target: sim, scenario: s, rate: 1, duration: 1h, faults: [{at: 1m, for: 1m, set: {nope: 1}}]}`,
+			`tests[0].faults[0].set:`},
+		{`  - {name: x, kind: step, target: sim, scenario: s, faults: [{at: 1m, for: 1m, set: {reset_rate: 1}}]}`,
+			`tests[0].faults: applies to kind: soak only`},
+	} {
+		_, err := Load([]byte(base+tc.test+"\n"), false)
+		if tc.err == "" {
+			require.NoError(t, err, tc.test)
+			continue
+		}
+		require.ErrorContains(t, err, tc.err, tc.test)
+	}
+}

@@ -20,7 +20,9 @@ import (
 
 	"github.com/prometheus/common/model"
 	"github.com/robfig/cron/v3"
+	"go.yaml.in/yaml/v2"
 
+	"github.com/sloprober/sloprober/simulator"
 	"github.com/sloprober/sloprober/workload"
 )
 
@@ -622,8 +624,55 @@ func (v *validation) validateSoak(key string, t *TestConfig, g GlobalConfig) {
 		v.bad(key+".drift.goodput_drop", "must be between 0 and 1 (exclusive), got %g", p)
 	}
 	v.validateStop(key+".stop", t.Stop)
+	v.validateFaultPlan(key+".faults", t, durationOK)
 	for _, k := range stepKeys(t) {
 		v.bad(key+"."+k, "applies to kind: step only")
+	}
+}
+
+// MaxFaultSteps bounds a soak's fault plan.
+const MaxFaultSteps = 64
+
+// validateFaultPlan checks a soak's fault plan: against a simulator
+// target only, steps in order within the soak, each a valid faults block
+// of the simulator.
+func (v *validation) validateFaultPlan(key string, t *TestConfig, durationOK bool) {
+	if len(t.Faults) == 0 {
+		return
+	}
+	if tg := v.targets[t.Target]; tg != nil && !tg.Simulator {
+		v.bad(key, "a fault plan changes a simulator's faults: target %q is not marked simulator: true", t.Target)
+	}
+	if len(t.Faults) > MaxFaultSteps {
+		v.bad(key, "must have at most %d steps, got %d", MaxFaultSteps, len(t.Faults))
+		return
+	}
+	var end model.Duration
+	for i, f := range t.Faults {
+		k := fmt.Sprintf("%s[%d]", key, i)
+		switch {
+		case f.At < 0:
+			v.bad(k+".at", "must not be negative, got %s", f.At)
+		case i > 0 && f.At < end:
+			v.bad(k+".at", "must be at or after the end of the step before (%s), got %s", end, f.At)
+		}
+		if f.For <= 0 {
+			v.bad(k+".for", "must be positive, got %s", f.For)
+		} else if durationOK && f.At >= 0 && f.At+f.For > t.Duration {
+			v.bad(k, "ends at %s, after the soak's duration %s", f.At+f.For, t.Duration)
+		}
+		end = f.At + f.For
+		if len(f.Set) == 0 {
+			v.bad(k+".set", "must set some faults")
+			continue
+		}
+		b, err := yaml.Marshal(f.Set)
+		if err == nil {
+			_, err = simulator.ParseFaults(b)
+		}
+		if err != nil {
+			v.bad(k+".set", "%v", err)
+		}
 	}
 }
 
@@ -648,6 +697,9 @@ func soakKeys(t *TestConfig) []string {
 	}
 	if t.Drift != (DriftConfig{}) {
 		keys = append(keys, "drift")
+	}
+	if len(t.Faults) > 0 {
+		keys = append(keys, "faults")
 	}
 	return keys
 }

@@ -321,7 +321,7 @@ canary:
 }
 
 // TestWebConfig: --web.config.file puts basic auth on every endpoint, the
-// profiling ones and the reload included.
+// profiling ones, the reload and the test API included.
 func TestWebConfig(t *testing.T) {
 	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
 	require.NoError(t, err)
@@ -336,6 +336,7 @@ func TestWebConfig(t *testing.T) {
 		{"GET", "/"}, {"GET", "/metrics"}, {"GET", "/config"}, {"GET", "/-/healthy"}, {"GET", "/-/ready"},
 		{"POST", "/-/reload"}, {"PUT", "/-/reload"}, {"GET", "/debug/pprof/"}, {"GET", "/debug/pprof/cmdline"},
 		{"GET", "/debug/pprof/goroutine?debug=1"}, {"GET", "/nonexistent"},
+		{"GET", "/api/v1/tests"}, {"GET", "/api/v1/runs"}, {"POST", "/api/v1/tests/knee/run"},
 	}
 	do := func(method, path, user, password string) int {
 		req, err := http.NewRequest(method, "http://"+p.addr+path, nil)
@@ -358,8 +359,11 @@ func TestWebConfig(t *testing.T) {
 	}, 20*time.Second, 20*time.Millisecond)
 	for _, e := range endpoints {
 		want := http.StatusOK
-		if e.path == "/nonexistent" {
+		switch e.path {
+		case "/nonexistent":
 			want = http.StatusNotFound
+		case "/api/v1/tests/knee/run":
+			want = http.StatusForbidden // authenticated, but without --web.enable-test-api
 		}
 		require.Equal(t, want, do(e.method, e.path, "admin", "s3cret"), "%s %s", e.method, e.path)
 	}

@@ -3,9 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -72,4 +74,46 @@ tests:
 			require.Contains(t, stdout, "INFEASIBLE")
 		}
 	}
+}
+
+// TestSIGTERMAbortsRunningTest: SIGTERM ends a test running in the daemon
+// at once, before the canary drains: its run is stored as aborted, with
+// the reason and the levels it measured; the next start restores nothing
+// from it and marks nothing running.
+func TestSIGTERMAbortsRunningTest(t *testing.T) {
+	sim := simtest.Start(t, "slots: 4\nprefill: {base: 4ms, per_token: 0s}\ndecode: {base: 8ms, per_sequence: 2ms}\n")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "sloprober.yml")
+	require.NoError(t, os.WriteFile(file, []byte(fmt.Sprintf(`
+targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s}]
+scenarios: [{name: short, input_tokens: 16, output_tokens: 20, ignore_eos: true, objective: 0.85, slo: {ttft: 150ms}}]
+canary: [{target: sim, scenario: short, rate: 2, arrival: constant}]
+tests:
+  - {name: long, kind: step, target: sim, scenario: short, baseline: {requests: 3}, sweep: {concurrency: [1, 2]}, window: {warmup: 0s, steady: 5m}}
+`, sim.URL)), 0o600))
+	storage := filepath.Join(dir, "runs")
+	p := start(t, "--config.file="+file, "--storage.path="+storage, "--web.enable-test-api", "--shutdown.grace-period=5s")
+	p.waitReady(t)
+	code, body := p.post(t, "/api/v1/tests/long/run")
+	require.Equal(t, http.StatusAccepted, code, body)
+	require.Eventually(t, func() bool {
+		return p.metric(t, `sloprober_requests_sent_total{scenario="short",target="sim",test="long"}`) > 5
+	},
+		20*time.Second, 20*time.Millisecond, "the test's sweep is under way")
+	start := time.Now()
+	require.Equal(t, 0, p.stop(t))
+	require.Less(t, time.Since(start), 10*time.Second, "within the grace period and the linger")
+	require.Contains(t, p.logs(), `msg="Test ended" test=long`)
+
+	runs, err := filepath.Glob(filepath.Join(storage, "runs", "long-*.json"))
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+	b, err := os.ReadFile(runs[0])
+	require.NoError(t, err)
+	var run capacity.Run
+	require.NoError(t, json.Unmarshal(b, &run))
+	require.Equal(t, capacity.VerdictAborted, run.Verdict)
+	require.Equal(t, "aborted: sloprober is stopping", run.Reason)
+	require.NotNil(t, run.Baseline, "the partial results are kept")
+	require.NotEmpty(t, run.Sweep)
 }

@@ -1,0 +1,147 @@
+package capacity
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"go.yaml.in/yaml/v2"
+
+	"github.com/sloprober/sloprober/config"
+)
+
+// FaultEvent is one change of a simulator's faults by a soak's fault plan.
+type FaultEvent struct {
+	At time.Time `json:"at"`
+	// Action is "set" (the plan's faults) or "restored" (the faults the
+	// simulator had before).
+	Action string `json:"action"`
+	Faults string `json:"faults"`
+	Error  string `json:"error,omitempty"`
+}
+
+// faultPlan applies a soak's fault plan to its simulator target through
+// PUT /sim/faults, restoring the faults it had after each step.
+type faultPlan struct {
+	admin  string // the simulator's /sim/faults
+	client *http.Client
+
+	mu     sync.Mutex
+	events []FaultEvent
+}
+
+// newFaultPlan returns the plan's applier for a target's base URL
+// (http://host:port/v1): the simulator serves /sim/faults at its root.
+func newFaultPlan(target string) (*faultPlan, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, err
+	}
+	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/v1") + "/sim/faults"
+	u.RawQuery, u.Fragment = "", ""
+	return &faultPlan{admin: u.String(), client: &http.Client{Timeout: 5 * time.Second}}, nil
+}
+
+// run applies the steps at their times from start until ctx is done; it
+// restores the faults of a step in force when ctx ends.
+func (p *faultPlan) run(ctx context.Context, start time.Time, steps []config.FaultStep) {
+	for _, st := range steps {
+		if !sleepUntil(ctx, start.Add(time.Duration(st.At))) {
+			return
+		}
+		before, err := p.get(ctx)
+		if err != nil {
+			p.record("set", "", err)
+			continue
+		}
+		b, err := yaml.Marshal(st.Set)
+		if err == nil {
+			err = p.put(ctx, b)
+		}
+		p.record("set", string(b), err)
+		if err != nil {
+			continue
+		}
+		ok := sleepUntil(ctx, start.Add(time.Duration(st.At+st.For)))
+		// Restore even when the soak ends: the simulator must not keep
+		// failing after it.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		p.record("restored", string(before), p.put(rctx, before))
+		cancel()
+		if !ok {
+			return
+		}
+	}
+}
+
+func (p *faultPlan) record(action, faults string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := FaultEvent{At: time.Now(), Action: action, Faults: strings.TrimSpace(faults)}
+	if err != nil {
+		e.Error = err.Error()
+	}
+	p.events = append(p.events, e)
+}
+
+// Events returns what the plan did.
+func (p *faultPlan) Events() []FaultEvent {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]FaultEvent(nil), p.events...)
+}
+
+func (p *faultPlan) get(ctx context.Context) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.admin, nil)
+	if err != nil {
+		return nil, err
+	}
+	return p.do(req)
+}
+
+func (p *faultPlan) put(ctx context.Context, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, p.admin, strings.NewReader(string(body)))
+	if err != nil {
+		return err
+	}
+	_, err = p.do(req)
+	return err
+}
+
+// do sends an admin request; the answer is bounded to 1 MiB.
+func (p *faultPlan) do(req *http.Request) ([]byte, error) {
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", req.Method, p.admin, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", req.Method, p.admin, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s %s: %s: %s", req.Method, p.admin, resp.Status, strings.TrimSpace(string(b)))
+	}
+	return b, nil
+}
+
+// sleepUntil waits until t, or until ctx is done: it reports whether t came.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
