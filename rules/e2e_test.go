@@ -30,20 +30,7 @@ import (
 // minute; `go test -short` or SLOPROBER_SKIP_E2E=1 skips it locally (CI
 // runs it).
 func TestEndToEnd(t *testing.T) {
-	if testing.Short() || os.Getenv("SLOPROBER_SKIP_E2E") != "" {
-		t.Skip("end-to-end test skipped (-short or SLOPROBER_SKIP_E2E)")
-	}
-	prom := os.Getenv("PROMETHEUS")
-	if prom == "" {
-		var err error
-		prom, err = exec.LookPath("prometheus")
-		require.NoError(t, err, "prometheus not found: run `make test` (it installs Debian's prometheus), set $PROMETHEUS, or skip with SLOPROBER_SKIP_E2E=1")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "sloprober")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/sloprober")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	prom, bin, dir := e2eSetup(t)
 
 	proberAddr, simAddr, promAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	start(t, "sloprober", bin, "run", "--web.listen-address="+proberAddr, "--sim.listen-address="+simAddr, "--storage.path="+t.TempDir())
@@ -102,6 +89,26 @@ scrape_configs:
 		return api.nonEmpty(chatOnly(burn)) &&
 			api.nonEmpty(`ALERTS{alertname="SloproberErrorBudgetBurn",scenario="chat"}`)
 	}, 90*time.Second, 500*time.Millisecond, "the fast-burn expression does not hold")
+}
+
+// e2eSetup skips an end-to-end test when asked to, and returns the
+// Prometheus binary, a sloprober built for the test, and its directory.
+func e2eSetup(t *testing.T) (prom, bin, dir string) {
+	t.Helper()
+	if testing.Short() || os.Getenv("SLOPROBER_SKIP_E2E") != "" {
+		t.Skip("end-to-end test skipped (-short or SLOPROBER_SKIP_E2E)")
+	}
+	prom = os.Getenv("PROMETHEUS")
+	if prom == "" {
+		var err error
+		prom, err = exec.LookPath("prometheus")
+		require.NoError(t, err, "prometheus not found: run `make test` (it installs Debian's prometheus), set $PROMETHEUS, or skip with SLOPROBER_SKIP_E2E=1")
+	}
+	dir = t.TempDir()
+	bin = filepath.Join(dir, "sloprober")
+	out, err := exec.Command("go", "build", "-o", bin, "../cmd/sloprober").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return prom, bin, dir
 }
 
 // chatOnly keeps the series of an expression's result that belong to the

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,19 +20,7 @@ import (
 // canary's fast-burn page is held back on the target a test ran on while
 // its expression without the quiet clause holds. It takes about a minute.
 func TestEndToEndTests(t *testing.T) {
-	if testing.Short() || os.Getenv("SLOPROBER_SKIP_E2E") != "" {
-		t.Skip("end-to-end test skipped (-short or SLOPROBER_SKIP_E2E)")
-	}
-	prom := os.Getenv("PROMETHEUS")
-	if prom == "" {
-		var err error
-		prom, err = exec.LookPath("prometheus")
-		require.NoError(t, err, "prometheus not found: run `make test`, set $PROMETHEUS, or skip with SLOPROBER_SKIP_E2E=1")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "sloprober")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/sloprober").CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	prom, bin, dir := e2eSetup(t)
 
 	// The simulator of capacity's ground-truth test: 4 slots; 4 clients
 	// complete 12.5 req/s with every TTFT far below 150 ms.
