@@ -22,8 +22,9 @@ const (
 	// (it did not recover), not for a burst it recovered from.
 	errorBurstRatio = 0.10
 	// memoryGrowth and memoryGrowthMin: the prober's own RSS growing by
-	// more than 50% and 32 MiB from the first window to the last is a
-	// leak of the prober, which would distort what it measures.
+	// more than 50% and 32 MiB from the first window to the smallest of
+	// the last ones (a soak of three windows or more) is a leak of the
+	// prober, which would distort what it measures.
 	memoryGrowth    = 0.5
 	memoryGrowthMin = 32 << 20
 	// lastWindowsShare: the end of a soak is its last quarter of windows
@@ -270,7 +271,14 @@ func judgeSoak(t *config.TestConfig, sr *SoakRun) (string, string) {
 				100*d.GoodputDrop, 100*good0, 100*ratio(goodN, sentN), t.Drift.GoodputDrop))
 		}
 	}
-	if r0, rN := first.ProberRSSBytes, ws[len(ws)-1].ProberRSSBytes; r0 > 0 {
+	// A leak grows for good; a heap's cycles and the load's start do not:
+	// the smallest RSS of the last windows against the first window's, and
+	// only over three windows or more.
+	rN := ws[len(ws)-1].ProberRSSBytes
+	for i := range last {
+		rN = min(rN, last[i].ProberRSSBytes)
+	}
+	if r0 := first.ProberRSSBytes; r0 > 0 && len(ws) >= 3 {
 		d.MemoryGrowth = float64(rN)/float64(r0) - 1
 		if d.MemoryGrowth > memoryGrowth && rN-r0 > memoryGrowthMin {
 			fails = append(fails, fmt.Sprintf("the prober's memory grew %.0f%% (%d to %d MiB)", 100*d.MemoryGrowth, r0>>20, rN>>20))
