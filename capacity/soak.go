@@ -98,8 +98,7 @@ func (s *Soak) Run(ctx context.Context) *Run {
 		}
 		run.End = time.Now()
 	}()
-	spec := s.Load
-	spec.Arrival, spec.Rate = config.ArrivalPoisson, t.Rate
+	spec := openLoop(s.Load, t.Rate)
 	if err := s.Manager.Apply(t.Name, []config.LoadSpec{spec}); err != nil {
 		run.Verdict, run.Reason = VerdictAborted, err.Error()
 		return run

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/workload"
 )
 
 // Verdicts of a test run.
@@ -476,10 +477,20 @@ func (s *Step) closedSpec(c int) config.LoadSpec {
 	return spec
 }
 
-// openSpec is the test's load as Poisson arrivals at rate.
-func (s *Step) openSpec(rate float64) config.LoadSpec {
-	spec := s.Load
+// openSpec is the test's load as Poisson arrivals at rate, or its trace
+// replayed at the speed that makes rate.
+func (s *Step) openSpec(rate float64) config.LoadSpec { return openLoop(s.Load, rate) }
+
+// openLoop is a test's load open loop at rate: Poisson arrivals, or the
+// trace's own arrivals at the speed that makes rate.
+func openLoop(load config.LoadSpec, rate float64) config.LoadSpec {
+	spec := load
 	spec.Arrival, spec.Rate = config.ArrivalPoisson, rate
+	if r := load.Replay; r != nil && r.Trace != nil {
+		replay := *r
+		replay.Speed = rate / workload.MeanRate(r.Trace)
+		spec.Arrival, spec.Replay = config.ArrivalReplay, &replay
+	}
 	return spec
 }
 

@@ -3,6 +3,9 @@ package capacity_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -235,4 +238,42 @@ func TestStepDrainWaitsForQueue(t *testing.T) {
 		require.GreaterOrEqual(t, l.DrainSeconds, 0.3, "%s", l.Stage)
 	}
 	require.Greater(t, q.calls, 3)
+}
+
+// TestStepReplay: a step test with a trace sends the trace's requests:
+// every level's replies are the trace's 7 tokens, not the scenario's 20,
+// closed loop as open loop (where the trace's arrivals are replayed at the
+// stage's rate).
+func TestStepReplay(t *testing.T) {
+	sim := simtest.Start(t, groundTruthSim)
+	dir := t.TempDir()
+	var trace strings.Builder
+	for i := range 40 {
+		fmt.Fprintf(&trace, `{"timestamp": %d, "input_length": 64, "output_length": 7, "hash_ids": [%d]}`+"\n", 100*i, i%3)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "trace.jsonl"), []byte(trace.String()), 0o600))
+	file := filepath.Join(dir, "sloprober.yml")
+	require.NoError(t, os.WriteFile(file, []byte(fmt.Sprintf(`
+global: {max_rate: 100, max_in_flight: 200}
+targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s}]
+scenarios: [{name: short, input_tokens: 16, output_tokens: 20, ignore_eos: true, objective: 0.85, slo: {ttft: 150ms}}]
+tests:
+  - name: traced
+    kind: step
+    target: sim
+    scenario: short
+    replay: {file: trace.jsonl, format: mooncake}
+    baseline: {requests: 3}
+    sweep: {concurrency: [1, 2], refine: 0}
+    window: {warmup: 300ms, steady: 1500ms, min_requests: 1}
+    verify: {rates: [0.25], burst: {factor: 1}}
+`, sim.URL)), 0o600))
+	cfg, err := config.LoadFile(file, false)
+	require.NoError(t, err)
+	run := runStep(t, t.Context(), cfg)
+	require.NotEqual(t, capacity.VerdictAborted, run.Verdict, run.Reason)
+	for _, l := range append(append([]capacity.Level{}, run.Sweep...), run.Verify...) {
+		require.Positive(t, l.Sent, l.Stage)
+		require.InDelta(t, 7, l.OutputTokensRate/l.CompletedRate, 0.01, "%s: the trace's output lengths", l.Stage)
+	}
 }

@@ -134,6 +134,11 @@ func (c *Config) readTraces() traceErrors {
 			read(&l.Replay.TraceFile)
 		}
 	}
+	for _, t := range c.Tests {
+		if t != nil && t.Replay != nil {
+			read(&t.Replay.TraceFile)
+		}
+	}
 	return errs
 }
 

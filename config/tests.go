@@ -35,6 +35,10 @@ type TestConfig struct {
 	// MaxRate caps the test's sending rate, req/s (a closed loop's pace);
 	// 0: global.max_rate less the canary's rate.
 	MaxRate float64 `yaml:"max_rate,omitempty"`
+	// Replay takes the requests' lengths and prefix blocks from a trace,
+	// in its order; open-loop stages replay its arrival pattern, sped up
+	// or slowed down to their rate (its speed is set by the test).
+	Replay *TestReplayConfig `yaml:"replay,omitempty"`
 
 	// Step tests.
 	Baseline BaselineConfig `yaml:"baseline,omitempty"`
@@ -61,6 +65,11 @@ type FaultStep struct {
 	For model.Duration `yaml:"for"`
 	// Set is a faults block of the simulator (its `faults` keys).
 	Set map[string]any `yaml:"set"`
+}
+
+// TestReplayConfig is a trace a test takes its requests from.
+type TestReplayConfig struct {
+	TraceFile `yaml:",inline"`
 }
 
 // ScheduleConfig is a cron schedule: five fields (minute hour day month
@@ -182,6 +191,9 @@ func (t *TestConfig) Scenarios() ([]string, []float64) {
 // rate or clients of each of its steps.
 func (c *Config) TestLoad(t *TestConfig) LoadSpec {
 	spec := LoadSpec{Target: *c.Target(t.Target)}
+	if t.Replay != nil {
+		spec.Replay = &ReplayConfig{TraceFile: t.Replay.TraceFile, Speed: 1}
+	}
 	names, weights := t.Scenarios()
 	for i, name := range names {
 		spec.Scenarios = append(spec.Scenarios, ScenarioSpec{

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -193,7 +195,7 @@ tests[0].mix: unknown scenario "zz"`},
 			`tests[0]: scenario "talk" has conversations, which need a chat target; target "legacy" has api completions`},
 		{"cancel after timeout", "\n  - {name: s, kind: soak, target: legacy, scenario: quit, rate: 1, duration: 1h}",
 			`tests[0]: scenario "quit" cancels after 2s, which must be less than target "legacy"'s timeout 2s`},
-		{"replay", "\n  - " + step + ", replay: {file: t.jsonl, format: jsonl}}", "line 14: field replay not found"},
+		{"replay of a missing file", "\n  - " + step + ", replay: {file: t.jsonl, format: jsonl}}", "tests[0].replay: file: open t.jsonl: no such file or directory"},
 
 		// Schedule.
 		{"cron fields", "\n  - " + step + ", schedule: {cron: '0 3 * *'}}",
@@ -446,5 +448,33 @@ tests:
 			continue
 		}
 		require.ErrorContains(t, err, tc.err, tc.test)
+	}
+}
+
+// TestTestReplayErrors: a test's trace is read with the configuration and
+// checked: one scenario, a file that exists, timestamps to replay.
+func TestTestReplayErrors(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "t.jsonl"), []byte(`{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1]}
+{"timestamp": 100, "input_length": 10, "output_length": 2, "hash_ids": [2]}
+`), 0o600))
+	for _, tc := range []struct{ test, err string }{
+		{`{name: x, kind: step, target: sim, scenario: s, replay: {file: t.jsonl, format: mooncake}}`, ""},
+		{`{name: x, kind: step, target: sim, mix: {s: 1, u: 1}, replay: {file: t.jsonl, format: mooncake}}`, "tests[0].replay: a replay takes one scenario, not a mix"},
+		{`{name: x, kind: soak, target: sim, scenario: s, rate: 1, duration: 1h, replay: {file: missing.jsonl, format: mooncake}}`, "tests[0].replay: file: "},
+		{`{name: x, kind: step, target: sim, scenario: s, replay: {file: t.jsonl, format: nope}}`, "tests[0].replay: format: must be one of"},
+	} {
+		file := filepath.Join(dir, "c.yml")
+		require.NoError(t, os.WriteFile(file, []byte(`
+targets: [{name: sim, url: "http://127.0.0.1:8000/v1", model: m}]
+scenarios: [{name: s}, {name: u}]
+tests: [`+tc.test+`]
+`), 0o600))
+		_, err := LoadFile(file, false)
+		if tc.err == "" {
+			require.NoError(t, err)
+			continue
+		}
+		require.ErrorContains(t, err, tc.err)
 	}
 }

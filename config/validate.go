@@ -469,6 +469,9 @@ func (v *validation) validateTests(c *Config) {
 		if t.Schedule != nil {
 			v.validateSchedule(key+".schedule", t.Schedule)
 		}
+		if t.Replay != nil {
+			v.validateTestReplay(key+".replay", t)
+		}
 		if t.MaxRate != 0 && !(t.MaxRate >= MinLoadRate && t.MaxRate <= MaxLoadRate) {
 			v.bad(key+".max_rate", "must be between %g and %d req/s (or 0: global.max_rate less the canary's rate), got %g", MinLoadRate, MaxLoadRate, t.MaxRate)
 		} else if g := c.Global.MaxRate; g > 0 && t.MaxRate > g {
@@ -627,6 +630,30 @@ func (v *validation) validateSoak(key string, t *TestConfig, g GlobalConfig) {
 	v.validateFaultPlan(key+".faults", t, durationOK)
 	for _, k := range stepKeys(t) {
 		v.bad(key+"."+k, "applies to kind: step only")
+	}
+}
+
+// validateTestReplay checks a test's trace: one scenario without
+// conversations (a trace's requests stand alone), a trace that was read,
+// with timestamps for the open-loop stages to replay.
+func (v *validation) validateTestReplay(key string, t *TestConfig) {
+	if len(t.Mix) > 0 {
+		v.bad(key, "a replay takes one scenario, not a mix")
+	} else if s := v.scenarios[t.Scenario]; s != nil && s.Conversation != nil {
+		v.bad(key, "scenario %q has conversations, which a replay does not make", t.Scenario)
+	}
+	if err := v.traceErr(&t.Replay.TraceFile); err != nil {
+		v.bad(key, "%v", err)
+		return
+	}
+	tr := t.Replay.Trace
+	if tr == nil {
+		return
+	}
+	if !tr.Timed {
+		v.bad(key+".file", "%s has no timestamps to replay", t.Replay.File)
+	} else if workload.MeanRate(tr) <= 0 {
+		v.bad(key+".file", "%s spans no time (%d records, all at the same time): nothing to replay", t.Replay.File, len(tr.Records))
 	}
 }
 

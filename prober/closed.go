@@ -27,6 +27,10 @@ type ClosedLoop struct {
 	seed  uint64
 	picks []float64 // scenario weights of new conversations
 	seq   atomic.Uint64
+	// records, if set, are a trace's requests, sent in its order (their
+	// lengths and prefix blocks; its times do not apply).
+	records []workload.Record
+	next    atomic.Uint64
 
 	clients atomic.Int64
 	think   atomic.Int64 // ns
@@ -58,6 +62,10 @@ func NewClosedLoop(clients int, think time.Duration, maxRate float64, seed uint6
 	c.Set(clients, think, maxRate)
 	return c
 }
+
+// Replay makes the loop send a trace's requests, in order and looping,
+// instead of the scenarios' lengths. Call it before Run.
+func (c *ClosedLoop) Replay(records []workload.Record) { c.records = records }
 
 // Set changes the clients, the think time and the maximum rate in place.
 // New clients start at once; clients beyond a lowered number stop after
@@ -141,6 +149,10 @@ func (c *ClosedLoop) client(ctx context.Context, i int) {
 		if !turn {
 			seq := c.seq.Add(1)
 			a = Arrival{Seq: seq, Scenario: workload.Pick(c.picks, unitFloat(c.seed, seq, 0))}
+			if n := uint64(len(c.records)); n > 0 {
+				k := c.next.Add(1) - 1
+				a.Record, a.Pass = &c.records[k%n], int(k/n)
+			}
 		}
 		a.Due = time.Now()
 		ended := c.sendOne(ctx, a)

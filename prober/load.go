@@ -69,14 +69,18 @@ func (l *load) setInfos() {
 }
 
 // sameLoad reports whether two specs describe the same load, maybe at
-// another rate (open loop), with other clients, think time or maximum rate
-// (closed loop), or paused or resumed: a change the running load takes in
-// place. A replay restarts on any change (its trace would start over).
+// another rate or replay speed (open loop), with other clients, think time
+// or maximum rate (closed loop), or paused or resumed: a change the running
+// load takes in place.
 func sameLoad(a, b *config.LoadSpec) bool {
-	if a.Arrival == config.ArrivalReplay {
-		return reflect.DeepEqual(a, b)
-	}
 	x, y := *a, *b
+	if x.Replay != nil && y.Replay != nil {
+		// A replay's speed is its rate: it changes in place, the trace
+		// starting over at the new speed.
+		rx, ry := *x.Replay, *y.Replay
+		rx.Speed, ry.Speed = 0, 0
+		x.Replay, y.Replay = &rx, &ry
+	}
 	x.Rate, y.Rate = 0, 0
 	x.Clients, y.Clients = 0, 0
 	x.ThinkTime, y.ThinkTime = 0, 0
@@ -99,7 +103,11 @@ func (l *load) start() {
 		for i, s := range l.scen {
 			turns[i] = s.turns()
 		}
-		l.run = NewClosedLoop(l.spec.Clients, l.spec.ThinkTime, l.spec.MaxRate, seed, conversationStarts(&l.spec, turns), send, l.obs...)
+		loop := NewClosedLoop(l.spec.Clients, l.spec.ThinkTime, l.spec.MaxRate, seed, conversationStarts(&l.spec, turns), send, l.obs...)
+		if r := l.spec.Replay; r != nil && r.Trace != nil {
+			loop.Replay(r.Trace.Records)
+		}
+		l.run = loop
 	} else {
 		// A request handled more than a second after its due time is
 		// dropped as late, or after the target's timeout if shorter.
