@@ -4,7 +4,8 @@
 package config
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	commoncfg "github.com/prometheus/common/config"
@@ -289,18 +290,18 @@ func (l *LoadConfig) Shape() float64 {
 }
 
 // Scenarios returns the load's scenarios with their weights, sorted by name.
-func (l *LoadConfig) Scenarios() ([]string, []float64) {
-	if len(l.Mix) == 0 {
-		return []string{l.Scenario}, []float64{1}
+func (l *LoadConfig) Scenarios() ([]string, []float64) { return weighted(l.Scenario, l.Mix) }
+
+// weighted returns a scenario alone with weight 1, or a mix's scenarios
+// sorted by name with their weights.
+func weighted(scenario string, mix map[string]float64) ([]string, []float64) {
+	if len(mix) == 0 {
+		return []string{scenario}, []float64{1}
 	}
-	names := make([]string, 0, len(l.Mix))
-	for n := range l.Mix {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(mix))
 	weights := make([]float64, len(names))
 	for i, n := range names {
-		weights[i] = l.Mix[n]
+		weights[i] = mix[n]
 	}
 	return names, weights
 }

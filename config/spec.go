@@ -213,14 +213,18 @@ func (c *Config) CanaryLoads() []LoadSpec {
 			spec.Replay = &r
 		}
 		names, weights := l.Scenarios()
-		for i, name := range names {
-			spec.Scenarios = append(spec.Scenarios, ScenarioSpec{
-				ScenarioConfig: *c.Scenario(name),
-				Key:            Key{Target: l.Target, Scenario: name, Test: CanaryTest},
-				Weight:         weights[i],
-			})
-		}
+		spec.Scenarios = c.scenarioSpecs(l.Target, CanaryTest, names, weights)
 		specs = append(specs, spec)
 	}
 	return specs
+}
+
+// scenarioSpecs returns the named scenarios of a load on target with
+// test label test, with their weights.
+func (c *Config) scenarioSpecs(target, test string, names []string, weights []float64) []ScenarioSpec {
+	out := make([]ScenarioSpec, len(names))
+	for i, name := range names {
+		out[i] = ScenarioSpec{ScenarioConfig: *c.Scenario(name), Key: Key{Target: target, Scenario: name, Test: test}, Weight: weights[i]}
+	}
+	return out
 }

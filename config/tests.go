@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/prometheus/common/model"
@@ -170,21 +169,7 @@ var (
 
 // Scenarios returns the test's scenarios with their weights, sorted by
 // name, as LoadConfig.Scenarios.
-func (t *TestConfig) Scenarios() ([]string, []float64) {
-	if len(t.Mix) == 0 {
-		return []string{t.Scenario}, []float64{1}
-	}
-	names := make([]string, 0, len(t.Mix))
-	for n := range t.Mix {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	weights := make([]float64, len(names))
-	for i, n := range names {
-		weights[i] = t.Mix[n]
-	}
-	return names, weights
-}
+func (t *TestConfig) Scenarios() ([]string, []float64) { return weighted(t.Scenario, t.Mix) }
 
 // TestLoad returns the load of a validated test, with test="<name>" and
 // no arrival process yet: the test runner sets the arrival process and the
@@ -195,13 +180,7 @@ func (c *Config) TestLoad(t *TestConfig) LoadSpec {
 		spec.Replay = &ReplayConfig{TraceFile: t.Replay.TraceFile, Speed: 1}
 	}
 	names, weights := t.Scenarios()
-	for i, name := range names {
-		spec.Scenarios = append(spec.Scenarios, ScenarioSpec{
-			ScenarioConfig: *c.Scenario(name),
-			Key:            Key{Target: t.Target, Scenario: name, Test: t.Name},
-			Weight:         weights[i],
-		})
-	}
+	spec.Scenarios = c.scenarioSpecs(t.Target, t.Name, names, weights)
 	return spec
 }
 

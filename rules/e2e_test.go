@@ -35,19 +35,7 @@ func TestEndToEnd(t *testing.T) {
 	proberAddr, simAddr, promAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	start(t, "sloprober", bin, "run", "--web.listen-address="+proberAddr, "--sim.listen-address="+simAddr, "--storage.path="+t.TempDir())
 
-	rulesFile, err := filepath.Abs("sloprober.rules.yml")
-	require.NoError(t, err)
-	promCfg := filepath.Join(dir, "prometheus.yml")
-	require.NoError(t, os.WriteFile(promCfg, []byte(fmt.Sprintf(`
-global: {scrape_interval: 2s, evaluation_interval: 2s}
-rule_files: [%q]
-scrape_configs:
-  - job_name: sloprober
-    static_configs: [{targets: [%q]}]
-`, rulesFile, proberAddr)), 0o600))
-	start(t, "prometheus", prom, "--config.file="+promCfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+promAddr, "--log.level=warn")
-	api := &promAPI{base: "http://" + promAddr}
+	api := startPrometheus(t, prom, dir, proberAddr, promAddr, "2s")
 
 	require.Eventually(t, func() bool { return api.nonEmpty(`up{job="sloprober"} == 1`) }, 30*time.Second, 200*time.Millisecond,
 		"Prometheus does not scrape sloprober")
@@ -109,6 +97,25 @@ func e2eSetup(t *testing.T) (prom, bin, dir string) {
 	out, err := exec.Command("go", "build", "-o", bin, "../cmd/sloprober").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	return prom, bin, dir
+}
+
+// startPrometheus runs Prometheus on promAddr with the bundled rules,
+// scraping sloprober on proberAddr and evaluating every interval.
+func startPrometheus(t *testing.T, prom, dir, proberAddr, promAddr, interval string) *promAPI {
+	t.Helper()
+	rulesFile, err := filepath.Abs("sloprober.rules.yml")
+	require.NoError(t, err)
+	promCfg := filepath.Join(dir, "prometheus.yml")
+	require.NoError(t, os.WriteFile(promCfg, []byte(fmt.Sprintf(`
+global: {scrape_interval: %s, evaluation_interval: %s}
+rule_files: [%q]
+scrape_configs:
+  - job_name: sloprober
+    static_configs: [{targets: [%q]}]
+`, interval, interval, rulesFile, proberAddr)), 0o600))
+	start(t, "prometheus", prom, "--config.file="+promCfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+promAddr, "--log.level=warn")
+	return &promAPI{base: "http://" + promAddr}
 }
 
 // chatOnly keeps the series of an expression's result that belong to the

@@ -50,19 +50,7 @@ tests:
 	start(t, "sloprober", bin, "run", "--config.file="+cfg, "--web.listen-address="+proberAddr,
 		"--storage.path="+filepath.Join(dir, "runs"), "--web.enable-test-api")
 
-	rulesFile, err := filepath.Abs("sloprober.rules.yml")
-	require.NoError(t, err)
-	promCfg := filepath.Join(dir, "prometheus.yml")
-	require.NoError(t, os.WriteFile(promCfg, []byte(fmt.Sprintf(`
-global: {scrape_interval: 1s, evaluation_interval: 1s}
-rule_files: [%q]
-scrape_configs:
-  - job_name: sloprober
-    static_configs: [{targets: [%q]}]
-`, rulesFile, proberAddr)), 0o600))
-	start(t, "prometheus", prom, "--config.file="+promCfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+promAddr, "--log.level=warn")
-	api := &promAPI{base: "http://" + promAddr}
+	api := startPrometheus(t, prom, dir, proberAddr, promAddr, "1s")
 	require.Eventually(t, func() bool { return api.nonEmpty(`sloprober_test_running{test="quick-step"} == 0`) }, 30*time.Second, 200*time.Millisecond,
 		"Prometheus does not see the configured tests")
 
