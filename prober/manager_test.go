@@ -2,6 +2,9 @@ package prober_test
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -498,4 +501,34 @@ scenarios: [{name: a, input_tokens: 8, output_tokens: 2}]
 	require.NoError(t, m.Apply("b", []config.LoadSpec{b}))
 	c := f.get(config.Key{Target: "sim", Scenario: "a", Test: "b"})
 	require.Equal(t, []int{1, 1, 0}, []int{c.observed, c.updated, c.forgot}, "observed, updated, forgot")
+}
+
+// TestClosedLoopPacedAgainstFailingServer: a server that answers every
+// request with a 500 at once, not the simulator, cannot make a closed loop
+// send faster than its maximum rate: 16 clients capped at 20 req/s send 21
+// requests in about a second, not thousands.
+func TestClosedLoopPacedAgainstFailingServer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		http.Error(w, `{"error": {"message": "no"}}`, http.StatusInternalServerError)
+	}))
+	t.Cleanup(srv.Close)
+	cfg := managerConfig(t, srv.URL, `
+targets: [{name: bad, url: "%s/v1", model: m}]
+scenarios: [{name: a, input_tokens: 8, output_tokens: 2}]
+`)
+	f := newCountingFactory()
+	m := prober.NewManager(promslog.NewNopLogger(), f, "sloprober/test")
+	defer m.Stop(time.Second)
+	spec := testSpec(cfg, "step", 0)
+	spec.Arrival, spec.Clients, spec.MaxRate = config.ArrivalClosed, 16, 20
+	k := config.Key{Target: "bad", Scenario: "a", Test: "step"}
+	start := time.Now()
+	require.NoError(t, m.Apply("step", []config.LoadSpec{spec}))
+	require.Eventually(t, func() bool { return f.get(k).finished >= 21 }, 5*time.Second, time.Millisecond)
+	require.GreaterOrEqual(t, time.Since(start), 950*time.Millisecond, "the 21st send is due a second after the first")
+	require.NoError(t, m.Apply("step", nil))
+	c := f.get(k)
+	require.LessOrEqual(t, c.sent, 23, "sent in the time it took")
+	require.Equal(t, c.sent, c.failed, "every request failed, and was counted")
 }
