@@ -41,7 +41,7 @@ tests:
     window: {warmup: 200ms, steady: 2s, min_requests: 5}
     verify: {rates: [0.25], burst: {factor: 1}}
   - {name: hopeless, kind: step, target: sim, scenario: impossible, baseline: {requests: 3}}
-  - {name: soak, kind: soak, target: sim, scenario: short, rate: 3, duration: 2s, window: 1s, drift: {p99_growth: 10, goodput_drop: 0.99}}
+  - {name: soak, kind: soak, target: sim, scenario: short, rate: 10, duration: 2s, window: 1s, drift: {p99_growth: 10, goodput_drop: 0.99}}
 `, sim.URL)), 0o600))
 	out := filepath.Join(dir, "run.json")
 
@@ -63,7 +63,7 @@ tests:
 	}{
 		{[]string{"test", "run", "hopeless", "--config.file", file}, 1, ""},
 		{[]string{"test", "run", "nope", "--config.file", file}, 2, `no test "nope" in the configuration (tests: quick, hopeless, soak)`},
-		{[]string{"test", "run", "soak", "--config.file", file}, 0, "Running soak test soak on target sim: 3 req/s for 2s, windows of 1s"},
+		{[]string{"test", "run", "soak", "--config.file", file}, 0, "Running soak test soak on target sim: 10 req/s for 2s, windows of 1s"},
 		{[]string{"test", "run"}, 2, "required argument 'name' not provided"},
 		{[]string{"test", "run", "quick", "--config.file", filepath.Join(dir, "missing.yml")}, 2, "missing.yml"},
 	} {

@@ -1,0 +1,141 @@
+package capacity
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/config"
+)
+
+// window is a soak window of sent requests, good of them, a TTFT of n
+// samples with the given P50/P95/P99 (seconds), and the prober's RSS.
+func window(sent, good, n int, p50, p95, p99 float64, rss int64) SoakWindow {
+	w := SoakWindow{ProberRSSBytes: rss}
+	w.Sent = sent
+	w.Scenarios = []ScenarioResult{{Scenario: "chat", Counted: sent, Good: good}}
+	w.TTFT = Percentiles{N: n, P50: p50, P95: p95, P99: p99}
+	return w
+}
+
+// TestJudgeSoak: the soak's drift rules on synthetic windows. The tail
+// compared is the one the fewest samples can tell (P99 over 1,000, P95
+// over 200, else the median); goodput is per request sent; an empty
+// window is not a drop; the prober's memory counts over three windows or
+// more; a last window of errors is no recovery.
+func TestJudgeSoak(t *testing.T) {
+	const mib = 1 << 20
+	test := &config.TestConfig{Drift: config.DriftConfig{P99Growth: 0.2, GoodputDrop: 0.05}}
+	for _, tc := range []struct {
+		name    string
+		windows []SoakWindow
+		verdict string
+		reason  string
+	}{
+		{
+			name:    "steady",
+			windows: []SoakWindow{window(100, 99, 100, 0.1, 0.2, 0.3, 40*mib), window(100, 99, 100, 0.1, 0.2, 0.3, 40*mib)},
+			verdict: VerdictPass,
+			reason:  "no drift over 2 windows",
+		},
+		{
+			name:    "one window",
+			windows: []SoakWindow{window(100, 99, 100, 0.1, 0.2, 0.3, 40*mib)},
+			verdict: VerdictPass,
+			reason:  "one window: nothing to compare",
+		},
+		{
+			// 100 samples: the P99 is their largest; only the median
+			// (unchanged) is compared.
+			name:    "P99 of few samples is noise",
+			windows: []SoakWindow{window(100, 99, 100, 0.1, 0.2, 0.3, 40*mib), window(100, 99, 100, 0.1, 0.2, 3, 40*mib)},
+			verdict: VerdictPass,
+		},
+		{
+			name:    "median grows",
+			windows: []SoakWindow{window(100, 99, 100, 0.1, 0.2, 0.3, 40*mib), window(100, 99, 100, 0.15, 0.2, 0.3, 40*mib)},
+			verdict: VerdictFail,
+			reason:  "ttft P50 grew 50% (0.1s to 0.15s; drift.p99_growth 0.2)",
+		},
+		{
+			name:    "P95 over 200 samples",
+			windows: []SoakWindow{window(300, 300, 300, 0.1, 0.2, 0.3, 40*mib), window(300, 300, 300, 0.1, 0.3, 0.3, 40*mib)},
+			verdict: VerdictFail,
+			reason:  "ttft P95 grew 50%",
+		},
+		{
+			name:    "P99 over 1,000 samples",
+			windows: []SoakWindow{window(2000, 2000, 2000, 0.1, 0.2, 0.3, 40*mib), window(2000, 2000, 2000, 0.1, 0.2, 0.6, 40*mib)},
+			verdict: VerdictFail,
+			reason:  "ttft P99 grew 100%",
+		},
+		{
+			name:    "goodput per request drops",
+			windows: []SoakWindow{window(100, 100, 100, 0.1, 0.2, 0.3, 40*mib), window(50, 40, 100, 0.1, 0.2, 0.3, 40*mib)},
+			verdict: VerdictFail,
+			reason:  "goodput per request fell 20% (100.0% to 80.0% good; drift.goodput_drop 0.05)",
+		},
+		{
+			// Half the requests (a Poisson count) at the same share
+			// good: no drop.
+			name:    "fewer arrivals, same share",
+			windows: []SoakWindow{window(100, 90, 100, 0.1, 0.2, 0.3, 40*mib), window(50, 45, 100, 0.1, 0.2, 0.3, 40*mib)},
+			verdict: VerdictPass,
+		},
+		{
+			name:    "last window sent nothing",
+			windows: []SoakWindow{window(7, 7, 7, 0.1, 0.2, 0.3, 40*mib), window(0, 0, 0, 0, 0, 0, 40*mib)},
+			verdict: VerdictPass,
+			reason:  "goodput not compared: the last windows sent no request",
+		},
+		{
+			name:    "first window sent nothing",
+			windows: []SoakWindow{window(0, 0, 0, 0, 0, 0, 40*mib), window(7, 1, 7, 0.1, 0.2, 0.3, 40*mib)},
+			verdict: VerdictPass,
+			reason:  "goodput not compared: the first window sent no request",
+		},
+		{
+			name: "prober leaks",
+			windows: []SoakWindow{
+				window(100, 100, 100, 0.1, 0.2, 0.3, 40*mib), window(100, 100, 100, 0.1, 0.2, 0.3, 80*mib),
+				window(100, 100, 100, 0.1, 0.2, 0.3, 120*mib), window(100, 100, 100, 0.1, 0.2, 0.3, 160*mib),
+			},
+			verdict: VerdictFail,
+			reason:  "the prober's memory grew 300% (40 to 160 MiB)",
+		},
+		{
+			// Growth below 32 MiB is a heap's cycle, not a leak.
+			name: "prober memory grows a little",
+			windows: []SoakWindow{
+				window(100, 100, 100, 0.1, 0.2, 0.3, 20*mib), window(100, 100, 100, 0.1, 0.2, 0.3, 40*mib),
+				window(100, 100, 100, 0.1, 0.2, 0.3, 50*mib),
+			},
+			verdict: VerdictPass,
+		},
+		{
+			name: "last window an error burst",
+			windows: []SoakWindow{
+				window(100, 100, 100, 0.1, 0.2, 0.3, 40*mib),
+				func() SoakWindow { w := window(100, 100, 100, 0.1, 0.2, 0.3, 40*mib); w.ErrorBurst = true; return w }(),
+			},
+			verdict: VerdictFail,
+			reason:  "the last window is an error burst (more than 10% failed): no recovery",
+		},
+		{
+			name: "an error burst recovered from",
+			windows: []SoakWindow{
+				window(100, 100, 100, 0.1, 0.2, 0.3, 40*mib),
+				func() SoakWindow { w := window(100, 100, 100, 0.1, 0.2, 0.3, 40*mib); w.ErrorBurst = true; return w }(),
+				window(100, 100, 100, 0.1, 0.2, 0.3, 40*mib),
+			},
+			verdict: VerdictPass,
+			reason:  "1 error bursts, recovered",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			verdict, reason := judgeSoak(test, &SoakRun{Windows: tc.windows})
+			require.Equal(t, tc.verdict, verdict, reason)
+			require.Contains(t, reason, tc.reason)
+		})
+	}
+}
