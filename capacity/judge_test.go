@@ -2,10 +2,12 @@ package capacity
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/prober"
 )
 
 // window is a soak window of sent requests, good of them, a TTFT of n
@@ -138,4 +140,78 @@ func TestJudgeSoak(t *testing.T) {
 			require.Contains(t, reason, tc.reason)
 		})
 	}
+}
+
+// TestServerSignals: a server's own timings are used where they fit in
+// what the request took at the client (5% and 5 ms of slack), and its
+// cached tokens where it reports them with the prompt's; a soak that
+// drifts says which phase the server timed grew.
+func TestServerSignals(t *testing.T) {
+	ms := func(v float64) *float64 { return &v }
+	cached := func(n int) *int { return &n }
+	for _, tc := range []struct {
+		name string
+		r    prober.Result
+		want serverRecord
+	}{
+		{"none", prober.Result{Ended: 100 * time.Millisecond}, serverRecord{}},
+		{
+			"honest",
+			prober.Result{Ended: 100 * time.Millisecond, Timings: &prober.ServerTimings{QueueMS: ms(10), PromptMS: 20, PredictedN: 10, PredictedMS: 60}},
+			serverRecord{HasTimings: true, HasQueue: true, Queue: 0.01, Prefill: 0.02, DecodePerToken: 0.006},
+		},
+		{
+			// 104 ms of work in a request of 100 ms: within the slack.
+			"a server's clock",
+			prober.Result{Ended: 100 * time.Millisecond, Timings: &prober.ServerTimings{PromptMS: 44, PredictedN: 0, PredictedMS: 60}},
+			serverRecord{HasTimings: true, Prefill: 0.044},
+		},
+		{
+			// An hour of queue in a request of 100 ms.
+			"implausible",
+			prober.Result{Ended: 100 * time.Millisecond, Timings: &prober.ServerTimings{QueueMS: ms(3.6e6), PromptMS: 20, PredictedN: 10, PredictedMS: 60}},
+			serverRecord{Implausible: true},
+		},
+		{
+			"cached",
+			prober.Result{Ended: time.Second, Usage: &prober.Usage{PromptTokens: 1000, CachedTokens: cached(750)}},
+			serverRecord{HasCached: true, Cached: 750, Prompt: 1000},
+		},
+		{
+			"more cached than the prompt",
+			prober.Result{Ended: time.Second, Usage: &prober.Usage{PromptTokens: 10, CachedTokens: cached(750)}},
+			serverRecord{},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := serverOf(&tc.r)
+			require.InDelta(t, tc.want.DecodePerToken, got.DecodePerToken, 1e-12)
+			got.DecodePerToken, tc.want.DecodePerToken = 0, 0
+			require.Equal(t, tc.want, got)
+		})
+	}
+
+	records := []Record{
+		{Server: serverRecord{HasTimings: true, HasQueue: true, Queue: 0.01, Prefill: 0.02, DecodePerToken: 0.006}},
+		{Server: serverRecord{Implausible: true}},
+		{Server: serverRecord{HasCached: true, Cached: 750, Prompt: 1000}},
+		{},
+	}
+	s := serverSignals(records)
+	require.Equal(t, 1, s.Reported)
+	require.Equal(t, 1, s.Implausible)
+	require.Equal(t, 1, s.Queue.N)
+	require.NotNil(t, s.CachedShare)
+	require.InDelta(t, 0.75, *s.CachedShare, 1e-9)
+	require.Nil(t, serverSignals([]Record{{}}), "no server said anything")
+
+	test := &config.TestConfig{Drift: config.DriftConfig{P99Growth: 0.2, GoodputDrop: 0.05}}
+	first, last := window(100, 100, 100, 0.1, 0.2, 0.3, 0), window(100, 100, 100, 0.2, 0.2, 0.3, 0)
+	first.Server = &ServerSignals{Reported: 100, Queue: Percentiles{N: 100, P50: 0.0001}, Prefill: Percentiles{N: 100, P50: 0.02}, DecodePerToken: Percentiles{N: 100, P50: 0.005}}
+	last.Server = &ServerSignals{Reported: 100, Queue: Percentiles{N: 100, P50: 0.0002}, Prefill: Percentiles{N: 100, P50: 0.02}, DecodePerToken: Percentiles{N: 100, P50: 0.01}}
+	sr := &SoakRun{Windows: []SoakWindow{first, last}}
+	verdict, reason := judgeSoak(test, sr)
+	require.Equal(t, VerdictFail, verdict)
+	require.Contains(t, reason, "; the server's own timings (P50): prefill +0%, decode per token +100%")
+	require.NotContains(t, sr.Drift.ServerGrowth, "queue", "0.1 ms to 0.2 ms is no growth to speak of")
 }

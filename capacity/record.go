@@ -187,7 +187,66 @@ type Record struct {
 	HasTPOT         bool
 	HasE2E          bool
 
-	InputTokens, OutputTokens int
+	InputTokens, OutputTokens     int
+	InputMismatch, OutputMismatch bool
+
+	// Server is the server's own account of the request, where it gave
+	// one (serverOf).
+	Server serverRecord
+}
+
+// serverRecord is what a server said of one request's work: its timings
+// (seconds) and its cached prompt tokens.
+type serverRecord struct {
+	HasTimings, Implausible bool
+	HasQueue                bool
+	Queue, Prefill          float64
+	DecodePerToken          float64 // 0 when predicted_n is 0
+	// Cached and Prompt are usage's cached and prompt tokens, where both
+	// were reported.
+	HasCached      bool
+	Cached, Prompt int
+}
+
+// timingSlack is how much longer than the request took at the client a
+// server's timings may add up to: 5% and 5 ms (the server's clock and
+// rounding). A server that claims more did not spend it on this request.
+const (
+	timingSlackShare = 0.05
+	timingSlack      = 5 * time.Millisecond
+)
+
+// serverOf keeps what the server said of r, where it said it, and only
+// what it could have spent: queue, prefill and decode times that add up to
+// more than the request took at the client (plus timingSlack) are
+// implausible and not used.
+func serverOf(r *prober.Result) serverRecord {
+	var s serverRecord
+	if u := r.Usage; u != nil && u.CachedTokens != nil && u.PromptTokens > 0 && *u.CachedTokens <= u.PromptTokens {
+		s.HasCached, s.Cached, s.Prompt = true, *u.CachedTokens, u.PromptTokens
+	}
+	t := r.Timings
+	if t == nil {
+		return s
+	}
+	total := t.PromptMS + t.PredictedMS
+	if t.QueueMS != nil {
+		total += *t.QueueMS
+	}
+	limit := r.Ended + time.Duration(timingSlackShare*float64(r.Ended)) + timingSlack
+	if time.Duration(total*float64(time.Millisecond)) > limit {
+		s.Implausible = true
+		return s
+	}
+	s.HasTimings = true
+	s.Prefill = t.PromptMS / 1e3
+	if t.QueueMS != nil {
+		s.HasQueue, s.Queue = true, *t.QueueMS/1e3
+	}
+	if t.PredictedN > 0 {
+		s.DecodePerToken = t.PredictedMS / 1e3 / float64(t.PredictedN)
+	}
+	return s
 }
 
 // maxWindowGaps bounds the inter-token gaps a window keeps: 4 M gaps
@@ -206,6 +265,7 @@ type Window struct {
 	gapsSeen  int64
 	dropped   map[prober.DropReason]int
 	scheduled int
+	limit     int // keep the first limit requests to finish; 0: all
 }
 
 // Collector keeps the windows of one test run and its requests in flight.
@@ -233,6 +293,17 @@ func (c *Collector) Open(start time.Time) *Window {
 	defer c.mu.Unlock()
 	w := &Window{Start: start, dropped: map[prober.DropReason]int{}}
 	c.windows = append(c.windows, w)
+	return w
+}
+
+// OpenFirst opens a window at start that keeps the first n of its
+// requests to finish: a baseline of n requests one at a time is n,
+// although its client sent the next one before the window closed.
+func (c *Collector) OpenFirst(start time.Time, n int) *Window {
+	w := c.Open(start)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w.limit = n
 	return w
 }
 
@@ -320,6 +391,8 @@ func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
 		Scenario: o.scenario, Sent: r.Sent, Outcome: r.Outcome, Counted: m.Counted, Good: m.Good, Missed: m.Missed,
 		TTFT: m.TTFT, HasTTFT: m.HasTTFT, TPOT: m.TPOT, HasTPOT: m.HasTPOT, E2E: m.E2E, HasE2E: m.HasE2E,
 		InputTokens: m.InputTokens, OutputTokens: m.OutputTokens,
+		InputMismatch: m.InputMismatch, OutputMismatch: m.OutputMismatch,
+		Server: serverOf(r),
 	}
 	o.c.mu.Lock()
 	defer o.c.mu.Unlock()
@@ -328,18 +401,26 @@ func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
 	if m.Good {
 		l.good++
 	}
-	if r.Outcome != prober.OutcomeOK && r.Outcome != prober.OutcomeCancelled && r.Outcome != prober.OutcomeShutdown {
+	failed := r.Outcome != prober.OutcomeOK && r.Outcome != prober.OutcomeCancelled && r.Outcome != prober.OutcomeShutdown
+	if failed {
 		l.failed++
 	}
-	if m.HasTTFT {
+	switch {
+	case m.HasTTFT:
 		l.maxTTFT = max(l.maxTTFT, m.TTFT)
+	case failed:
+		// A request that failed without a first token waited that
+		// long for it at least: a server that sends headers and then
+		// nothing until the timeout (60 s) is over a stop.ttft_over of
+		// 30 s, although no TTFT was ever measured.
+		l.maxTTFT = max(l.maxTTFT, r.Ended)
 	}
 	sent := r.Sent
 	if sent.IsZero() {
 		sent = r.Scheduled
 	}
 	w := o.c.windowAt(sent)
-	if w == nil {
+	if w == nil || w.limit > 0 && len(w.records) >= w.limit {
 		return
 	}
 	w.records = append(w.records, rec)

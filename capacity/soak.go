@@ -58,6 +58,11 @@ type Drift struct {
 	GoodputDrop float64 `json:"goodput_drop"`
 	// MemoryGrowth is the growth of the prober's RSS.
 	MemoryGrowth float64 `json:"memory_growth"`
+	// ServerGrowth is the growth of the median of each phase the server
+	// timed itself (queue, prefill, decode_per_token), where the first
+	// and the last windows both have it: not judged (a server's account
+	// of itself), but it says where the time went.
+	ServerGrowth map[string]float64 `json:"server_growth,omitempty"`
 }
 
 // Soak runs a soak test: a fixed open-loop rate for its duration, one
@@ -292,11 +297,19 @@ func judgeSoak(t *config.TestConfig, sr *SoakRun) (string, string) {
 			fails = append(fails, fmt.Sprintf("the prober's memory grew %.0f%% (%d to %d MiB)", 100*d.MemoryGrowth, r0>>20, rN>>20))
 		}
 	}
+	server := serverGrowth(first, last)
+	if len(server) > 0 {
+		d.ServerGrowth = server
+	}
 	if ws[len(ws)-1].ErrorBurst {
 		fails = append(fails, fmt.Sprintf("the last window is an error burst (more than %.0f%% failed): no recovery", 100*errorBurstRatio))
 	}
 	if len(fails) > 0 {
-		return VerdictFail, "drift: " + strings.Join(fails, "; ")
+		reason := "drift: " + strings.Join(fails, "; ")
+		if len(server) > 0 {
+			reason += "; the server's own timings (P50): " + formatGrowth(server)
+		}
+		return VerdictFail, reason
 	}
 	bursts := 0
 	for i := range ws {
@@ -332,4 +345,55 @@ func latency(l *Level, name string) Percentiles {
 		return l.ITL
 	}
 	return l.E2E
+}
+
+// serverPhases are the phases a server may time itself, in order.
+var serverPhases = []string{"queue", "prefill", "decode_per_token"}
+
+// serverGrowth returns the growth of the median of each phase the server
+// timed, the mean of the last windows' over the first window's.
+func serverGrowth(first *SoakWindow, last []SoakWindow) map[string]float64 {
+	phase := func(s *ServerSignals, name string) Percentiles {
+		switch name {
+		case "queue":
+			return s.Queue
+		case "prefill":
+			return s.Prefill
+		}
+		return s.DecodePerToken
+	}
+	out := map[string]float64{}
+	if first.Server == nil {
+		return out
+	}
+	for _, name := range serverPhases {
+		p0 := phase(first.Server, name)
+		sum, n := 0.0, 0
+		for i := range last {
+			if s := last[i].Server; s != nil {
+				if p := phase(s, name); p.N > 0 {
+					sum += p.P50
+					n++
+				}
+			}
+		}
+		// A phase of a few microseconds (the simulator's empty queue)
+		// grows by any percentage from nothing: compare from 1 ms.
+		if p0.N == 0 || n == 0 || p0.P50 < 1e-3 && sum/float64(n) < 1e-3 {
+			continue
+		}
+		out[name] = sum/float64(n)/max(p0.P50, 1e-3) - 1
+	}
+	return out
+}
+
+// formatGrowth writes growths in serverPhases order: "queue +3%, decode_per_token +95%".
+func formatGrowth(g map[string]float64) string {
+	var parts []string
+	for _, name := range serverPhases {
+		if v, ok := g[name]; ok {
+			parts = append(parts, fmt.Sprintf("%s %+.0f%%", strings.ReplaceAll(name, "_", " "), 100*v))
+		}
+	}
+	return strings.Join(parts, ", ")
 }

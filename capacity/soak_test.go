@@ -109,6 +109,16 @@ func TestSoakCatchesDegradation(t *testing.T) {
 	require.Contains(t, run.Reason, "e2e P50 grew")
 	require.Greater(t, run.Soak.Drift.P99Growth["e2e"], 0.8, "%+v", run.Soak.Drift)
 	require.Greater(t, run.Soak.Drift.P99Growth["tpot"], 0.8, "%+v", run.Soak.Drift)
+	// The simulator's own timings say where the time went: decode, not
+	// its queue (it has none: slots 0).
+	for i, w := range run.Soak.Windows {
+		require.NotNil(t, w.Server, "window %d", i)
+		require.Equal(t, w.Outcomes[prober.OutcomeOK], w.Server.Reported, "window %d", i)
+		require.Zero(t, w.Server.Implausible, "window %d", i)
+	}
+	require.Greater(t, run.Soak.Drift.ServerGrowth["decode_per_token"], 0.8, "%+v", run.Soak.Drift)
+	require.NotContains(t, run.Soak.Drift.ServerGrowth, "queue")
+	require.Contains(t, run.Reason, "the server's own timings (P50): ")
 }
 
 // TestCanaryDuringTest: a run reports what the canary on its target
@@ -173,4 +183,42 @@ func TestSoakRecovers(t *testing.T) {
 	require.Empty(t, run.Soak.Faults[1].Error)
 	require.Equal(t, 3*time.Second, time.Duration(sim.Config().Faults.Stall.Duration), "the file's faults are back")
 	require.Empty(t, sim.Config().Faults.ErrorRate)
+}
+
+// TestSoakWorkloadFeatures: a soak may use every workload feature. A
+// scenario of three-turn conversations with shared prefixes, a fifth of
+// whose requests the client cancels, soaks a simulator with a prefix
+// cache: cancellations leave the denominator (the healthy soak passes),
+// and every window carries the simulator's cached share of the prompt
+// tokens.
+func TestSoakWorkloadFeatures(t *testing.T) {
+	sim := simtest.Start(t, "slots: 16\nprefill: {base: 2ms, per_token: 20us}\ndecode: {base: 5ms, per_sequence: 0s}\nprefix_cache: {block_tokens: 64}\n")
+	cfg, err := config.Load([]byte(fmt.Sprintf(`
+targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s, simulator: true}]
+scenarios:
+  - name: agent
+    input_tokens: 600
+    output_tokens: 16
+    ignore_eos: true
+    prefix: {tokens: 512, share: 1, groups: 2}
+    conversation: {turns: 3, think_time: 50ms}
+    cancel: {share: 0.2, after: 40ms}
+    slo: {ttft: 500ms}
+    objective: 0.9
+tests:
+  - {name: soak, kind: soak, target: sim, scenario: agent, rate: 20, duration: 6s, window: 2s, drift: {p99_growth: 5, goodput_drop: 0.2}}
+`, sim.URL)), false)
+	require.NoError(t, err)
+	run := runSoak(t, cfg, nil)
+	require.Equal(t, capacity.VerdictPass, run.Verdict, run.Reason)
+	cancelled := 0
+	for i, w := range run.Soak.Windows {
+		cancelled += w.Outcomes[prober.OutcomeCancelled]
+		require.Positive(t, w.Outcomes[prober.OutcomeOK], "window %d", i)
+		require.Equal(t, w.Outcomes[prober.OutcomeOK], w.Counted, "window %d: cancelled requests are not counted", i)
+		require.NotNil(t, w.Server, "window %d", i)
+		require.NotNil(t, w.Server.CachedShare, "window %d", i)
+		require.Greater(t, *w.Server.CachedShare, 0.3, "window %d: most of a prompt is a shared prefix or a conversation's history", i)
+	}
+	require.Positive(t, cancelled, "a fifth of the requests, cancelled after 40 ms (a request takes about 90 ms)")
 }

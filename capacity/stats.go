@@ -94,6 +94,14 @@ type Level struct {
 	OutputTokensRate float64 `json:"output_tokens_rate"`
 	Goodput          float64 `json:"goodput"`
 
+	// LengthMismatches counts the requests whose server-counted length
+	// was off what was asked (the contract's length_mismatches_total):
+	// "input" when usage.prompt_tokens is off the prompt sent beyond the
+	// tolerance, "output" when an ok reply is off the requested maximum.
+	// The token rates above are the server's counts (usage); where they
+	// disagree with what was sent, these say how often.
+	LengthMismatches map[string]int `json:"length_mismatches,omitempty"`
+
 	Counted       int                `json:"counted"`
 	Attainment    float64            `json:"attainment"`
 	SLOAttainment map[string]float64 `json:"slo_attainment"`
@@ -103,6 +111,10 @@ type Level struct {
 	TPOT Percentiles `json:"tpot"`
 	ITL  Percentiles `json:"itl"`
 	E2E  Percentiles `json:"e2e"`
+
+	// Server is the server's own account of the window's requests, where
+	// it gave one; nil when none did.
+	Server *ServerSignals `json:"server,omitempty"`
 
 	// DrainSeconds is how long the requests in flight took to end after
 	// the window (the cooldown), or after a burst.
@@ -114,6 +126,68 @@ type Level struct {
 	Met bool `json:"met"`
 	// Note says why a level is what it is (a stop rule, a cap).
 	Note string `json:"note,omitempty"`
+}
+
+// ServerSignals is what a server said of its own work on a window's
+// requests: the "timings" of llama.cpp (and of the simulator, which adds
+// queue_ms) and usage's cached prompt tokens. The seed's first question
+// when TTFT grows is whether the server's queue grew: if the prefill and
+// decode times stayed while the queue grew, the server is near
+// saturation; if decode slowed at the same load, it degraded.
+type ServerSignals struct {
+	// Reported is the requests whose timings were used; Implausible
+	// those whose timings added up to more than the request took at the
+	// client (5% and 5 ms of slack), which are not.
+	Reported    int `json:"reported"`
+	Implausible int `json:"implausible,omitempty"`
+	// Queue, Prefill and DecodePerToken are seconds (decode per output
+	// token: predicted_ms / predicted_n); Queue's N may be below Reported
+	// (queue_ms is the simulator's).
+	Queue          Percentiles `json:"queue"`
+	Prefill        Percentiles `json:"prefill"`
+	DecodePerToken Percentiles `json:"decode_per_token"`
+	// CachedShare is the cached prompt tokens over the prompt tokens of
+	// the requests that reported both (prefix caching at work); nil when
+	// none did.
+	CachedShare *float64 `json:"cached_share,omitempty"`
+}
+
+// serverSignals summarizes the server's own account of records, or nil.
+func serverSignals(records []Record) *ServerSignals {
+	var s ServerSignals
+	var queue, prefill, decode []float64
+	cached, prompt, reportedCache := 0, 0, false
+	for i := range records {
+		r := &records[i].Server
+		if r.HasCached {
+			reportedCache = true
+			cached += r.Cached
+			prompt += r.Prompt
+		}
+		if r.Implausible {
+			s.Implausible++
+		}
+		if !r.HasTimings {
+			continue
+		}
+		s.Reported++
+		prefill = append(prefill, r.Prefill)
+		if r.HasQueue {
+			queue = append(queue, r.Queue)
+		}
+		if r.DecodePerToken > 0 {
+			decode = append(decode, r.DecodePerToken)
+		}
+	}
+	if s.Reported == 0 && s.Implausible == 0 && !reportedCache {
+		return nil
+	}
+	s.Queue, s.Prefill, s.DecodePerToken = percentiles(queue), percentiles(prefill), percentiles(decode)
+	if reportedCache {
+		share := ratio(cached, prompt)
+		s.CachedShare = &share
+	}
+	return &s
 }
 
 // summarize computes a level from a window's records.
@@ -140,6 +214,12 @@ func summarize(l *Level, spec *config.LoadSpec, w *Window, records []Record, gap
 	missed := map[string]int{}
 	var ttft, tpot, e2e []float64
 	var ok, good, in, out int
+	mismatch := func(kind string) {
+		if l.LengthMismatches == nil {
+			l.LengthMismatches = map[string]int{}
+		}
+		l.LengthMismatches[kind]++
+	}
 	for i := range records {
 		r := &records[i]
 		l.Outcomes[r.Outcome]++
@@ -152,6 +232,12 @@ func summarize(l *Level, spec *config.LoadSpec, w *Window, records []Record, gap
 		}
 		in += r.InputTokens
 		out += r.OutputTokens
+		if r.InputMismatch {
+			mismatch("input")
+		}
+		if r.OutputMismatch {
+			mismatch("output")
+		}
 		if r.Counted {
 			a.counted++
 			l.Counted++
@@ -207,6 +293,7 @@ func summarize(l *Level, spec *config.LoadSpec, w *Window, records []Record, gap
 	l.ITL = percentiles(g)
 	l.ITL.Sampled = gapsSeen > int64(len(gaps))
 	l.Insufficient = len(records) < minRequests
+	l.Server = serverSignals(records)
 }
 
 // sloAttainment is 1 - missed/counted for every SLO of the spec's

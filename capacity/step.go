@@ -353,11 +353,11 @@ func (s *Step) baseline(ctx context.Context) (*Level, error) {
 	s.report("baseline", 1, 0)
 	spec := s.closedSpec(1)
 	s.col.ResetLevel()
-	w := s.col.Open(time.Now())
+	n := s.Test.Baseline.Requests
+	w := s.col.OpenFirst(time.Now(), n)
 	if err := s.Manager.Apply(s.Test.Name, []config.LoadSpec{spec}); err != nil {
 		return nil, err
 	}
-	n := s.Test.Baseline.Requests
 	err := s.watch(ctx, 0, func() bool {
 		finished, _, _ := s.col.Level()
 		return finished >= n

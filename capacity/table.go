@@ -63,6 +63,15 @@ func WriteTable(w io.Writer, r *Run) {
 		if l.Insufficient {
 			note = strings.TrimSpace("(few) " + note)
 		}
+		if n := dropped(l); n > 0 {
+			note = addNote(note, fmt.Sprintf("dropped %d", n))
+		}
+		if n := l.LengthMismatches["input"]; n > 0 {
+			note = addNote(note, fmt.Sprintf("usage.prompt_tokens off the prompt in %d", n))
+		}
+		if n := l.LengthMismatches["output"]; n > 0 {
+			note = addNote(note, fmt.Sprintf("output off max_tokens in %d", n))
+		}
 		if l.Met {
 			note = strings.TrimSpace("met " + note)
 		}
@@ -107,4 +116,21 @@ func (s *SoakRun) drift() *Drift {
 		return nil
 	}
 	return s.Drift
+}
+
+// dropped returns the arrivals a level dropped, for every reason.
+func dropped(l *Level) int {
+	n := 0
+	for _, d := range l.Dropped {
+		n += d
+	}
+	return n
+}
+
+// addNote appends s to a level's note.
+func addNote(note, s string) string {
+	if note == "" {
+		return s
+	}
+	return note + "; " + s
 }

@@ -127,7 +127,8 @@ type BurstConfig struct {
 }
 
 // StopConfig aborts a test that is plainly broken: more than ErrorRatio of
-// a level's finished requests failed, or a TTFT over TTFTOver.
+// a level's finished requests failed, or a TTFT over TTFTOver (or a failed
+// request that waited longer than that for a first token it never got).
 type StopConfig struct {
 	ErrorRatio float64        `yaml:"error_ratio,omitempty"`
 	TTFTOver   model.Duration `yaml:"ttft_over,omitempty"`
