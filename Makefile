@@ -20,7 +20,7 @@ TOOLS            := $(CURDIR)/.tools/bin
 PROMETHEUS_MOD   ?= v0.316.0
 PROMTOOL         := $(TOOLS)/promtool
 
-.PHONY: all build test fmt-check vet unit fuzz run sim tools prometheus bench bench-long clean
+.PHONY: all build test fmt-check vet unit fuzz run sim tools prometheus chromium bench bench-long clean
 
 all: build
 
@@ -41,7 +41,7 @@ vet:
 # The rules' end-to-end test runs Prometheus and sloprober for a minute; it
 # runs after the other packages, so that it does not compete for the CPU with
 # the tests that check timing.
-unit: $(PROMTOOL) prometheus
+unit: $(PROMTOOL) prometheus chromium
 	PROMTOOL=$(PROMTOOL) $(GO) test -race -count=1 $$($(GO) list ./... | grep -v /rules$$)
 	PROMTOOL=$(PROMTOOL) $(GO) test -race -count=1 ./rules/
 
@@ -50,12 +50,16 @@ FUZZTIME ?= 20000x
 fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
-## tools: install the tools the tests need: promtool 3.x into .tools/bin, Prometheus 2.42
-tools: $(PROMTOOL) prometheus
+## tools: install the tools the tests need: promtool 3.x into .tools/bin, Prometheus 2.42, Chromium
+tools: $(PROMTOOL) prometheus chromium
 
 ## prometheus: install Debian's Prometheus 2.42 (server and promtool) unless it is on the PATH
 prometheus:
 	@scripts/install-prometheus.sh >/dev/null
+
+## chromium: install Debian's Chromium unless it is on the PATH (the HTML report tests render in it)
+chromium:
+	@scripts/install-chromium.sh >/dev/null
 
 $(PROMTOOL):
 	GOBIN=$(TOOLS) $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_MOD)

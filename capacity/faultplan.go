@@ -1,7 +1,9 @@
 package capacity
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"go.yaml.in/yaml/v2"
 
 	"github.com/sloprober/sloprober/config"
 )
@@ -59,9 +59,12 @@ func (p *faultPlan) run(ctx context.Context, start time.Time, steps []config.Fau
 			p.record("set", "", err)
 			continue
 		}
-		b, err := yaml.Marshal(st.Set)
+		b, err := json.Marshal(stringKeys(st.Set))
 		if err == nil {
-			err = p.put(ctx, b)
+			// The simulator puts the faults back by itself a little
+			// after the step should end: a prober that dies during the
+			// step (kill -9) must not leave it failing for good.
+			err = p.put(ctx, b, time.Duration(st.For)+faultExpirySlack)
 		}
 		p.record("set", string(b), err)
 		if err != nil {
@@ -71,7 +74,7 @@ func (p *faultPlan) run(ctx context.Context, start time.Time, steps []config.Fau
 		// Restore even when the soak ends: the simulator must not keep
 		// failing after it.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		p.record("restored", string(before), p.put(rctx, before))
+		p.record("restored", compactJSON(before), p.put(rctx, before, 0))
 		cancel()
 		if !ok {
 			return
@@ -104,8 +107,18 @@ func (p *faultPlan) get(ctx context.Context) ([]byte, error) {
 	return p.do(req)
 }
 
-func (p *faultPlan) put(ctx context.Context, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, p.admin, strings.NewReader(string(body)))
+// faultExpirySlack is how long after a step's end the simulator restores
+// its faults by itself (PUT /sim/faults?for=): the plan restores them at
+// the end, unless its prober is gone.
+const faultExpirySlack = 5 * time.Second
+
+// put sets the simulator's faults, for d (0: until set again).
+func (p *faultPlan) put(ctx context.Context, body []byte, d time.Duration) error {
+	u := p.admin
+	if d > 0 {
+		u += "?for=" + url.QueryEscape(d.String())
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, strings.NewReader(string(body)))
 	if err != nil {
 		return err
 	}
@@ -144,4 +157,40 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// compactJSON writes the simulator's faults (JSON) on one line, like the
+// plan's own steps, or as they are if they do not parse.
+func compactJSON(j []byte) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, j); err != nil {
+		return string(j)
+	}
+	return b.String()
+}
+
+// stringKeys turns the maps YAML decodes (map[any]any) into ones JSON
+// encodes (map[string]any).
+func stringKeys(v any) any {
+	switch m := v.(type) {
+	case map[any]any:
+		out := make(map[string]any, len(m))
+		for k, x := range m {
+			out[fmt.Sprint(k)] = stringKeys(x)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(m))
+		for k, x := range m {
+			out[k] = stringKeys(x)
+		}
+		return out
+	case []any:
+		out := make([]any, len(m))
+		for i, x := range m {
+			out[i] = stringKeys(x)
+		}
+		return out
+	}
+	return v
 }

@@ -9,6 +9,7 @@
 package capacity
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/internal/proc"
 	"github.com/sloprober/sloprober/prober"
 )
 
@@ -189,6 +191,9 @@ type Record struct {
 
 	InputTokens, OutputTokens     int
 	InputMismatch, OutputMismatch bool
+	// InputSent is the prompt's length as sent: the workload's count of
+	// it (calibrated against the server's tokenizer), whatever usage says.
+	InputSent int
 
 	// Server is the server's own account of the request, where it gave
 	// one (serverOf).
@@ -266,16 +271,52 @@ type Window struct {
 	dropped   map[prober.DropReason]int
 	scheduled int
 	limit     int // keep the first limit requests to finish; 0: all
+
+	// lags are the send lags of the requests sent in the window (seconds;
+	// a uniform sample beyond maxWindowGaps), cpu the process's CPU time
+	// at its start and end: the prober's own health over the window.
+	lags       []float32
+	lagsSeen   int64
+	cpu0, cpu1 time.Duration
 }
 
 // Collector keeps the windows of one test run and its requests in flight.
 type Collector struct {
 	inFlight atomic.Int64
 
-	mu      sync.Mutex
-	windows []*Window
-	level   levelCounts // since the last ResetLevel: for the stop rules
-	rng     uint64      // reservoir sampling of gaps
+	mu       sync.Mutex
+	windows  []*Window
+	level    levelCounts // since the last ResetLevel: for the stop rules
+	rng      uint64      // reservoir sampling of gaps and lags
+	identity identityCounts
+	// inputs and outputs are the lengths of every request kept in a
+	// window: input as sent, output as received (ok requests).
+	inputs, outputs lengthSample
+}
+
+// lengthSample is a uniform sample of lengths, at most maxWindowGaps.
+type lengthSample struct {
+	v    []float32
+	seen int64
+}
+
+func (s *lengthSample) add(c *Collector, v int) {
+	s.seen++
+	if len(s.v) < maxWindowGaps {
+		s.v = append(s.v, float32(v))
+	} else if j := c.random() % uint64(s.seen); j < maxWindowGaps {
+		s.v[j] = float32(v)
+	}
+}
+
+// Lengths returns the lengths of every request the run's windows kept.
+func (c *Collector) Lengths() *Lengths {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inputs.seen == 0 {
+		return nil
+	}
+	return &Lengths{Input: percentiles(float64s(c.inputs.v)), Output: percentiles(float64s(c.outputs.v))}
 }
 
 // levelCounts are what the stop rules look at while a level runs.
@@ -291,7 +332,7 @@ func (c *Collector) InFlight() int { return int(c.inFlight.Load()) }
 func (c *Collector) Open(start time.Time) *Window {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w := &Window{Start: start, dropped: map[prober.DropReason]int{}}
+	w := &Window{Start: start, dropped: map[prober.DropReason]int{}, cpu0: proc.CPU()}
 	c.windows = append(c.windows, w)
 	return w
 }
@@ -311,15 +352,33 @@ func (c *Collector) OpenFirst(start time.Time, n int) *Window {
 func (c *Collector) Close(w *Window, end time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w.End = end
+	w.End, w.cpu1 = end, proc.CPU()
 }
 
-// Records returns a copy of a window's records and gaps; call it once the
+// windowData is a copy of what a window collected.
+type windowData struct {
+	records    []Record
+	gaps, lags []float32 // seconds
+	gapsSeen   int64
+	cpu        time.Duration // the process's CPU time over the window
+	start, end time.Time
+	scheduled  int
+	dropped    map[prober.DropReason]int
+}
+
+// Data returns a copy of what a window collected; call it once the
 // requests sent in the window have ended.
-func (c *Collector) Records(w *Window) ([]Record, []float32, int64) {
+func (c *Collector) Data(w *Window) windowData {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]Record(nil), w.records...), append([]float32(nil), w.gaps...), w.gapsSeen
+	d := windowData{
+		records: append([]Record(nil), w.records...), gaps: append([]float32(nil), w.gaps...), gapsSeen: w.gapsSeen,
+		lags: append([]float32(nil), w.lags...), start: w.Start, end: w.End, scheduled: w.scheduled, dropped: maps.Clone(w.dropped),
+	}
+	if w.cpu1 > w.cpu0 {
+		d.cpu = w.cpu1 - w.cpu0
+	}
+	return d
 }
 
 // Release drops a summarized window's records and gaps: a soak of hours
@@ -327,7 +386,14 @@ func (c *Collector) Records(w *Window) ([]Record, []float32, int64) {
 func (c *Collector) Release(w *Window) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w.records, w.gaps = nil, nil
+	w.records, w.gaps, w.lags = nil, nil, nil
+}
+
+// Identity returns who the target said it was in the test's replies.
+func (c *Collector) Identity() *Identity {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.identity.result()
 }
 
 // windowAt returns the window open at t, or nil; c.mu is held.
@@ -383,7 +449,28 @@ func (o *collectorObserver) Dropped(r prober.DropReason) {
 	}
 }
 
-func (o *collectorObserver) Sent(time.Duration) { o.c.inFlight.Add(1) }
+func (o *collectorObserver) Sent(lag time.Duration) {
+	o.c.inFlight.Add(1)
+	o.c.mu.Lock()
+	defer o.c.mu.Unlock()
+	w := o.c.windowAt(time.Now())
+	if w == nil {
+		return
+	}
+	w.lagsSeen++
+	if v := float32(lag.Seconds()); len(w.lags) < maxWindowGaps {
+		w.lags = append(w.lags, v)
+	} else if j := o.c.random() % uint64(w.lagsSeen); j < maxWindowGaps {
+		w.lags[j] = v
+	}
+}
+
+// random is the collector's pseudo-random stream (an LCG) for reservoir
+// sampling; c.mu is held.
+func (c *Collector) random() uint64 {
+	c.rng = c.rng*6364136223846793005 + 1442695040888963407
+	return c.rng >> 11
+}
 
 func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
 	defer o.c.inFlight.Add(-1)
@@ -392,7 +479,7 @@ func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
 		TTFT: m.TTFT, HasTTFT: m.HasTTFT, TPOT: m.TPOT, HasTPOT: m.HasTPOT, E2E: m.E2E, HasE2E: m.HasE2E,
 		InputTokens: m.InputTokens, OutputTokens: m.OutputTokens,
 		InputMismatch: m.InputMismatch, OutputMismatch: m.OutputMismatch,
-		Server: serverOf(r),
+		InputSent: r.InputTokens, Server: serverOf(r),
 	}
 	o.c.mu.Lock()
 	defer o.c.mu.Unlock()
@@ -415,6 +502,7 @@ func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
 		// 30 s, although no TTFT was ever measured.
 		l.maxTTFT = max(l.maxTTFT, r.Ended)
 	}
+	o.c.identity.add(r)
 	sent := r.Sent
 	if sent.IsZero() {
 		sent = r.Scheduled
@@ -424,6 +512,12 @@ func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
 		return
 	}
 	w.records = append(w.records, rec)
+	if rec.InputSent > 0 {
+		o.c.inputs.add(o.c, rec.InputSent)
+	}
+	if rec.Outcome == prober.OutcomeOK {
+		o.c.outputs.add(o.c, rec.OutputTokens)
+	}
 	if !m.HasITL {
 		return
 	}
@@ -436,8 +530,7 @@ func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
 		}
 		// Reservoir sampling: keep the gap with probability
 		// maxWindowGaps / gapsSeen.
-		o.c.rng = o.c.rng*6364136223846793005 + 1442695040888963407
-		if j := (o.c.rng >> 11) % uint64(w.gapsSeen); j < maxWindowGaps {
+		if j := o.c.random() % uint64(w.gapsSeen); j < maxWindowGaps {
 			w.gaps[j] = g
 		}
 	}

@@ -52,6 +52,9 @@ type Drift struct {
 	// than 200 the median's: a P99 of 50 samples is their largest, noise
 	// that would fail a healthy soak.
 	P99Growth map[string]float64 `json:"p99_growth"`
+	// Percentile names the percentile each latency's growth is of: "p99",
+	// "p95" or "p50".
+	Percentile map[string]string `json:"percentile,omitempty"`
 	// GoodputDrop is the drop of good requests per sent request (which,
 	// unlike good requests per second, does not move with the Poisson
 	// arrivals' count): 0.1 is 10% fewer.
@@ -74,6 +77,12 @@ type Soak struct {
 	Load     config.LoadSpec
 	Logger   *slog.Logger
 	Progress func(Progress)
+	// ConfigHash is the configuration's hash (config.Config.Hash), for
+	// the run's provenance.
+	ConfigHash string
+	// Checkpoint, if set, is handed the run's partial results after each
+	// window (for storage; it must not keep the run).
+	Checkpoint func(*Run)
 }
 
 // SoakRun is a soak's windows; it is part of Run.
@@ -90,8 +99,10 @@ func (s *Soak) Run(ctx context.Context) *Run {
 	t := s.Test
 	start := time.Now()
 	run := &Run{Test: t.Name, Kind: config.TestSoak, Target: s.Load.Target.Name, Start: start, Soak: &SoakRun{Rate: t.Rate}}
+	begin(ctx, run, s.Manager, t, &s.Load, s.ConfigHash)
 	col := s.Recorder.Start(t.Name)
 	defer s.Recorder.Stop(t.Name)
+	defer end(run, col)
 	canary := s.Recorder.WatchCanary(s.Load.Target.Name)
 	defer func() {
 		run.Canary = canary.Results()
@@ -175,6 +186,9 @@ func (s *Soak) Run(ctx context.Context) *Run {
 			s.summarizeWindow(st, run, windows, i-1)
 			done[i-1] = true
 		}
+		if s.Checkpoint != nil {
+			s.Checkpoint(run)
+		}
 	}
 	stop := spec
 	stop.Paused = true
@@ -200,9 +214,8 @@ func (s *Soak) Run(ctx context.Context) *Run {
 // summarizeWindow fills window i of a soak run.
 func (s *Soak) summarizeWindow(st *Step, run *Run, windows []*Window, i int) {
 	w := &run.Soak.Windows[i]
-	records, gaps, seen := st.col.Records(windows[i])
 	w.Level = Level{Stage: "soak", IntendedRate: s.Test.Rate}
-	summarize(&w.Level, &s.Load, windows[i], records, gaps, seen, s.Test.Window.MinRequests)
+	summarize(&w.Level, &s.Load, st.col.Data(windows[i]), s.Test.Window.MinRequests)
 	failed := 0
 	for outcome, n := range w.Outcomes {
 		if outcome != prober.OutcomeOK && outcome != prober.OutcomeCancelled && outcome != prober.OutcomeShutdown {
@@ -222,7 +235,7 @@ func judgeSoak(t *config.TestConfig, sr *SoakRun) (string, string) {
 	if len(ws) == 1 {
 		return VerdictPass, "one window: nothing to compare it with (the soak is shorter than two windows)"
 	}
-	d := &Drift{P99Growth: map[string]float64{}}
+	d := &Drift{P99Growth: map[string]float64{}, Percentile: map[string]string{}}
 	sr.Drift = d
 	var fails, notes []string
 	for _, name := range []string{"ttft", "tpot", "itl", "e2e"} {
@@ -257,7 +270,7 @@ func judgeSoak(t *config.TestConfig, sr *SoakRun) (string, string) {
 			continue
 		}
 		g := vN/v0 - 1
-		d.P99Growth[name] = g
+		d.P99Growth[name], d.Percentile[name] = g, strings.ToLower(q)
 		if g > t.Drift.P99Growth {
 			fails = append(fails, fmt.Sprintf("%s %s grew %.0f%% (%.3gs to %.3gs; drift.p99_growth %g)", name, q, 100*g, v0, vN, t.Drift.P99Growth))
 		}
@@ -307,7 +320,7 @@ func judgeSoak(t *config.TestConfig, sr *SoakRun) (string, string) {
 	if len(fails) > 0 {
 		reason := "drift: " + strings.Join(fails, "; ")
 		if len(server) > 0 {
-			reason += "; the server's own timings (P50): " + formatGrowth(server)
+			reason += "; the server's own timings (P50): " + d.ServerTimings()
 		}
 		return VerdictFail, reason
 	}
@@ -317,7 +330,7 @@ func judgeSoak(t *config.TestConfig, sr *SoakRun) (string, string) {
 			bursts++
 		}
 	}
-	reason := fmt.Sprintf("no drift over %d windows: P99 growth within %g, goodput within %g", len(ws), t.Drift.P99Growth, t.Drift.GoodputDrop)
+	reason := fmt.Sprintf("no drift over %d windows: %s growth within %g, goodput within %g", len(ws), d.compared(), t.Drift.P99Growth, t.Drift.GoodputDrop)
 	if bursts > 0 {
 		reason += fmt.Sprintf("; %d error bursts, recovered", bursts)
 	}
@@ -387,13 +400,50 @@ func serverGrowth(first *SoakWindow, last []SoakWindow) map[string]float64 {
 	return out
 }
 
-// formatGrowth writes growths in serverPhases order: "queue +3%, decode_per_token +95%".
-func formatGrowth(g map[string]float64) string {
+// ServerTimings writes the growth of the server's own timings in
+// serverPhases order: "queue +3%, decode per token +95%".
+func (d *Drift) ServerTimings() string {
 	var parts []string
 	for _, name := range serverPhases {
-		if v, ok := g[name]; ok {
+		if v, ok := d.ServerGrowth[name]; ok {
 			parts = append(parts, fmt.Sprintf("%s %+.0f%%", strings.ReplaceAll(name, "_", " "), 100*v))
 		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// compared says which tail was compared: "P99", or, with fewer samples,
+// e.g. "P50 (fewer than 200 samples a window)".
+func (d *Drift) compared() string {
+	q := "p99"
+	for _, p := range d.Percentile {
+		if p < q { // "p50" < "p95" < "p99": the lowest one used
+			q = p
+		}
+	}
+	switch q {
+	case "p50":
+		return "median (fewer than 200 samples a window)"
+	case "p95":
+		return "P95 (fewer than 1,000 samples a window)"
+	}
+	return "P99"
+}
+
+// Growth writes each latency's growth with the percentile compared:
+// "ttft P50 +12%, tpot P50 +3%, ...".
+func (d *Drift) Growth() string {
+	var parts []string
+	for _, name := range []string{"ttft", "tpot", "itl", "e2e"} {
+		g, ok := d.P99Growth[name]
+		if !ok {
+			continue
+		}
+		q := strings.ToUpper(d.Percentile[name])
+		if q == "" {
+			q = "P99"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s %+.0f%%", name, q, 100*g))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -116,7 +116,7 @@ func TestSoakCatchesDegradation(t *testing.T) {
 		require.Equal(t, w.Outcomes[prober.OutcomeOK], w.Server.Reported, "window %d", i)
 		require.Zero(t, w.Server.Implausible, "window %d", i)
 	}
-	require.Greater(t, run.Soak.Drift.ServerGrowth["decode_per_token"], 0.8, "%+v", run.Soak.Drift)
+	require.Greater(t, run.Soak.Drift.ServerGrowth["decode_per_token"], 0.5, "%+v", run.Soak.Drift)
 	require.NotContains(t, run.Soak.Drift.ServerGrowth, "queue")
 	require.Contains(t, run.Reason, "the server's own timings (P50): ")
 }

@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"math"
+	"runtime"
 	"slices"
 	"time"
 
@@ -112,6 +113,14 @@ type Level struct {
 	ITL  Percentiles `json:"itl"`
 	E2E  Percentiles `json:"e2e"`
 
+	// Lengths and Longest are the level's token lengths and its top
+	// decile by input length; Prober the prober's own health over it.
+	Lengths *Lengths      `json:"lengths,omitempty"`
+	Longest *Longest      `json:"longest,omitempty"`
+	Prober  *ProberHealth `json:"prober,omitempty"`
+	// Timeline is the burst's requests in flight over time.
+	Timeline *Timeline `json:"timeline,omitempty"`
+
 	// Server is the server's own account of the window's requests, where
 	// it gave one; nil when none did.
 	Server *ServerSignals `json:"server,omitempty"`
@@ -150,6 +159,9 @@ type ServerSignals struct {
 	// the requests that reported both (prefix caching at work); nil when
 	// none did.
 	CachedShare *float64 `json:"cached_share,omitempty"`
+	// CachedTokens and PromptTokens are the sums the share is of.
+	CachedTokens int `json:"cached_tokens,omitempty"`
+	PromptTokens int `json:"prompt_tokens,omitempty"`
 }
 
 // serverSignals summarizes the server's own account of records, or nil.
@@ -185,15 +197,16 @@ func serverSignals(records []Record) *ServerSignals {
 	s.Queue, s.Prefill, s.DecodePerToken = percentiles(queue), percentiles(prefill), percentiles(decode)
 	if reportedCache {
 		share := ratio(cached, prompt)
-		s.CachedShare = &share
+		s.CachedShare, s.CachedTokens, s.PromptTokens = &share, cached, prompt
 	}
 	return &s
 }
 
 // summarize computes a level from a window's records.
-func summarize(l *Level, spec *config.LoadSpec, w *Window, records []Record, gaps []float32, gapsSeen int64, minRequests int) {
-	secs := w.End.Sub(w.Start).Seconds()
-	l.Start, l.WindowSeconds = w.Start, secs
+func summarize(l *Level, spec *config.LoadSpec, w windowData, minRequests int) {
+	records := w.records
+	secs := w.end.Sub(w.start).Seconds()
+	l.Start, l.WindowSeconds = w.start, secs
 	l.Scheduled = w.scheduled
 	l.Sent = len(records)
 	l.Outcomes = map[prober.Outcome]int{}
@@ -286,14 +299,119 @@ func summarize(l *Level, spec *config.LoadSpec, w *Window, records []Record, gap
 		l.Scenarios = append(l.Scenarios, sr)
 	}
 	l.TTFT, l.TPOT, l.E2E = percentiles(ttft), percentiles(tpot), percentiles(e2e)
-	g := make([]float64, len(gaps))
-	for i, v := range gaps {
-		g[i] = float64(v)
-	}
-	l.ITL = percentiles(g)
-	l.ITL.Sampled = gapsSeen > int64(len(gaps))
+	l.ITL = percentiles(float64s(w.gaps))
+	l.ITL.Sampled = w.gapsSeen > int64(len(w.gaps))
 	l.Insufficient = len(records) < minRequests
 	l.Server = serverSignals(records)
+	l.Lengths, l.Longest = lengths(spec, records)
+	l.Prober = proberHealth(w)
+}
+
+func float64s(v []float32) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+// Lengths are the token lengths of a level's requests: the input as sent
+// (the workload's count of each prompt, calibrated against the server's
+// tokenizer: what was sent, not what the configuration asked for) and the
+// output as received (usage, else the chunks).
+type Lengths struct {
+	Input  Percentiles `json:"input"`
+	Output Percentiles `json:"output"`
+}
+
+// Longest is the top decile of a level's requests by input length (a
+// level of at least 10 requests): long prompts queue behind their own
+// prefill, and an average over every request hides what they see.
+type Longest struct {
+	// MinInputTokens is the decile's shortest input.
+	MinInputTokens int         `json:"min_input_tokens"`
+	Requests       int         `json:"requests"`
+	Counted        int         `json:"counted"`
+	Good           int         `json:"good"`
+	Attainment     float64     `json:"attainment"`
+	TTFT           Percentiles `json:"ttft"`
+}
+
+// lengths computes a level's Lengths and its Longest decile.
+func lengths(spec *config.LoadSpec, records []Record) (*Lengths, *Longest) {
+	if len(records) == 0 {
+		return nil, nil
+	}
+	var in, out []float64
+	for i := range records {
+		if r := &records[i]; r.InputSent > 0 {
+			in = append(in, float64(r.InputSent))
+		}
+		if r := &records[i]; r.Outcome == prober.OutcomeOK {
+			out = append(out, float64(records[i].OutputTokens))
+		}
+	}
+	ls := &Lengths{Input: percentiles(in), Output: percentiles(out)}
+	if len(records) < 10 {
+		return ls, nil
+	}
+	byInput := slices.Clone(records)
+	slices.SortStableFunc(byInput, func(a, b Record) int { return b.InputSent - a.InputSent })
+	top := byInput[:len(byInput)/10]
+	lg := &Longest{MinInputTokens: top[len(top)-1].InputSent, Requests: len(top)}
+	var ttft []float64
+	for i := range top {
+		r := &top[i]
+		if r.Counted {
+			lg.Counted++
+		}
+		if r.Good {
+			lg.Good++
+		}
+		if r.HasTTFT {
+			ttft = append(ttft, r.TTFT.Seconds())
+		}
+	}
+	lg.Attainment = ratio(lg.Good, lg.Counted)
+	lg.TTFT = percentiles(ttft)
+	return ls, lg
+}
+
+// ProberLagLimit and ProberCPULimit are where the prober's own health
+// starts to shape what it measures: a send lag P99 over 10 ms, or more
+// than 90% of its CPUs busy. A level over either says so.
+const (
+	ProberLagLimit = 10 * time.Millisecond
+	ProberCPULimit = 0.9
+)
+
+// ProberHealth is the prober's own state over a window: a prober that is
+// late to send or short of CPU adds its own delay to what it measures,
+// and a report must show when a run was distorted so.
+type ProberHealth struct {
+	// LagP99 and LagMax are the send lags (sent minus scheduled, seconds)
+	// of the window's sends, Sends of them.
+	Sends  int     `json:"sends"`
+	LagP99 float64 `json:"lag_p99"`
+	LagMax float64 `json:"lag_max"`
+	// CPUSeconds is the process's CPU time over the window, CPUShare it
+	// over the window and GOMAXPROCS: 1 is every core busy.
+	CPUSeconds float64 `json:"cpu_seconds"`
+	CPUShare   float64 `json:"cpu_share"`
+	GOMAXPROCS int     `json:"gomaxprocs"`
+}
+
+func proberHealth(w windowData) *ProberHealth {
+	h := &ProberHealth{Sends: len(w.lags), CPUSeconds: w.cpu.Seconds(), GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	lags := percentiles(float64s(w.lags))
+	h.LagP99 = lags.P99
+	for _, v := range w.lags {
+		h.LagMax = max(h.LagMax, float64(v))
+	}
+	if secs := w.end.Sub(w.start).Seconds(); secs > 0 {
+		h.CPUShare = h.CPUSeconds / secs / float64(h.GOMAXPROCS)
+	}
+	return h
 }
 
 // sloAttainment is 1 - missed/counted for every SLO of the spec's

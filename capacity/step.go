@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sloprober/sloprober/config"
@@ -62,6 +63,16 @@ type Run struct {
 	// Canary is the canary on the target during the run (none when it
 	// ran alone, as `sloprober test run` does).
 	Canary []CanaryScenario `json:"canary,omitempty"`
+
+	// Provenance, Setup and Identity say what ran, what it was asked to
+	// do and who the target said it was: a report is built from a stored
+	// run alone.
+	Provenance *Provenance `json:"provenance,omitempty"`
+	Setup      *Setup      `json:"setup,omitempty"`
+	Identity   *Identity   `json:"identity,omitempty"`
+	// Lengths are the token lengths of every measured request of the
+	// run: input as sent, output as received.
+	Lengths *Lengths `json:"lengths,omitempty"`
 }
 
 // Knee is where goodput stops growing.
@@ -124,6 +135,12 @@ type Step struct {
 	// test's requests have ended (another client's requests may still
 	// hold the engine).
 	Queue QueueProbe
+	// ConfigHash is the configuration's hash (config.Config.Hash), for
+	// the run's provenance.
+	ConfigHash string
+	// Checkpoint, if set, is handed the run's partial results as each
+	// level starts (for storage; it must not keep the run).
+	Checkpoint func(*Run)
 
 	col         *Collector
 	noStopRules bool // a soak judges them per window
@@ -150,8 +167,10 @@ func (s *Step) Run(ctx context.Context) *Run {
 	s.start = time.Now()
 	s.run = &Run{Test: t.Name, Kind: config.TestStep, Target: s.Load.Target.Name, Start: s.start}
 	s.levels = 1 + len(t.Sweep.Concurrency) + t.Sweep.Refine + len(t.Verify.Rates) + 1
+	begin(ctx, s.run, s.Manager, t, &s.Load, s.ConfigHash)
 	s.col = s.Recorder.Start(t.Name)
 	defer s.Recorder.Stop(t.Name)
+	defer end(s.run, s.col)
 	canary := s.Recorder.WatchCanary(s.Load.Target.Name)
 	defer func() {
 		s.run.Canary = canary.Results()
@@ -199,7 +218,7 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 			// A plainly broken level is a missed one: the sweep ends
 			// there, the capacity below it stands.
 			s.keep(l)
-			capped = fmt.Sprintf("a stop rule at %d clients (%v)", c, err)
+			capped = fmt.Sprintf("a stop rule at %s (%v)", clients(c), err)
 			break
 		}
 		if err != nil {
@@ -211,7 +230,7 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 			// The clients are paced at MaxRate: goodput flattening here
 			// is the prober's cap, not the target's knee.
 			l.Note = strings.TrimSpace(l.Note + " limited by max_rate")
-			limited = fmt.Sprintf("max_rate %g req/s at %d clients (the capacity may be higher)", s.MaxRate, c)
+			limited = fmt.Sprintf("max_rate %g req/s at %s (the capacity may be higher)", s.MaxRate, clients(c))
 			capped = "capped by " + limited
 			s.run.Sweep[len(s.run.Sweep)-1].Note = l.Note
 			break
@@ -279,7 +298,7 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 		}
 	}
 	if verified == nil {
-		return VerdictFail, fmt.Sprintf("no open-loop rate met the objectives (the closed loop met them at %d clients, %.3g req/s)", good, capLevel.CompletedRate)
+		return VerdictFail, fmt.Sprintf("no open-loop rate met the objectives (the closed loop met them at %s, %.3g req/s)", clients(good), capLevel.CompletedRate)
 	}
 	b := &t.Verify.Burst
 	if b.Factor > 1 && b.For > 0 {
@@ -292,8 +311,8 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 			return VerdictFail, fmt.Sprintf("the backlog of a %gx burst for %s did not drain within %s (%.1fs)", b.Factor, time.Duration(b.For), within, l.DrainSeconds)
 		}
 	}
-	reason := fmt.Sprintf("%.3g req/s verified open loop (%.3g good req/s); closed loop: %d clients, %.3g req/s", s.run.Capacity.VerifiedRate,
-		s.run.Capacity.VerifiedGoodput, good, capLevel.CompletedRate)
+	reason := fmt.Sprintf("%.3g req/s verified open loop (%.3g good req/s); closed loop: %s, %.3g req/s", s.run.Capacity.VerifiedRate,
+		s.run.Capacity.VerifiedGoodput, clients(good), capLevel.CompletedRate)
 	if capped != "" {
 		reason += "; the sweep ended early: " + capped
 	}
@@ -368,7 +387,9 @@ func (s *Step) baseline(ctx context.Context) (*Level, error) {
 	if err == nil {
 		err = derr
 	}
-	s.summarize(l, w, drain, n)
+	// A baseline of fewer requests than window.min_requests says so,
+	// like any level.
+	s.summarize(l, w, drain, s.Test.Window.MinRequests)
 	return l, err
 }
 
@@ -437,10 +458,13 @@ func (s *Step) burst(ctx context.Context, verified *Level) (*Level, error) {
 	if err := s.Manager.Apply(s.Test.Name, []config.LoadSpec{s.openSpec(rate)}); err != nil {
 		return l, err
 	}
+	tl := s.sampleInFlight()
+	defer func() { l.Timeline = tl.stop() }()
 	s.col.ResetLevel()
 	if err := s.watch(ctx, time.Duration(s.Test.Window.Warmup), nil); err != nil {
 		return l, err
 	}
+	tl.mark(&tl.t.BurstStart)
 	w := s.col.Open(time.Now())
 	if err := s.Manager.Apply(s.Test.Name, []config.LoadSpec{s.openSpec(l.IntendedRate)}); err != nil {
 		return l, err
@@ -453,11 +477,16 @@ func (s *Step) burst(ctx context.Context, verified *Level) (*Level, error) {
 	if err := s.Manager.Apply(s.Test.Name, []config.LoadSpec{s.openSpec(rate)}); err != nil {
 		return l, err
 	}
+	tl.mark(&tl.t.BurstEnd)
 	normal := max(1, int(math.Ceil(rate*verified.E2E.P95)))
+	tl.t.Normal, tl.t.DrainWithin = normal, time.Duration(s.Test.Verify.DrainWithin).Seconds()
 	end := time.Now()
 	limit := time.Duration(s.Test.Verify.DrainWithin) + time.Duration(s.Load.Target.Timeout)
 	drained := s.watch(ctx, limit, func() bool { return s.col.InFlight() <= normal })
 	l.DrainSeconds = time.Since(end).Seconds()
+	if drained == nil {
+		tl.mark(&tl.t.Drained)
+	}
 	if drained != nil && !errors.Is(drained, errTimedOut) {
 		return l, drained
 	}
@@ -580,8 +609,7 @@ func (s *Step) stopRule() error {
 
 // summarize fills a level from its window, once its requests have ended.
 func (s *Step) summarize(l *Level, w *Window, drain time.Duration, minRequests int) {
-	records, gaps, seen := s.col.Records(w)
-	summarize(l, &s.Load, w, records, gaps, seen, minRequests)
+	summarize(l, &s.Load, s.col.Data(w), minRequests)
 	l.DrainSeconds = drain.Seconds()
 	s.goodput = l.Goodput
 }
@@ -591,6 +619,9 @@ func (s *Step) summarize(l *Level, w *Window, drain time.Duration, minRequests i
 func (s *Step) report(stage string, c int, rate float64) {
 	s.level++
 	s.levels = max(s.levels, s.level)
+	if s.Checkpoint != nil {
+		s.Checkpoint(s.run)
+	}
 	if s.Progress == nil {
 		return
 	}
@@ -657,5 +688,89 @@ func knee(levels []Level) *Knee {
 	}
 	last := &levels[len(levels)-1]
 	return &Knee{Concurrency: last.Concurrency, Goodput: last.Goodput,
-		Reason: fmt.Sprintf("goodput still grew at %d clients, the highest level", last.Concurrency)}
+		Reason: fmt.Sprintf("goodput still grew at %s, the highest level", clients(last.Concurrency))}
+}
+
+// Timeline is a burst's requests in flight, sampled every
+// timelineInterval from the start of its warm-up until it ends: the
+// backlog building up and draining, for the report's chart.
+type Timeline struct {
+	Start           time.Time `json:"start"`
+	IntervalSeconds float64   `json:"interval_seconds"`
+	InFlight        []int     `json:"in_flight"`
+	// BurstStart, BurstEnd and Drained are seconds since Start; Drained
+	// is 0 when the backlog did not drain in time.
+	BurstStart float64 `json:"burst_start"`
+	BurstEnd   float64 `json:"burst_end"`
+	Drained    float64 `json:"drained"`
+	// Normal is the requests in flight the drain waited for: the verified
+	// rate times its E2E P95 (Little's law); DrainWithin the time it was
+	// allowed (verify.drain_within), seconds.
+	Normal      int     `json:"normal"`
+	DrainWithin float64 `json:"drain_within"`
+	// Truncated: the burst outlasted maxTimelinePoints samples.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// timelineInterval and maxTimelinePoints: ten samples a second, for at
+// most 10 minutes.
+const (
+	timelineInterval  = 100 * time.Millisecond
+	maxTimelinePoints = 6000
+)
+
+// timelineSampler samples the test's requests in flight into a Timeline.
+type timelineSampler struct {
+	mu   sync.Mutex
+	t    Timeline
+	quit chan struct{}
+	done chan struct{}
+}
+
+// sampleInFlight starts sampling the test's requests in flight.
+func (s *Step) sampleInFlight() *timelineSampler {
+	ts := &timelineSampler{t: Timeline{Start: time.Now(), IntervalSeconds: timelineInterval.Seconds()}, quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(ts.done)
+		tick := time.NewTicker(timelineInterval)
+		defer tick.Stop()
+		for {
+			ts.mu.Lock()
+			if len(ts.t.InFlight) >= maxTimelinePoints {
+				ts.t.Truncated = true
+				ts.mu.Unlock()
+				return
+			}
+			ts.t.InFlight = append(ts.t.InFlight, s.col.InFlight())
+			ts.mu.Unlock()
+			select {
+			case <-tick.C:
+			case <-ts.quit:
+				return
+			}
+		}
+	}()
+	return ts
+}
+
+// mark sets one of the timeline's instants to now.
+func (ts *timelineSampler) mark(at *float64) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	*at = time.Since(ts.t.Start).Seconds()
+}
+
+// stop ends the sampling and returns the timeline.
+func (ts *timelineSampler) stop() *Timeline {
+	close(ts.quit)
+	<-ts.done
+	return &ts.t
+}
+
+// clients writes a number of closed-loop clients: "1 client", "8 clients".
+func clients(n int) string {
+	if n == 1 {
+		return "1 client"
+	}
+	return fmt.Sprintf("%d clients", n)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/report"
 	"github.com/sloprober/sloprober/simulator/simtest"
 )
 
@@ -77,7 +79,7 @@ func runStep(t *testing.T, ctx context.Context, cfg *config.Config) *capacity.Ru
 	defer m.Stop(time.Second)
 	require.NoError(t, m.SetLimits(prober.Limits{MaxRate: cfg.Global.MaxRate, MaxInFlight: cfg.Global.MaxInFlight}))
 	tc := cfg.Tests[0]
-	s := &capacity.Step{Manager: m, Recorder: rec, Test: tc, Load: cfg.TestLoad(tc), MaxRate: 100, Logger: promslog.NewNopLogger()}
+	s := &capacity.Step{Manager: m, Recorder: rec, Test: tc, Load: cfg.TestLoad(tc), MaxRate: 100, Logger: promslog.NewNopLogger(), ConfigHash: cfg.Hash()}
 	return s.Run(ctx)
 }
 
@@ -126,7 +128,49 @@ func TestStepGroundTruth(t *testing.T) {
 	require.InEpsilon(t, 0.25*run.Capacity.Rate, run.Capacity.VerifiedRate, 1e-9)
 	require.NotNil(t, run.Burst)
 	require.Less(t, run.Burst.DrainSeconds, 10.0)
-	require.GreaterOrEqual(t, run.Baseline.Sent, 10)
+	require.Equal(t, 10, run.Baseline.Sent)
+
+	// What a report is built from: the run's provenance and setup, who
+	// the simulator said it was, per level the lengths sent, the longest
+	// requests, the prober's health and the server's own timings, and the
+	// burst's timeline.
+	require.Equal(t, cfg.Hash(), run.Provenance.ConfigHash)
+	require.Equal(t, sim.URL+"/v1", run.Setup.Target.URL)
+	require.Equal(t, 1, run.Setup.Target.Replicas)
+	require.Equal(t, []capacity.SLOSetup{{Name: "ttft", ThresholdSeconds: 0.15}}, run.Setup.Scenarios[0].SLOs)
+	require.Contains(t, run.Setup.Test, "concurrency:")
+	require.Equal(t, "sim-model", run.Identity.Models[0].ID)
+	require.Equal(t, "sim-model", run.Identity.ReplyModels[0].Value)
+	require.Contains(t, run.Identity.Servers[0].Value, "sloprober-sim")
+	for _, l := range append(run.Sweep, run.Verify...) {
+		require.Equal(t, 16.0, l.Lengths.Input.P50, "%s %d: 16 tokens sent", l.Stage, l.Concurrency)
+		require.Equal(t, 20.0, l.Lengths.Output.P99, "%s %d: 20 tokens received", l.Stage, l.Concurrency)
+		if l.Sent >= 10 {
+			require.Equal(t, l.Sent/10, l.Longest.Requests, "%s %d: the top decile", l.Stage, l.Concurrency)
+		} else {
+			require.Nil(t, l.Longest, "%s %d: no decile of fewer than 10 requests", l.Stage, l.Concurrency)
+		}
+		require.Equal(t, l.Sent, l.Prober.Sends)
+		require.Less(t, l.Prober.LagP99, 0.05, "%s %d", l.Stage, l.Concurrency)
+		require.Positive(t, l.Prober.CPUSeconds)
+		require.Equal(t, l.Sent, l.Server.Reported, "the simulator times every request")
+	}
+	tl := run.Burst.Timeline
+	require.NotNil(t, tl)
+	require.Greater(t, tl.BurstEnd, tl.BurstStart)
+	require.InDelta(t, 2, tl.BurstEnd-tl.BurstStart, 0.5, "verify.burst.for")
+	require.Greater(t, tl.Drained, tl.BurstEnd, "the backlog drained")
+	require.Positive(t, slices.Max(tl.InFlight))
+	require.InDelta(t, tl.Drained/0.1, len(tl.InFlight), 50, "ten samples a second until the end")
+
+	// Its report states the analytic capacity as the closed-loop one.
+	rep := report.Build(run, "")
+	require.Equal(t, analyticConcurrency, rep.Capacity.Concurrency)
+	require.InEpsilon(t, analyticRate, rep.Capacity.ClosedRate, 0.10)
+	require.Equal(t, run.Capacity.VerifiedRate, rep.Capacity.VerifiedRate)
+	var md strings.Builder
+	require.NoError(t, report.WriteMarkdown(&md, rep))
+	require.Contains(t, md.String(), "Closed loop: 4 clients completed")
 }
 
 // TestStepVerdicts: the other verdicts, each with its reason.

@@ -13,15 +13,14 @@ import (
 func WriteTable(w io.Writer, r *Run) {
 	fmt.Fprintf(w, "test %s (%s) on %s: %s: %s\n", r.Test, r.Kind, r.Target, strings.ToUpper(r.Verdict), r.Reason)
 	if c := r.Capacity; c != nil {
-		fmt.Fprintf(w, "capacity: %.3g req/s verified open loop (%.3g good req/s); closed loop %d clients at %.3g req/s (%.3g good req/s)\n",
-			c.VerifiedRate, c.VerifiedGoodput, c.Concurrency, c.Rate, c.Goodput)
+		fmt.Fprintf(w, "capacity: %.3g req/s verified open loop (%.3g good req/s); closed loop %s at %.3g req/s (%.3g good req/s)\n",
+			c.VerifiedRate, c.VerifiedGoodput, clients(c.Concurrency), c.Rate, c.Goodput)
 	}
 	if d := r.Soak.drift(); d != nil {
-		fmt.Fprintf(w, "drift: P99 growth ttft %+.0f%%, tpot %+.0f%%, itl %+.0f%%, e2e %+.0f%%; goodput per request %+.0f%%; prober memory %+.0f%%\n",
-			100*d.P99Growth["ttft"], 100*d.P99Growth["tpot"], 100*d.P99Growth["itl"], 100*d.P99Growth["e2e"], -100*d.GoodputDrop, 100*d.MemoryGrowth)
+		fmt.Fprintf(w, "drift: %s; goodput per request %+.0f%%; prober memory %+.0f%%\n", d.Growth(), -100*d.GoodputDrop, 100*d.MemoryGrowth)
 	}
 	if k := r.Knee; k != nil {
-		fmt.Fprintf(w, "knee: %d clients: %s\n", k.Concurrency, k.Reason)
+		fmt.Fprintf(w, "knee: %s: %s\n", clients(k.Concurrency), k.Reason)
 	}
 	for _, c := range r.Canary {
 		fmt.Fprintf(w, "canary %s during the test: %.2f%% of %d requests good (objective %.2f%%); %.2f%% of its 30-day error budget\n",
@@ -41,9 +40,9 @@ func WriteTable(w io.Writer, r *Run) {
 		for i := range r.Soak.Windows {
 			w := &r.Soak.Windows[i]
 			l := w.Level
-			l.Note = strings.TrimSpace(fmt.Sprintf("%s prober %d MiB, %d goroutines", l.Note, w.ProberRSSBytes>>20, w.ProberGoroutines))
+			l.Note = addNote(l.Note, fmt.Sprintf("prober %d MiB, %d goroutines", w.ProberRSSBytes>>20, w.ProberGoroutines))
 			if w.ErrorBurst {
-				l.Note = "error burst; " + l.Note
+				l.Note = addNote("error burst", l.Note)
 			}
 			levels = append(levels, &l)
 		}
@@ -59,9 +58,15 @@ func WriteTable(w io.Writer, r *Run) {
 		if l.IntendedRate > 0 {
 			rate = fmt.Sprintf("%.3g", l.IntendedRate)
 		}
-		note := l.Note
+		var note string
+		if l.Met {
+			note = "met"
+		}
 		if l.Insufficient {
-			note = strings.TrimSpace("(few) " + note)
+			note = addNote(note, "(few)")
+		}
+		if l.Note != "" {
+			note = addNote(note, l.Note)
 		}
 		if n := dropped(l); n > 0 {
 			note = addNote(note, fmt.Sprintf("dropped %d", n))
@@ -72,8 +77,15 @@ func WriteTable(w io.Writer, r *Run) {
 		if n := l.LengthMismatches["output"]; n > 0 {
 			note = addNote(note, fmt.Sprintf("output off max_tokens in %d", n))
 		}
-		if l.Met {
-			note = strings.TrimSpace("met " + note)
+		if tl := l.Timeline; tl != nil {
+			if tl.Drained > 0 {
+				note = addNote(note, fmt.Sprintf("drained in %.1fs (within %gs)", tl.Drained-tl.BurstEnd, tl.DrainWithin))
+			} else {
+				note = addNote(note, fmt.Sprintf("did not drain within %gs", tl.DrainWithin))
+			}
+		}
+		if p := l.Prober; p != nil && (p.LagP99 > ProberLagLimit.Seconds() || p.CPUShare > ProberCPULimit) {
+			note = addNote(note, fmt.Sprintf("prober busy: send lag P99 %.0f ms, CPU %.0f%%", 1e3*p.LagP99, 100*p.CPUShare))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0fs\t%d\t%.3g\t%.3g\t%.4g\t%.4g\t%.1f%%\t%s\t%s\t%s\t%.2f\t%s\t\n",
 			l.Stage, clients, rate, l.WindowSeconds, l.Sent, l.CompletedRate, l.Goodput, l.InputTokensRate, l.OutputTokensRate,

@@ -62,6 +62,12 @@ const (
 	// MaxNameBytes bounds target and scenario names: label values of every
 	// series and keys of the landing page.
 	MaxNameBytes = 64
+	// MaxReplicas bounds a target's replicas and a forecast's spare ones.
+	MaxReplicas = 10_000
+	// MaxMetadataKeys and MaxMetadataBytes bound a target's metadata: a
+	// report's test object, not a place for documents.
+	MaxMetadataKeys  = 32
+	MaxMetadataBytes = 256
 )
 
 // Defaults. A canary is meant to run for ever against production, so the
@@ -77,6 +83,7 @@ var (
 		Timeout:          model.Duration(2 * time.Minute),
 		MaxInFlight:      64,
 		MaxTokensField:   "max_tokens",
+		Replicas:         1,
 		HTTPClientConfig: defaultHTTPClientConfig(),
 	}
 	DefaultScenarioConfig = ScenarioConfig{
@@ -100,7 +107,14 @@ type Config struct {
 
 	dir    string                     // relative paths are resolved against it
 	traces map[string]*workload.Trace // read once per file and format
+	hash   string
 }
+
+// Hash is the SHA-256 of the configuration's bytes as read, before
+// environment variables were expanded (a hash of a secret is no business
+// of a report), in hex: a run's report names the configuration it ran
+// with.
+func (c *Config) Hash() string { return c.hash }
 
 // GlobalConfig holds the safety caps over all loads.
 type GlobalConfig struct {
@@ -134,6 +148,16 @@ type TargetConfig struct {
 	MaxTokensField string `yaml:"max_tokens_field"`
 	// CostPerHour is the serving cost of the target, for cost per good request.
 	CostPerHour *float64 `yaml:"cost_per_hour,omitempty"`
+	// Replicas is how many serving replicas stand behind the URL: reports
+	// divide capacity by it for the capacity per replica (assuming linear
+	// scaling). Default 1.
+	Replicas int `yaml:"replicas,omitempty"`
+	// Metadata is what a report's test object states about the target
+	// besides what the server says of itself: hardware, GPU type and
+	// count, precision, engine flags. Free-form; shown as given.
+	Metadata map[string]string `yaml:"metadata,omitempty"`
+	// Forecast is the peak a report plans replicas for.
+	Forecast *ForecastConfig `yaml:"forecast,omitempty"`
 	// MaxContext is the target's context length in tokens, for a server
 	// that does not report one (vLLM's /v1/models max_model_len, llama.cpp's
 	// /props n_ctx): no prompt above it is sent. 0 (the default) leaves it
@@ -147,6 +171,26 @@ type TargetConfig struct {
 	// credentials wherever a redirect points. A 3xx is a protocol_error
 	// naming its Location unless follow_redirects: true is set.
 	HTTPClientConfig commoncfg.HTTPClientConfig `yaml:",inline"`
+}
+
+// ForecastConfig is the load a target must carry: a report's scaling
+// basis says how many replicas carry PeakRate at the verified capacity per
+// replica with SpareReplicas to spare (N+k), and what is left after
+// losing one.
+type ForecastConfig struct {
+	// PeakRate is the forecast peak, req/s.
+	PeakRate float64 `yaml:"peak_rate"`
+	// SpareReplicas is k of N+k: replicas beyond those the peak needs.
+	// Default 1.
+	SpareReplicas *int `yaml:"spare_replicas,omitempty"`
+}
+
+// Spare returns SpareReplicas, 1 when not given.
+func (f *ForecastConfig) Spare() int {
+	if f.SpareReplicas == nil {
+		return 1
+	}
+	return *f.SpareReplicas
 }
 
 // defaultHTTPClientConfig is prometheus/common's default without following

@@ -2,6 +2,8 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,6 +94,12 @@ canary[1]: canary[0] and canary[1] both produce target="local" scenario="chat" t
 		{"over_rate.yml", "testdata/over_rate.yml: canary: the enabled loads add up to 6 req/s, above global.max_rate 5"},
 		{"bad_auth.yml", "testdata/bad_auth.yml: targets[0]: at most one of bearer_token & bearer_token_file must be configured"},
 		{"missing.yml", "open testdata/missing.yml: no such file or directory"},
+		{"bad_report_keys.yml", `testdata/bad_report_keys.yml: targets[0].replicas: must be between 1 and 10000, got 0
+targets[0].metadata.gpu: must not contain control characters, got "H100\a"
+targets[0].forecast.peak_rate: must be a positive number of req/s, got -3
+targets[0].forecast.spare_replicas: must be between 0 and 10000, got -1
+targets[1].replicas: must be between 1 and 10000, got 100000
+targets[1].forecast.peak_rate: must be a positive number of req/s, got NaN`},
 
 		// Absurd numbers (issue 9, items 7, 12 and 18).
 		{"huge_tokens.yml", `testdata/huge_tokens.yml: targets[0].max_context: must be between 1 and 1000000 tokens (or left out), got 2000000
@@ -348,4 +356,41 @@ func TestValidateReadsNoFile(t *testing.T) {
 	replay.Replay.File = ""
 	require.EqualError(t, c.Validate(), `scenarios[1].lengths_from: format: must be one of azure, mooncake, jsonl, got "csv"
 canary[1].replay: file: must not be empty`)
+}
+
+// TestReportKeys: a target's replicas (default 1), metadata and forecast
+// (spare replicas default 1), and the configuration's hash: the SHA-256 of
+// its bytes before environment variables are expanded, so a secret
+// changes nothing a report shows.
+func TestReportKeys(t *testing.T) {
+	const yml = `
+targets:
+  - name: a
+    url: http://127.0.0.1:8000/v1
+    model: m
+    replicas: 4
+    metadata: {gpu: 8x H100 SXM, precision: fp8, engine_flags: "--max-num-seqs 256"}
+    forecast: {peak_rate: 120}
+    bearer_token: ${SLOPROBER_TEST_TOKEN}
+  - {name: b, url: "http://127.0.0.1:8001/v1", model: m, forecast: {peak_rate: 5, spare_replicas: 0}}
+scenarios: [{name: chat}]
+canary: [{target: a, scenario: chat, rate: 1}]
+`
+	t.Setenv("SLOPROBER_TEST_TOKEN", "one")
+	c, err := Load([]byte(yml), true)
+	require.NoError(t, err)
+	a, b := c.Targets[0], c.Targets[1]
+	require.Equal(t, 4, a.Replicas)
+	require.Equal(t, map[string]string{"gpu": "8x H100 SXM", "precision": "fp8", "engine_flags": "--max-num-seqs 256"}, a.Metadata)
+	require.Equal(t, 120.0, a.Forecast.PeakRate)
+	require.Equal(t, 1, a.Forecast.Spare())
+	require.Equal(t, 1, b.Replicas)
+	require.Equal(t, 0, b.Forecast.Spare())
+
+	sum := sha256.Sum256([]byte(yml))
+	require.Equal(t, hex.EncodeToString(sum[:]), c.Hash())
+	t.Setenv("SLOPROBER_TEST_TOKEN", "two")
+	c2, err := Load([]byte(yml), true)
+	require.NoError(t, err)
+	require.Equal(t, c.Hash(), c2.Hash(), "the secret is not in the hash")
 }

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -57,6 +59,7 @@ func Parse(b []byte, expandEnv bool, dir string) (*Config, error) {
 	if len(b) > MaxConfigFileBytes {
 		return nil, errTooLarge
 	}
+	sum := sha256.Sum256(b)
 	if expandEnv {
 		var missing []string
 		b = envRef.ReplaceAllFunc(b, func(ref []byte) []byte {
@@ -83,7 +86,7 @@ func Parse(b []byte, expandEnv bool, dir string) (*Config, error) {
 			t.HTTPClientConfig.SetDirectory(dir)
 		}
 	}
-	c.dir = dir
+	c.dir, c.hash = dir, hex.EncodeToString(sum[:])
 	if err := c.validate(c.readTraces()); err != nil {
 		return nil, redactErr(err)
 	}

@@ -125,6 +125,27 @@ func (v *validation) validateTarget(key string, t *TargetConfig) {
 	if t.CostPerHour != nil && !(*t.CostPerHour >= 0 && !math.IsInf(*t.CostPerHour, 0)) {
 		v.bad(key+".cost_per_hour", "must be a finite number, not negative, got %g", *t.CostPerHour)
 	}
+	if t.Replicas < 1 || t.Replicas > MaxReplicas {
+		v.bad(key+".replicas", "must be between 1 and %d, got %d", MaxReplicas, t.Replicas)
+	}
+	if len(t.Metadata) > MaxMetadataKeys {
+		v.bad(key+".metadata", "must have at most %d keys, got %d", MaxMetadataKeys, len(t.Metadata))
+	}
+	for _, k := range slices.Sorted(maps.Keys(t.Metadata)) {
+		if val := t.Metadata[k]; len(k) > MaxMetadataBytes || len(val) > MaxMetadataBytes {
+			v.bad(key+".metadata."+k, "keys and values must be at most %d bytes, got %d and %d", MaxMetadataBytes, len(k), len(val))
+		} else if strings.ContainsFunc(k+val, unicode.IsControl) {
+			v.bad(key+".metadata."+k, "must not contain control characters, got %q", val)
+		}
+	}
+	if f := t.Forecast; f != nil {
+		if !(f.PeakRate > 0) || math.IsInf(f.PeakRate, 0) {
+			v.bad(key+".forecast.peak_rate", "must be a positive number of req/s, got %g", f.PeakRate)
+		}
+		if s := f.Spare(); s < 0 || s > MaxReplicas {
+			v.bad(key+".forecast.spare_replicas", "must be between 0 and %d, got %d", MaxReplicas, s)
+		}
+	}
 	if t.MaxContext < 0 || t.MaxContext > workload.MaxTokens {
 		v.bad(key+".max_context", "must be between 1 and %d tokens (or left out), got %d", workload.MaxTokens, t.MaxContext)
 	}

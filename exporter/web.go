@@ -35,14 +35,25 @@ type WebOptions struct {
 	Notes func() []string
 	// Pprof serves net/http/pprof on /debug/pprof/.
 	Pprof bool
-	// API serves /api/ (the test API), if not nil; the same
-	// --web.config.file authentication covers it.
+	// API serves /api/ (the test API) and /reports/ (run reports), if
+	// not nil; the same --web.config.file authentication covers it.
 	API http.Handler
+	// Reports lists the stored runs for the landing page, newest first
+	// (nil: none).
+	Reports func() []ReportLink
 	// Stopping reports whether sloprober is stopping (nil: never). While
 	// it is, /-/reload refuses at once and /-/ready answers 503, and every
 	// other endpoint keeps answering: the landing page and /metrics are
 	// what an operator looks at while requests in flight drain.
 	Stopping func() bool
+}
+
+// ReportLink is a stored run on the landing page, with its report.
+type ReportLink struct {
+	ID, Test, Kind, Target, Verdict string
+	End                             time.Time
+	// Capacity is a step run's conclusion, e.g. "5.5 req/s", or "".
+	Capacity string
 }
 
 // ErrStopping is returned by a reload refused because sloprober is
@@ -112,6 +123,7 @@ func NewHandler(o WebOptions) *Handler {
 	}
 	if o.API != nil {
 		mux.Handle("/api/", o.API)
+		mux.Handle("/reports/", o.API)
 	}
 	mux.HandleFunc("/config", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -176,12 +188,17 @@ func serveLanding(w http.ResponseWriter, o WebOptions, stopping bool) {
 		}
 		loads = append(loads, l)
 	}
+	var reports []ReportLink
+	if o.Reports != nil {
+		reports = o.Reports()
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	err := landingTemplate.Execute(w, map[string]any{
 		"Version":  version.Info(),
 		"Notes":    o.Notes(),
 		"Loads":    loads,
 		"Stopping": stopping,
+		"Reports":  reports,
 	})
 	if err != nil {
 		o.Logger.Error("Error rendering the landing page", "err", err)
@@ -229,6 +246,13 @@ h2{margin-top:1.5em}
 <td>{{range .SLOs}}{{.Name}} &le; {{ms .Threshold}} {{end}}</td></tr>
 {{else}}<tr><td colspan="9">No loads configured.</td></tr>{{end}}
 </table>
+{{if .Reports}}<h2>Test runs</h2>
+<table>
+<tr><th>ended</th><th>test</th><th>kind</th><th>target</th><th>verdict</th><th>capacity</th><th>report</th></tr>
+{{range .Reports}}<tr><td>{{if .End.IsZero}}running{{else}}{{.End.UTC.Format "2006-01-02 15:04:05Z"}}{{end}}</td><td>{{.Test}}</td><td>{{.Kind}}</td><td>{{.Target}}</td>
+<td class="{{if eq .Verdict "pass"}}good{{else if eq .Verdict "running"}}{{else}}bad{{end}}">{{.Verdict}}</td><td>{{.Capacity}}</td>
+<td>{{if not .End.IsZero}}<a href="/reports/{{.ID}}">HTML</a> · <a href="/reports/{{.ID}}?format=md">Markdown</a> · <a href="/reports/{{.ID}}?format=json">JSON</a>{{end}}</td></tr>
+{{end}}</table>{{end}}
 {{range .Loads}}
 <h2>{{.Target}} / {{.Scenario}} / {{.Test}}</h2>
 <h3>Recent failures (not good)</h3>

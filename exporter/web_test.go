@@ -228,3 +228,24 @@ func TestLandingRecent(t *testing.T) {
 		})
 	}
 }
+
+// TestLandingReports: the landing page lists the stored runs, the finished
+// ones with links to their reports, each value escaped.
+func TestLandingReports(t *testing.T) {
+	o := webOptions(prometheus.NewRegistry(), nil, func() []prober.LoadStatus { return nil })
+	o.Reports = func() []exporter.ReportLink {
+		return []exporter.ReportLink{
+			{ID: "knee-20261130T172029.946Z-0a1b2c3d", Test: "knee", Kind: "step", Target: "sim", Verdict: "pass",
+				End: time.Date(2026, 11, 30, 17, 22, 45, 0, time.UTC), Capacity: "8.88 req/s"},
+			{ID: "soak-20261130T180000.000Z-00000000", Test: "<b>soak</b>", Kind: "soak", Target: "sim", Verdict: "running"},
+		}
+	}
+	code, page := serve(t, exporter.NewHandler(o), http.MethodGet, "/")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, `<a href="/reports/knee-20261130T172029.946Z-0a1b2c3d">HTML</a>`)
+	require.Contains(t, page, `<a href="/reports/knee-20261130T172029.946Z-0a1b2c3d?format=md">Markdown</a>`)
+	require.Contains(t, page, "2026-11-30 17:22:45Z")
+	require.Contains(t, page, "8.88 req/s")
+	require.Contains(t, page, "&lt;b&gt;soak&lt;/b&gt;")
+	require.NotContains(t, page, "/reports/soak-", "a running run has no report yet")
+}

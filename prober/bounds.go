@@ -148,6 +148,20 @@ func boundMessage(s string) string {
 	return Truncate(s, MaxServerMessageBytes)
 }
 
+// MaxIdentityBytes bounds what is kept of a server's statement of who it
+// is (a Server header, a reply's model, a system_fingerprint): enough for
+// "vllm/0.11.0" or a fingerprint, not for a page of text.
+const MaxIdentityBytes = 128
+
+// boundIdentity makes what a server says of itself safe to keep and show:
+// valid UTF-8, one line of printable characters, at most MaxIdentityBytes.
+func boundIdentity(s string) string {
+	if len(s) > 4*MaxIdentityBytes {
+		s = s[:4*MaxIdentityBytes]
+	}
+	return Truncate(boundMessage(s), MaxIdentityBytes)
+}
+
 // Truncate cuts s to at most n bytes at a rune boundary, ending it in
 // "..." when it was cut.
 func Truncate(s string, n int) string {

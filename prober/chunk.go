@@ -29,6 +29,10 @@ type chunk struct {
 	object    []byte // "object" (a string's raw contents)
 	message   []byte // "message"
 	simTS     int64
+	// model and fingerprint are the reply's "model" and
+	// "system_fingerprint" (raw string contents): who the server says
+	// it is, for a report's test object.
+	model, fingerprint []byte
 	// contents are the raw (still escaped) delta.content and text strings,
 	// for a conversation's reply; only collected when asked for.
 	contents [][]byte
@@ -355,6 +359,22 @@ func (p *chunkParser) top(key []byte) error {
 			p.c.object = s
 		} else {
 			p.c.message = s
+		}
+		return err
+	case "model", "system_fingerprint":
+		// The last value of a repeated key counts, as in encoding/json;
+		// one that is not a string unsets it.
+		var s []byte
+		var err error
+		if p.is('"') {
+			s, err = p.str()
+		} else {
+			err = p.skip()
+		}
+		if string(key) == "model" {
+			p.c.model = s
+		} else {
+			p.c.fingerprint = s
 		}
 		return err
 	case "sim_ts":

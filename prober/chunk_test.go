@@ -20,7 +20,11 @@ func TestParseChunk(t *testing.T) {
 		want       chunk
 		err        bool
 	}{
-		{name: "content", data: typicalChunk, want: chunk{text: true, object: []byte("chat.completion.chunk")}},
+		{name: "content", data: typicalChunk, want: chunk{text: true, object: []byte("chat.completion.chunk"), model: []byte("m")}},
+		{name: "identity", data: `{"model":"Qwen\/Qwen3-8B","system_fingerprint":"fp_44709d6fcb","choices":[]}`,
+			want: chunk{model: []byte(`Qwen\/Qwen3-8B`), fingerprint: []byte("fp_44709d6fcb")}},
+		{name: "identity not strings", data: `{"model":7,"system_fingerprint":null,"choices":[]}`, want: chunk{}},
+		{name: "identity repeated", data: `{"model":"a","model":7,"system_fingerprint":"x","system_fingerprint":"y"}`, want: chunk{fingerprint: []byte("y")}},
 		{name: "role only", data: `{"choices":[{"delta":{"role":"assistant","content":""}}]}`, want: chunk{}},
 		{name: "null content", data: `{"choices":[{"delta":{"content":null,"tool_calls":[{"id":"x"}]}}]}`, want: chunk{}},
 		{name: "reasoning", data: `{"choices":[{"delta":{"reasoning_content":"hm"}}]}`, want: chunk{text: true}},
@@ -81,8 +85,26 @@ func TestParseChunkAllocs(t *testing.T) {
 	}))
 }
 
+// referenceChunk is what encoding/json reads of a chunk.
+type referenceChunk struct {
+	valid, text                bool
+	finish, model, fingerprint string
+	simTS                      int64
+}
+
 // reference decodes a chunk with encoding/json, keys matched exactly.
-func reference(data []byte) (valid bool, text bool, finish string, simTS int64) {
+func reference(data []byte) referenceChunk {
+	valid, text, finish, simTS := referenceFields(data)
+	r := referenceChunk{valid: valid, text: text, finish: finish, simTS: simTS}
+	var m map[string]any
+	if valid && json.Unmarshal(data, &m) == nil {
+		r.model, _ = m["model"].(string)
+		r.fingerprint, _ = m["system_fingerprint"].(string)
+	}
+	return r
+}
+
+func referenceFields(data []byte) (valid bool, text bool, finish string, simTS int64) {
 	var m map[string]any
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
@@ -134,7 +156,8 @@ func FuzzParseChunk(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var c chunk
 		err := parseChunk(data, &c, false)
-		valid, text, finish, simTS := reference(data)
+		ref := reference(data)
+		valid, text, finish, simTS := ref.valid, ref.text, ref.finish, ref.simTS
 		if !valid {
 			if err == nil && json.Valid(data) {
 				t.Fatalf("accepted a top level that is not an object: %q", data)
@@ -149,6 +172,9 @@ func FuzzParseChunk(f *testing.F) {
 		}
 		if c.text != text || decodeString(c.finish) != finish || (simTS != 0 && c.simTS != simTS) {
 			t.Fatalf("%q: got text %v finish %q sim_ts %d, encoding/json says %v %q %d", data, c.text, c.finish, c.simTS, text, finish, simTS)
+		}
+		if decodeString(c.model) != ref.model || decodeString(c.fingerprint) != ref.fingerprint {
+			t.Fatalf("%q: got model %q fingerprint %q, encoding/json says %q %q", data, c.model, c.fingerprint, ref.model, ref.fingerprint)
 		}
 	})
 }

@@ -234,12 +234,17 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 		case !tr.connected():
 			r.ConnectErr = describeConnectError(err)
 		default:
-			r.StreamErr = "no response: " + err.Error()
+			// A malformed header line is quoted whole in the error:
+			// a 1 MB header would be a 1 MB message.
+			r.StreamErr = "no response: " + boundMessage(err.Error())
 		}
 		return
 	}
 	defer resp.Body.Close()
 	r.StatusCode = resp.StatusCode
+	if v := resp.Header.Get("Server"); v != "" {
+		r.ServerHeader = boundIdentity(v)
+	}
 	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
 		r.ProtocolErr = fmt.Sprintf("redirect (HTTP %d) to %q not followed: a probe sends its POST to the configured URL only",
 			resp.StatusCode, boundMessage(config.RedactURL(resp.Header.Get("Location"))))
@@ -350,6 +355,12 @@ func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *
 		}
 		if len(c.finish) > 0 {
 			r.FinishReason = boundMessage(decodeString(c.finish))
+		}
+		if r.Model == "" && len(c.model) > 0 {
+			r.Model = boundIdentity(decodeString(c.model))
+		}
+		if r.SystemFingerprint == "" && len(c.fingerprint) > 0 {
+			r.SystemFingerprint = boundIdentity(decodeString(c.fingerprint))
 		}
 		if c.usage {
 			u := &Usage{PromptTokens: c.prompt, CompletionTokens: c.complete}

@@ -500,6 +500,10 @@ func (m *Manager) closeUnused() {
 	}
 }
 
+// UserAgent is the User-Agent of the manager's probes, for a test's own
+// requests to the same target (its /v1/models).
+func (m *Manager) UserAgent() string { return m.userAgent }
+
 // Stop stops every load of every owner: scheduling ends at once, requests
 // in flight get the grace period to end, those left are cancelled (outcome
 // shutdown). It returns when every request has been reported. Apply fails

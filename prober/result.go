@@ -138,7 +138,12 @@ type Result struct {
 	// truth Chunks is checked against by `sloprober bench`.
 	Stamps []int64
 
-	StatusCode   int
+	StatusCode int
+	// Who the server says it is, bounded (MaxIdentityBytes): its Server
+	// header, and the first "model" and "system_fingerprint" of its
+	// reply. Empty when not sent.
+	ServerHeader, Model, SystemFingerprint string
+
 	Usage        *Usage
 	Timings      *ServerTimings
 	FinishReason string

@@ -109,6 +109,9 @@ type Summary struct {
 	End     time.Time `json:"end,omitzero"`
 	Verdict string    `json:"verdict"`
 	Reason  string    `json:"reason"`
+	// VerifiedRate is a step run's capacity conclusion, req/s (absent
+	// without one).
+	VerifiedRate *float64 `json:"verified_rate,omitempty"`
 }
 
 // entry is a run in the index.
@@ -140,14 +143,19 @@ func compareEntries(a, b *entry) int {
 
 // meta is what Open reads of a run file.
 type meta struct {
-	Test     string    `json:"test"`
-	Kind     string    `json:"kind"`
-	Target   string    `json:"target"`
-	Start    time.Time `json:"start"`
-	End      time.Time `json:"end"`
-	Verdict  string    `json:"verdict"`
-	Reason   string    `json:"reason"`
-	Capacity *struct{} `json:"capacity"`
+	Test     string        `json:"test"`
+	Kind     string        `json:"kind"`
+	Target   string        `json:"target"`
+	Start    time.Time     `json:"start"`
+	End      time.Time     `json:"end"`
+	Verdict  string        `json:"verdict"`
+	Reason   string        `json:"reason"`
+	Capacity *metaCapacity `json:"capacity"`
+}
+
+// metaCapacity is what Open reads of a run's capacity.
+type metaCapacity struct {
+	VerifiedRate float64 `json:"verified_rate"`
 }
 
 // Store is the runs of a storage directory. It is safe for concurrent use.
@@ -292,6 +300,9 @@ func (s *Store) load() error {
 		e.Summary = Summary{ID: e.ID, Test: m.Test, Kind: m.Kind, Target: m.Target, Start: m.Start, End: m.End,
 			Verdict: m.Verdict, Reason: m.Reason}
 		e.capacity = m.Capacity != nil
+		if m.Capacity != nil {
+			e.VerifiedRate = &m.Capacity.VerifiedRate
+		}
 		s.byID[e.ID] = e
 		s.order = append(s.order, e)
 	}
@@ -314,7 +325,13 @@ func (s *Store) abortInterrupted(id ID, modTime time.Time) (meta, error) {
 	if err != nil {
 		return meta{}, fmt.Errorf("%w: %w", errUnreadable, err)
 	}
+	// The file was last written at the run's start or its last
+	// checkpoint; never before its start (the clocks of the two may
+	// differ by the write's microseconds).
 	run.Verdict, run.Reason, run.End = capacity.VerdictAborted, ReasonInterrupted, modTime.UTC()
+	if run.End.Before(run.Start) {
+		run.End = run.Start
+	}
 	if err := s.write(id, run); err != nil {
 		return meta{}, fmt.Errorf("mark the interrupted run %s aborted: %w", id, err)
 	}
@@ -323,11 +340,11 @@ func (s *Store) abortInterrupted(id ID, modTime time.Time) (meta, error) {
 		Verdict: run.Verdict, Reason: run.Reason, Capacity: capacityPresence(run)}, nil
 }
 
-func capacityPresence(run *capacity.Run) *struct{} {
+func capacityPresence(run *capacity.Run) *metaCapacity {
 	if run.Capacity == nil {
 		return nil
 	}
-	return &struct{}{}
+	return &metaCapacity{VerifiedRate: run.Capacity.VerifiedRate}
 }
 
 // setAside renames a run file that cannot be read to <name>.corrupt.
@@ -399,6 +416,10 @@ func (e *entry) set(id ID, run *capacity.Run) {
 	e.Summary = Summary{ID: id, Test: run.Test, Kind: run.Kind, Target: run.Target, Start: run.Start, End: run.End,
 		Verdict: run.Verdict, Reason: run.Reason}
 	e.capacity = run.Capacity != nil
+	if c := run.Capacity; c != nil {
+		rate := c.VerifiedRate
+		e.VerifiedRate = &rate
+	}
 }
 
 // Update stores the partial results of a running run; its verdict stays
@@ -568,12 +589,14 @@ func (s *Store) Last(test string, finishedOnly bool) (*capacity.Run, bool) {
 }
 
 // LastWithCapacity returns the newest finished step run of test ("": of
-// any test), not aborted, that found a capacity (its Capacity is set: the closed loop
-// met the objectives at some level; its VerifiedRate is 0 if no open-loop
-// rate did). The daemon restores its capacity gauges from it at start.
+// any test), not aborted, that concluded on a capacity: it found one (its
+// Capacity is set: the closed loop met the objectives at some level; its
+// VerifiedRate is 0 if no open-loop rate did), or found it infeasible
+// (none at all). The daemon restores its capacity gauges from it at start.
 func (s *Store) LastWithCapacity(test string) (*capacity.Run, bool) {
 	return s.last(func(e *entry) bool {
-		return (test == "" || e.Test == test) && !e.running() && e.Kind == config.TestStep && e.capacity &&
+		return (test == "" || e.Test == test) && !e.running() && e.Kind == config.TestStep &&
+			(e.capacity || e.Verdict == capacity.VerdictInfeasible) &&
 			e.Verdict != capacity.VerdictAborted // an aborted run's capacity is unverified
 	})
 }
@@ -712,3 +735,22 @@ func readRun(path string) (*capacity.Run, error) {
 	}
 	return &run, nil
 }
+
+// Read reads one stored run from a storage directory without opening the
+// store: no lock is taken, so a CLI can read the runs of a running daemon
+// (each file is written atomically). The id is checked first: a path that
+// would leave the directory is no run.
+func Read(dir string, id ID) (*capacity.Run, error) {
+	if _, err := ParseID(string(id)); err != nil {
+		return nil, err
+	}
+	run, err := readRun(filepath.Join(dir, runsDir, string(id)+runExt))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s in %s", ErrNotFound, id, dir)
+	}
+	return run, err
+}
+
+// ReadFile reads a run from a file of its own, as `sloprober test run
+// --json` writes it, within the store's size bound.
+func ReadFile(path string) (*capacity.Run, error) { return readRun(path) }

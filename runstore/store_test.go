@@ -131,8 +131,9 @@ func TestRoundTrip(t *testing.T) {
 	got, err = s.Get(id)
 	require.NoError(t, err)
 	require.Equal(t, run, got)
+	rate := 10.0
 	want := runstore.Summary{ID: id, Test: "nightly", Kind: "step", Target: "sim", Start: t0, End: t0.Add(time.Hour),
-		Verdict: "pass", Reason: "10 req/s verified"}
+		Verdict: "pass", Reason: "10 req/s verified", VerifiedRate: &rate}
 	require.Equal(t, []runstore.Summary{want}, s.List(""))
 	require.Equal(t, []runstore.Summary{want}, s.List("nightly"))
 	require.Empty(t, s.List("other"))

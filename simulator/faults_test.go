@@ -384,3 +384,35 @@ faults: `+block+`
 	require.Zero(t, metric(t, s, leakSeconds))
 	require.Nil(t, s.Config().Faults.Degrade)
 }
+
+// TestFaultsFor: PUT /sim/faults?for=D sets faults for D, then the faults
+// of before come back by themselves (a soak's fault plan survives its
+// prober's crash); faults set again meanwhile cancel the return; a bad
+// duration is refused.
+func TestFaultsFor(t *testing.T) {
+	s := startSim(t, fastSim+"faults: {missing_done_rate: 1}\n")
+	put := func(query, body string) int {
+		req, err := http.NewRequest(http.MethodPut, s.url+"/sim/faults"+query, strings.NewReader(body))
+		require.NoError(t, err)
+		resp, err := s.client.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, put("?for=300ms", `{"error_rate": {"503": 1}}`))
+	require.Equal(t, 1.0, s.Config().Faults.ErrorRate["503"])
+	require.Eventually(t, func() bool { return s.Config().Faults.MissingDoneRate == 1 }, 5*time.Second, 10*time.Millisecond,
+		"the faults of before are back")
+	require.Zero(t, s.Config().Faults.ErrorRate["503"])
+
+	require.Equal(t, http.StatusOK, put("?for=200ms", `{"error_rate": {"503": 1}}`))
+	require.Equal(t, http.StatusOK, put("", `{"reset_rate": 1}`))
+	// The first PUT's return would have come by now; the second PUT
+	// cancelled it.
+	time.Sleep(400 * time.Millisecond) //nolint:forbidigo // the absence of an event: nothing to wait on
+	require.Equal(t, 1.0, s.Config().Faults.ResetRate)
+
+	require.Equal(t, http.StatusBadRequest, put("?for=soon", `{}`))
+	require.Equal(t, http.StatusBadRequest, put("?for=-1s", `{}`))
+}

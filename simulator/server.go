@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/version"
 )
 
 // maxBodyBytes bounds a request body: 32 MiB holds a 128k-token prompt
@@ -37,6 +39,12 @@ type Simulator struct {
 	vocab       []string
 	modelJSON   string
 	started     int64
+
+	// expiry restores the faults of before a PUT /sim/faults?for=D, D
+	// after it, unless faults were set again meanwhile (gen changed).
+	expiryMu sync.Mutex
+	gen      uint64
+	expiry   *time.Timer
 }
 
 // New builds a simulator from a validated configuration. Its metrics are
@@ -94,9 +102,13 @@ func (s *Simulator) Config() Config {
 	return c
 }
 
-// SetFaults replaces the injected faults. A degradation in f starts now,
-// from no degradation and no leak, whether or not one was in effect.
-func (s *Simulator) SetFaults(f Faults) {
+// SetFaults replaces the injected faults (and cancels the restore of a
+// PUT /sim/faults?for=). A degradation in f starts now, from no
+// degradation and no leak, whether or not one was in effect.
+func (s *Simulator) SetFaults(f Faults) { s.replaceFaults(f, 0) }
+
+// setFaults replaces the injected faults; s.expiryMu is held.
+func (s *Simulator) setFaults(f Faults) {
 	if f.Degrade != nil {
 		d := *f.Degrade
 		f.Degrade = &d // not shared with the caller
@@ -133,7 +145,17 @@ func (s *Simulator) Handler() http.Handler {
 		mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("/", s.serveIndex)
-	return mux
+	// An engine says what it is in its Server header (llama.cpp:
+	// "llama.cpp", vLLM's uvicorn: "uvicorn"), and so does the simulator,
+	// for the test object of a report.
+	server := "sloprober-sim"
+	if version.Version != "" {
+		server += "/" + version.Version
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Server", server)
+		mux.ServeHTTP(w, r)
+	})
 }
 
 func (s *Simulator) serveIndex(w http.ResponseWriter, r *http.Request) {

@@ -1,11 +1,14 @@
 package testrun
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 
+	"github.com/sloprober/sloprober/capacity"
+	"github.com/sloprober/sloprober/report"
 	"github.com/sloprober/sloprober/runstore"
 )
 
@@ -16,6 +19,7 @@ import (
 //	GET  /api/v1/runs/{id}              one run's results (capacity.Run as JSON)
 //	POST /api/v1/tests/{name}/run       start a run now: 202 {"id": ...}; 409 if a test runs on the target
 //	POST /api/v1/tests/{name}/abort     abort the running run of a test: 200, 404 if none
+//	GET  /reports/{id}[?format=html|md|json]  a run's report (report.Build); HTML by default
 //
 // The POST endpoints answer 403 unless mutations is true
 // (--web.enable-test-api): starting a test is a load on a production
@@ -32,21 +36,50 @@ func NewAPI(s *Service, mutations bool) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, runs)
 	})
-	mux.HandleFunc("GET /api/v1/runs/{id}", func(w http.ResponseWriter, r *http.Request) {
+	// getRun reads the run of the path's {id}, or answers the error.
+	getRun := func(w http.ResponseWriter, r *http.Request) (*capacity.Run, runstore.ID, bool) {
 		id, err := runstore.ParseID(r.PathValue("id"))
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err)
-			return
+			return nil, "", false
 		}
 		run, err := s.Get(id)
 		switch {
 		case errors.Is(err, runstore.ErrNotFound):
 			writeError(w, http.StatusNotFound, err)
+			return nil, "", false
 		case err != nil:
 			writeError(w, http.StatusInternalServerError, err)
-		default:
+			return nil, "", false
+		}
+		return run, id, true
+	}
+	mux.HandleFunc("GET /api/v1/runs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if run, _, ok := getRun(w, r); ok {
 			writeJSON(w, http.StatusOK, run)
 		}
+	})
+	mux.HandleFunc("GET /reports/{id}", func(w http.ResponseWriter, r *http.Request) {
+		run, id, ok := getRun(w, r)
+		if !ok {
+			return
+		}
+		format := r.URL.Query().Get("format")
+		if format == "" {
+			format = "html"
+		}
+		var b bytes.Buffer
+		if err := report.Write(&b, report.Build(run, string(id)), format); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		w.Header().Set("Content-Type", report.ContentType(format))
+		if format == "html" {
+			// The page's own policy, also as a header: nothing it shows
+			// (a server's name, a model's) can fetch or run anything.
+			w.Header().Set("Content-Security-Policy", report.CSP)
+		}
+		_, _ = w.Write(b.Bytes())
 	})
 	mutate := func(h http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {

@@ -163,6 +163,11 @@ func (m *Metrics) setLast(r *capacity.Run) {
 // would fire the capacity-regression alert); m.mu is held.
 func (m *Metrics) setCapacity(r *capacity.Run) {
 	c := r.Capacity
+	if r.Verdict == capacity.VerdictInfeasible && r.Kind == config.TestStep {
+		// One request at a time already misses an objective: the
+		// capacity at the SLOs is none, a regression to alert on.
+		c = &capacity.Capacity{}
+	}
 	if c == nil || r.Verdict == capacity.VerdictAborted || c.LimitedBy != "" {
 		return
 	}

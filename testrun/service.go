@@ -18,6 +18,7 @@ import (
 
 	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/exporter"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/runstore"
 )
@@ -49,7 +50,7 @@ type Service struct {
 	runs    sync.WaitGroup
 
 	// runTest runs one test (runTest by default; tests replace it).
-	runTest func(ctx context.Context, t *config.TestConfig, load config.LoadSpec, maxRate float64) *capacity.Run
+	runTest func(ctx context.Context, t *config.TestConfig, load config.LoadSpec, maxRate float64, id runstore.ID) *capacity.Run
 }
 
 // scheduled is a configured test and its next scheduled run.
@@ -80,11 +81,25 @@ func New(logger *slog.Logger, manager *prober.Manager, recorder *capacity.Record
 }
 
 // run runs a step or soak test through the manager.
-func (s *Service) run(ctx context.Context, t *config.TestConfig, load config.LoadSpec, maxRate float64) *capacity.Run {
-	if t.Kind == config.TestSoak {
-		return (&capacity.Soak{Manager: s.manager, Recorder: s.recorder, Test: t, Load: load, Logger: s.logger}).Run(ctx)
+func (s *Service) run(ctx context.Context, t *config.TestConfig, load config.LoadSpec, maxRate float64, id runstore.ID) *capacity.Run {
+	s.mu.Lock()
+	hash := ""
+	if s.cfg != nil {
+		hash = s.cfg.Hash()
 	}
-	return (&capacity.Step{Manager: s.manager, Recorder: s.recorder, Test: t, Load: load, MaxRate: maxRate, Logger: s.logger}).Run(ctx)
+	s.mu.Unlock()
+	// The partial results are stored at every level or window: a run
+	// cut short by a crash keeps them, and its end (the file's last
+	// write) is known to within a level.
+	checkpoint := func(r *capacity.Run) {
+		if err := s.store.Update(id, r); err != nil {
+			s.logger.Warn("Storing a running test's partial results", "test", t.Name, "run", id, "err", err)
+		}
+	}
+	if t.Kind == config.TestSoak {
+		return (&capacity.Soak{Manager: s.manager, Recorder: s.recorder, Test: t, Load: load, Logger: s.logger, ConfigHash: hash, Checkpoint: checkpoint}).Run(ctx)
+	}
+	return (&capacity.Step{Manager: s.manager, Recorder: s.recorder, Test: t, Load: load, MaxRate: maxRate, Logger: s.logger, ConfigHash: hash, Checkpoint: checkpoint}).Run(ctx)
 }
 
 // ApplyConfig takes a configuration's tests: new schedules apply from now;
@@ -244,7 +259,7 @@ func (s *Service) Start(name, why string) (runstore.ID, error) {
 		defer s.runs.Done()
 		defer close(a.done)
 		defer cancel(nil)
-		r := s.runTest(ctx, t, cfg.TestLoad(t), maxRate)
+		r := s.runTest(ctx, t, cfg.TestLoad(t), maxRate, id)
 		if err := s.store.Finish(id, r); err != nil {
 			s.logger.Error("Storing a test run", "test", t.Name, "run", id, "err", err)
 		}
@@ -333,6 +348,26 @@ func (s *Service) Tests() []TestStatus {
 
 // Runs lists the stored runs of a test ("": all), newest first.
 func (s *Service) Runs(test string) []RunSummary { return s.store.List(test) }
+
+// maxReportLinks bounds the runs the landing page lists.
+const maxReportLinks = 20
+
+// ReportLinks lists the newest stored runs for the landing page, with
+// their reports.
+func (s *Service) ReportLinks() []exporter.ReportLink {
+	var out []exporter.ReportLink
+	for _, r := range s.store.List("") {
+		if len(out) == maxReportLinks {
+			break
+		}
+		l := exporter.ReportLink{ID: string(r.ID), Test: r.Test, Kind: r.Kind, Target: r.Target, Verdict: r.Verdict, End: r.End}
+		if r.VerifiedRate != nil {
+			l.Capacity = fmt.Sprintf("%.3g req/s", *r.VerifiedRate)
+		}
+		out = append(out, l)
+	}
+	return out
+}
 
 // Get returns a stored run.
 func (s *Service) Get(id runstore.ID) (*capacity.Run, error) { return s.store.Get(id) }

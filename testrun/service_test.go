@@ -169,6 +169,24 @@ func TestRestoredAfterRestart(t *testing.T) {
 	require.Equal(t, 9.5, v("sloprober_test_capacity_goodput_requests_per_second", "test", "a"))
 	require.Equal(t, 1.0, v("sloprober_test_last_verdict", "test", "a", "verdict", "pass"))
 	require.Zero(t, testutil.CollectAndCount(g.reg, "sloprober_test_last_run_timestamp_seconds")-1, "b never ran: absent")
+
+	// An infeasible run (one request at a time already misses) is a
+	// capacity of none: 0, and still 0 after the next restart, not the
+	// older run's.
+	g.svc.SetRunner(func(_ context.Context, tc *config.TestConfig, _ config.LoadSpec, _ float64) *capacity.Run {
+		return &capacity.Run{Test: tc.Name, Kind: tc.Kind, Target: tc.Target, Start: time.Now(), End: time.Now(),
+			Verdict: capacity.VerdictInfeasible, Reason: "one request at a time already misses the objective"}
+	})
+	_, err = g.svc.Start("a", "test")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return g.svc.Runs("a")[0].Verdict == capacity.VerdictInfeasible }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return v("sloprober_test_capacity_requests_per_second", "test", "a") == 0 }, 5*time.Second, time.Millisecond)
+	require.Zero(t, v("sloprober_test_capacity_concurrency", "test", "a"))
+	g.svc.Stop()
+	require.NoError(t, g.store.Close())
+	h := newService(t, dir, cfg, time.Hour)
+	require.Zero(t, value(t, h.reg, "sloprober_test_capacity_requests_per_second", "test", "a"))
+	require.Equal(t, 1.0, value(t, h.reg, "sloprober_test_last_verdict", "test", "a", "verdict", "infeasible"))
 }
 
 // TestAPI: the test API lists tests and runs, starts and aborts runs only
@@ -209,6 +227,12 @@ func TestAPI(t *testing.T) {
 		{"POST", "/api/v1/tests/a/abort", http.StatusOK, `"aborted": "a"`},
 		{"POST", "/api/v1/tests/a/abort", http.StatusNotFound, `test \"a\" is not running`},
 		{"GET", "/api/v1/runs/" + started.ID, http.StatusOK, `"reason": "aborted: aborted through the API"`},
+		{"GET", "/reports/" + started.ID, http.StatusOK, "<!DOCTYPE html>"},
+		{"GET", "/reports/" + started.ID + "?format=md", http.StatusOK, "# Capacity report: a (step test): ABORTED"},
+		{"GET", "/reports/" + started.ID + "?format=json", http.StatusOK, `"schema_version": 1`},
+		{"GET", "/reports/" + started.ID + "?format=pdf", http.StatusBadRequest, `unknown report format \"pdf\"`},
+		{"GET", "/reports/a-20000101T000000.000Z-00000000", http.StatusNotFound, "run not found"},
+		{"GET", "/reports/..%2f..%2fetc", http.StatusBadRequest, ""},
 	} {
 		code, body := do(api, tc.method, tc.path)
 		require.Equal(t, tc.code, code, "%s %s: %s", tc.method, tc.path, body)

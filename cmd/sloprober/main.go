@@ -33,6 +33,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	wstats := newWorkloadStatsCommand(app)
 	benchCmd := newBenchCommand(app)
 	testCmd := newTestCommand(app)
+	reportCmd := newReportCommand(app)
 
 	cmd, err := app.Parse(args)
 	if err != nil {
@@ -55,6 +56,10 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return benchCmd.run(logger, stdout, stderr)
 	case testCmd.cmd.FullCommand():
 		return testCmd.run(logger, stdout, stderr)
+	case reportCmd.show.FullCommand():
+		return reportCmd.runShow(stdout, stderr)
+	case reportCmd.compare.FullCommand():
+		return reportCmd.runCompare(stdout, stderr)
 	}
 	return 0
 }

@@ -356,6 +356,7 @@ func (c *runCommand) run(logger *slog.Logger) int {
 			Loads:    d.manager.Loads,
 			Pprof:    *c.pprof,
 			API:      testrun.NewAPI(d.tests, *c.testAPI),
+			Reports:  d.tests.ReportLinks,
 			Ready:    func() bool { return d.cfg.Load() != nil },
 			Stopping: d.stopping.Load,
 			Notes: func() []string {

@@ -90,12 +90,12 @@ func (c *testCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 	if t.Kind == config.TestSoak {
 		fmt.Fprintf(stderr, "Running soak test %s on target %s: %g req/s for %s, windows of %s\n", t.Name, t.Target,
 			t.Rate, time.Duration(t.Duration), time.Duration(t.Window.Steady))
-		soak := &capacity.Soak{Manager: m, Recorder: rec, Test: t, Load: cfg.TestLoad(t), Logger: logger, Progress: progress}
+		soak := &capacity.Soak{Manager: m, Recorder: rec, Test: t, Load: cfg.TestLoad(t), Logger: logger, Progress: progress, ConfigHash: cfg.Hash()}
 		run = soak.Run(ctx)
 	} else {
 		fmt.Fprintf(stderr, "Running step test %s on target %s: sweep %v, windows %s + %s a level\n", t.Name, t.Target,
 			t.Sweep.Concurrency, time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady))
-		step := &capacity.Step{Manager: m, Recorder: rec, Test: t, Load: cfg.TestLoad(t), MaxRate: maxRate, Logger: logger, Progress: progress}
+		step := &capacity.Step{Manager: m, Recorder: rec, Test: t, Load: cfg.TestLoad(t), MaxRate: maxRate, Logger: logger, Progress: progress, ConfigHash: cfg.Hash()}
 		run = step.Run(ctx)
 	}
 	capacity.WriteTable(stdout, run)

@@ -22,7 +22,9 @@ import (
 func TestTestRunExitCodes(t *testing.T) {
 	// 4 slots, a 4 ms prefill and 20-token replies at 8 + 2c ms a step:
 	// every TTFT is under 25 ms up to 4 clients, far below the 150 ms SLO (see capacity's ground
-	// truth test).
+	// truth test). The soak's 5 req/s keeps about 1.3 of the 4 slots busy
+	// (5 x 0.25 s): Poisson arrivals rarely queue for a slot (at 10 req/s
+	// they do, and its TTFT median grows by queueing alone).
 	sim := simtest.Start(t, "slots: 4\nprefill: {base: 4ms, per_token: 0s}\ndecode: {base: 8ms, per_sequence: 2ms}\n")
 	dir := t.TempDir()
 	file := filepath.Join(dir, "sloprober.yml")
@@ -41,7 +43,7 @@ tests:
     window: {warmup: 200ms, steady: 2s, min_requests: 5}
     verify: {rates: [0.25], burst: {factor: 1}}
   - {name: hopeless, kind: step, target: sim, scenario: impossible, baseline: {requests: 3}}
-  - {name: soak, kind: soak, target: sim, scenario: short, rate: 10, duration: 2s, window: 1s, drift: {p99_growth: 10, goodput_drop: 0.99}}
+  - {name: soak, kind: soak, target: sim, scenario: short, rate: 5, duration: 2s, window: 1s, drift: {p99_growth: 10, goodput_drop: 0.99}}
 `, sim.URL)), 0o600))
 	out := filepath.Join(dir, "run.json")
 
@@ -56,6 +58,34 @@ tests:
 	require.Equal(t, capacity.VerdictPass, run.Verdict)
 	require.Equal(t, 4, run.Capacity.Concurrency)
 
+	// Its report, from the run file, in each format; a comparison with
+	// itself; runs that are not there.
+	code, stdout, stderr = runCLI(t, "report", "show", out)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "# Capacity report: quick (step test): PASS")
+	require.Contains(t, stdout, "Closed loop: 4 clients completed")
+	html := filepath.Join(dir, "report.html")
+	code, _, stderr = runCLI(t, "report", "show", out, "--format", "html", "-o", html)
+	require.Equal(t, 0, code, stderr)
+	b, err = os.ReadFile(html)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `<figure id="fig-latency-throughput">`)
+	code, stdout, stderr = runCLI(t, "report", "show", out, "--format", "json")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `"schema_version": 1`)
+	code, stdout, stderr = runCLI(t, "report", "compare", out, out)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "Nothing changed in the test object or the load model")
+	code, _, stderr = runCLI(t, "report", "show", "quick-20000101T000000.000Z-00000000", "--storage.path", dir)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "run not found")
+	code, _, stderr = runCLI(t, "report", "show", "../../etc/passwd")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "is no run file, nor a run in data/")
+	code, _, stderr = runCLI(t, "report", "compare", out, out, "--format", "html")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "report compare writes md or json, not html")
+
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -63,7 +93,7 @@ tests:
 	}{
 		{[]string{"test", "run", "hopeless", "--config.file", file}, 1, ""},
 		{[]string{"test", "run", "nope", "--config.file", file}, 2, `no test "nope" in the configuration (tests: quick, hopeless, soak)`},
-		{[]string{"test", "run", "soak", "--config.file", file}, 0, "Running soak test soak on target sim: 10 req/s for 2s, windows of 1s"},
+		{[]string{"test", "run", "soak", "--config.file", file}, 0, "Running soak test soak on target sim: 5 req/s for 2s, windows of 1s"},
 		{[]string{"test", "run"}, 2, "required argument 'name' not provided"},
 		{[]string{"test", "run", "quick", "--config.file", filepath.Join(dir, "missing.yml")}, 2, "missing.yml"},
 	} {

@@ -1,0 +1,196 @@
+package report
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/sloprober/sloprober/capacity"
+	"github.com/sloprober/sloprober/report/chart"
+)
+
+// namedChart is one chart of the HTML report.
+type namedChart struct {
+	ID, Caption string
+	c           *chart.Chart
+	svg         string
+}
+
+// charts returns the report's charts: for a step test latency against
+// throughput with the SLO line, goodput and attainment against load with
+// the knee and capacity marked, each level's percentile band with its
+// sample count, and the burst's timeline; for a soak its time series.
+func charts(r *Report) []namedChart {
+	var out []namedChart
+	closed, open := split(r.Levels)
+	slo, sloName := firstSLO(r)
+	if len(closed) > 0 {
+		x := func(l Level) float64 { return l.CompletedRate }
+		lat := &chart.Chart{ID: "latency-throughput", Title: "TTFT against throughput (closed-loop levels)", XLabel: "completed req/s", YLabel: "TTFT, ms", YLog: true}
+		lat.Series = percentileSeries(closed, x, func(l Level) capacity.Percentiles { return l.TTFT })
+		if slo > 0 && sloName == "ttft" {
+			lat.HLines = append(lat.HLines, chart.Marker{Value: 1e3 * slo, Label: fmt.Sprintf("SLO: TTFT <= %s", fmtSeconds(slo))})
+		}
+		if c := r.Capacity; c != nil && c.VerifiedRate > 0 {
+			lat.VLines = append(lat.VLines, chart.Marker{Value: c.VerifiedRate, Label: "verified capacity"})
+		}
+		out = append(out, namedChart{ID: "latency-throughput", Caption: "TTFT P50, P95 and P99 at each closed-loop level against the rate it completed (n: the level's sample).", c: lat})
+
+		conc := func(l Level) float64 { return float64(l.Concurrency) }
+		gp := &chart.Chart{ID: "goodput-load", Title: "Goodput against load", XLabel: "closed-loop clients", YLabel: "req/s", YZero: true}
+		gp.Series = []chart.Series{
+			series("completed", closed, conc, func(l Level) float64 { return l.CompletedRate }, nil),
+			series("goodput", closed, conc, func(l Level) float64 { return l.Goodput }, nil),
+		}
+		att := &chart.Chart{ID: "attainment-load", Title: "Attainment against load", XLabel: "closed-loop clients", YLabel: "good / counted, %", YZero: true}
+		att.Series = []chart.Series{series("attainment", closed, conc, func(l Level) float64 { return 100 * l.Attainment }, nil)}
+		if obj := objective(r); obj > 0 {
+			att.HLines = append(att.HLines, chart.Marker{Value: 100 * obj, Label: fmt.Sprintf("objective %g%%", 100*obj)})
+		}
+		if c := r.Capacity; c != nil {
+			if k := c.Knee; k != nil && k.Reached {
+				gp.VLines = append(gp.VLines, chart.Marker{Value: float64(k.Concurrency), Label: "knee"})
+				att.VLines = append(att.VLines, chart.Marker{Value: float64(k.Concurrency), Label: "knee"})
+			}
+			if c.Concurrency > 0 {
+				gp.VLines = append(gp.VLines, chart.Marker{Value: float64(c.Concurrency), Label: "capacity"})
+				att.VLines = append(att.VLines, chart.Marker{Value: float64(c.Concurrency), Label: "capacity"})
+			}
+		}
+		out = append(out,
+			namedChart{ID: "goodput-load", Caption: "Completed and good requests per second at each closed-loop level; goodput stops growing at the knee.", c: gp},
+			namedChart{ID: "attainment-load", Caption: "The share of requests that met every SLO at each closed-loop level, against the objective.", c: att})
+
+		band := &chart.Chart{ID: "e2e-bands", Title: "E2E percentiles at each level", XLabel: "closed-loop clients", YLabel: "E2E, ms", YLog: true}
+		band.Bands = []chart.Band{bandOf("P50 to P99", closed, conc, func(l Level) capacity.Percentiles { return l.E2E })}
+		band.Series = []chart.Series{series("P95", closed, conc, func(l Level) float64 { return 1e3 * l.E2E.P95 }, func(l Level) string { return fmt.Sprintf("n=%d", l.E2E.N) })}
+		if slo > 0 && sloName == "e2e" {
+			band.HLines = append(band.HLines, chart.Marker{Value: 1e3 * slo, Label: fmt.Sprintf("SLO: E2E <= %s", fmtSeconds(slo))})
+		}
+		out = append(out, namedChart{ID: "e2e-bands", Caption: "The band from P50 to P99 of end-to-end latency at each closed-loop level, its P95 with the sample count.", c: band})
+	}
+	if len(open) > 0 && r.Kind != "soak" {
+		rate := func(l Level) float64 { return l.IntendedRate }
+		v := &chart.Chart{ID: "verification", Title: "Open-loop verification", XLabel: "intended req/s (Poisson)", YLabel: "TTFT, ms", YLog: true}
+		v.Series = percentileSeries(open, rate, func(l Level) capacity.Percentiles { return l.TTFT })
+		if slo > 0 && sloName == "ttft" {
+			v.HLines = append(v.HLines, chart.Marker{Value: 1e3 * slo, Label: "SLO"})
+		}
+		out = append(out, namedChart{ID: "verification", Caption: "TTFT at each open-loop rate of the verification and the burst.", c: v})
+	}
+	if b := r.Risk.Burst; b != nil && b.Timeline != nil && len(b.Timeline.InFlight) > 0 {
+		tl := b.Timeline
+		xs, ys := make([]float64, len(tl.InFlight)), make([]float64, len(tl.InFlight))
+		for i, n := range tl.InFlight {
+			xs[i], ys[i] = float64(i)*tl.IntervalSeconds, float64(n)
+		}
+		c := &chart.Chart{ID: "burst", Title: "Burst and drain", XLabel: "seconds", YLabel: "requests in flight", YZero: true,
+			Series: []chart.Series{{Name: "in flight", X: xs, Y: ys}},
+			HLines: []chart.Marker{{Value: float64(tl.Normal), Label: "normal (rate x E2E P95)"}},
+			VLines: []chart.Marker{{Value: tl.BurstStart, Label: "burst"}, {Value: tl.BurstEnd, Label: "back to rate"}}}
+		if tl.Drained > 0 {
+			c.VLines = append(c.VLines, chart.Marker{Value: tl.Drained, Label: "drained"})
+		}
+		out = append(out, namedChart{ID: "burst", Caption: "The test's requests in flight, ten samples a second, through the burst and the drain after it.", c: c})
+	}
+	if s := r.Soak; s != nil && len(s.Windows) > 0 {
+		ws := make([]Level, len(s.Windows))
+		for i, w := range s.Windows {
+			ws[i] = w.Level
+		}
+		at := func(l Level) float64 { return l.StartSeconds / 60 }
+		lat := &chart.Chart{ID: "soak-latency", Title: "Soak: latency per window", XLabel: "minutes", YLabel: "ms", YLog: true}
+		lat.Series = []chart.Series{
+			series("TTFT P50", ws, at, func(l Level) float64 { return 1e3 * l.TTFT.P50 }, nil),
+			series("TTFT P99", ws, at, func(l Level) float64 { return 1e3 * l.TTFT.P99 }, nil),
+			series("E2E P50", ws, at, func(l Level) float64 { return 1e3 * l.E2E.P50 }, nil),
+		}
+		gp := &chart.Chart{ID: "soak-goodput", Title: "Soak: goodput per window", XLabel: "minutes", YLabel: "req/s", YZero: true}
+		gp.Series = []chart.Series{
+			series("sent", ws, at, func(l Level) float64 { return l.OfferedRate }, nil),
+			series("goodput", ws, at, func(l Level) float64 { return l.Goodput }, nil),
+		}
+		out = append(out,
+			namedChart{ID: "soak-latency", Caption: "TTFT and E2E per window of the soak.", c: lat},
+			namedChart{ID: "soak-goodput", Caption: "Requests sent and good requests per second, per window.", c: gp})
+	}
+	return out
+}
+
+// split returns the closed-loop sweep levels by concurrency and the
+// open-loop verification and burst levels by rate.
+func split(levels []Level) (closed, open []Level) {
+	for _, l := range levels {
+		switch l.Stage {
+		case "sweep", "refine":
+			closed = append(closed, l)
+		case "verify", "burst":
+			open = append(open, l)
+		}
+	}
+	slices.SortStableFunc(closed, func(a, b Level) int { return a.Concurrency - b.Concurrency })
+	slices.SortStableFunc(open, func(a, b Level) int {
+		switch {
+		case a.IntendedRate < b.IntendedRate:
+			return -1
+		case a.IntendedRate > b.IntendedRate:
+			return 1
+		}
+		return 0
+	})
+	return closed, open
+}
+
+func series(name string, ls []Level, x, y func(Level) float64, label func(Level) string) chart.Series {
+	s := chart.Series{Name: name, Points: true}
+	for _, l := range ls {
+		s.X, s.Y = append(s.X, x(l)), append(s.Y, y(l))
+		if label != nil {
+			s.Labels = append(s.Labels, label(l))
+		}
+	}
+	return s
+}
+
+// percentileSeries is P50, P95 and P99 (ms) of a latency, the P99
+// labelled with the sample count.
+func percentileSeries(ls []Level, x func(Level) float64, p func(Level) capacity.Percentiles) []chart.Series {
+	ms := func(v float64) float64 { return 1e3 * v }
+	return []chart.Series{
+		series("P50", ls, x, func(l Level) float64 { return ms(p(l).P50) }, nil),
+		series("P95", ls, x, func(l Level) float64 { return ms(p(l).P95) }, nil),
+		series("P99", ls, x, func(l Level) float64 { return ms(p(l).P99) }, func(l Level) string { return fmt.Sprintf("n=%d", p(l).N) }),
+	}
+}
+
+func bandOf(name string, ls []Level, x func(Level) float64, p func(Level) capacity.Percentiles) chart.Band {
+	b := chart.Band{Name: name}
+	for _, l := range ls {
+		b.X, b.Low, b.High = append(b.X, x(l)), append(b.Low, 1e3*p(l).P50), append(b.High, 1e3*p(l).P99)
+	}
+	return b
+}
+
+// firstSLO returns the first scenario's TTFT SLO (else its E2E SLO), in
+// seconds, and its name.
+func firstSLO(r *Report) (float64, string) {
+	if len(r.SLOs.Scenarios) == 0 {
+		return 0, ""
+	}
+	for _, want := range []string{"ttft", "e2e"} {
+		for _, s := range r.SLOs.Scenarios[0].SLOs {
+			if s.Name == want {
+				return s.ThresholdSeconds, want
+			}
+		}
+	}
+	return 0, ""
+}
+
+// objective is the highest objective of the scenarios.
+func objective(r *Report) float64 {
+	o := 0.0
+	for _, s := range r.SLOs.Scenarios {
+		o = max(o, s.Objective)
+	}
+	return o
+}

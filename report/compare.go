@@ -1,0 +1,268 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/sloprober/sloprober/capacity"
+)
+
+// Comparison sets two reports side by side: their numbers, and what
+// changed between them in the test object and the load model. A change
+// should move one variable at a time; the comparison says which moved.
+type Comparison struct {
+	SchemaVersion int          `json:"schema_version"`
+	A             *Report      `json:"a"`
+	B             *Report      `json:"b"`
+	Rows          []CompareRow `json:"rows"`
+	// Changed lists what differs in the test object and the load model,
+	// one entry a variable.
+	Changed []Change `json:"changed"`
+}
+
+// CompareRow is one number of both reports.
+type CompareRow struct {
+	Name string `json:"name"`
+	A    string `json:"a"`
+	B    string `json:"b"`
+	// Delta is B against A ("+12%"), where both are numbers.
+	Delta string `json:"delta,omitempty"`
+}
+
+// Change is one variable that differs between the two runs.
+type Change struct {
+	What string `json:"what"`
+	A    string `json:"a"`
+	B    string `json:"b"`
+}
+
+// Compare compares report a (the earlier, say) with b.
+func Compare(a, b *Report) *Comparison {
+	c := &Comparison{SchemaVersion: SchemaVersion, A: a, B: b, Rows: []CompareRow{}, Changed: []Change{}}
+	num := func(name string, get func(*Report) (float64, bool), format string) {
+		va, oka := get(a)
+		vb, okb := get(b)
+		row := CompareRow{Name: name, A: "-", B: "-"}
+		if oka {
+			row.A = fmt.Sprintf(format, va)
+		}
+		if okb {
+			row.B = fmt.Sprintf(format, vb)
+		}
+		if oka && okb && va != 0 {
+			row.Delta = fmt.Sprintf("%+.0f%%", 100*(vb/va-1))
+		}
+		c.Rows = append(c.Rows, row)
+	}
+	str := func(name string, get func(*Report) string) {
+		c.Rows = append(c.Rows, CompareRow{Name: name, A: get(a), B: get(b)})
+	}
+	str("verdict", func(r *Report) string { return r.Verdict })
+	str("start", func(r *Report) string { return r.Start.UTC().Format("2006-01-02 15:04Z") })
+	capOf := func(f func(*CapacitySummary) float64) func(*Report) (float64, bool) {
+		return func(r *Report) (float64, bool) {
+			if r.Capacity == nil {
+				return 0, false
+			}
+			return f(r.Capacity), true
+		}
+	}
+	num("capacity, req/s (verified open loop)", capOf(func(c *CapacitySummary) float64 { return c.VerifiedRate }), "%.3g")
+	num("capacity per replica, req/s", capOf(func(c *CapacitySummary) float64 { return c.RatePerReplica }), "%.3g")
+	num("goodput at capacity, req/s", capOf(func(c *CapacitySummary) float64 { return c.VerifiedGoodput }), "%.3g")
+	num("attainment at capacity, %", capOf(func(c *CapacitySummary) float64 { return 100 * c.VerifiedAttainment }), "%.1f")
+	num("closed-loop capacity, clients", capOf(func(c *CapacitySummary) float64 { return float64(c.Concurrency) }), "%.0f")
+	num("closed-loop capacity, req/s", capOf(func(c *CapacitySummary) float64 { return c.ClosedRate }), "%.3g")
+	num("knee, clients", func(r *Report) (float64, bool) {
+		if r.Capacity == nil || r.Capacity.Knee == nil || !r.Capacity.Knee.Reached {
+			return 0, false
+		}
+		return float64(r.Capacity.Knee.Concurrency), true
+	}, "%.0f")
+	for _, lat := range []struct {
+		name string
+		get  func(*Level) float64
+	}{
+		{"TTFT P99 at capacity, ms", func(l *Level) float64 { return 1e3 * l.TTFT.P99 }},
+		{"TPOT P99 at capacity, ms", func(l *Level) float64 { return 1e3 * l.TPOT.P99 }},
+		{"E2E P99 at capacity, ms", func(l *Level) float64 { return 1e3 * l.E2E.P99 }},
+	} {
+		num(lat.name, func(r *Report) (float64, bool) {
+			l := verifiedLevel(r)
+			if l == nil {
+				return 0, false
+			}
+			return lat.get(l), true
+		}, "%.4g")
+	}
+	num("cost per 1,000 good requests", func(r *Report) (float64, bool) {
+		if r.Cost == nil || r.Cost.Per1000Good == 0 {
+			return 0, false
+		}
+		return r.Cost.Per1000Good, true
+	}, "%.3g")
+	num("input tokens sent, P50", func(r *Report) (float64, bool) {
+		return r.LoadModel.InputTokens.P50, r.LoadModel.InputTokens.N > 0
+	}, "%.0f")
+	num("output tokens received, P50", func(r *Report) (float64, bool) {
+		return r.LoadModel.OutputTokens.P50, r.LoadModel.OutputTokens.N > 0
+	}, "%.0f")
+	num("cached share of prompt tokens, %", func(r *Report) (float64, bool) {
+		if r.LoadModel.CachedShare == nil {
+			return 0, false
+		}
+		return 100 * *r.LoadModel.CachedShare, true
+	}, "%.1f")
+	str("measurement", func(r *Report) string {
+		if d := r.Provenance.Prober.Distorted; len(d) > 0 {
+			return "possibly distorted: " + joinAnd(d)
+		}
+		return "trustworthy"
+	})
+
+	change := func(what, va, vb string) {
+		if va != vb {
+			c.Changed = append(c.Changed, Change{What: what, A: va, B: vb})
+		}
+	}
+	oa, ob := a.TestObject, b.TestObject
+	change("target URL", oa.URL, ob.URL)
+	change("API", oa.API, ob.API)
+	change("model", oa.Model, ob.Model)
+	change("replicas", fmt.Sprint(oa.Replicas), fmt.Sprint(ob.Replicas))
+	for _, k := range slices.Sorted(maps.Keys(union(oa.Metadata, ob.Metadata))) {
+		change("metadata "+k, oa.Metadata[k], ob.Metadata[k])
+	}
+	change("Server header", said(oa.Identity.Servers), said(ob.Identity.Servers))
+	change("reply model", sayOnly(oa.Identity.ReplyModels), sayOnly(ob.Identity.ReplyModels))
+	change("system_fingerprint", sayOnly(oa.Identity.Fingerprints), sayOnly(ob.Identity.Fingerprints))
+	change("models listed", modelsListed(&oa), modelsListed(&ob))
+	scen := func(r *Report) map[string]Scenario {
+		m := map[string]Scenario{}
+		for _, s := range r.LoadModel.Scenarios {
+			m[s.Name] = s
+		}
+		return m
+	}
+	sa, sb := scen(a), scen(b)
+	for _, name := range slices.Sorted(maps.Keys(union(sa, sb))) {
+		x, inA := sa[name]
+		y, inB := sb[name]
+		switch {
+		case !inA:
+			change("scenario "+name, "absent", "present")
+		case !inB:
+			change("scenario "+name, "present", "absent")
+		default:
+			change("scenario "+name+" share", fmt.Sprintf("%.0f%%", 100*x.Share), fmt.Sprintf("%.0f%%", 100*y.Share))
+			change("scenario "+name+" input_tokens", oneLine(x.Input), oneLine(y.Input))
+			change("scenario "+name+" output_tokens", oneLine(x.Output), oneLine(y.Output))
+			change("scenario "+name+" ignore_eos", fmt.Sprint(x.IgnoreEOS), fmt.Sprint(y.IgnoreEOS))
+			change("scenario "+name+" objective", fmt.Sprint(x.Objective), fmt.Sprint(y.Objective))
+			change("scenario "+name+" SLOs", fmt.Sprint(x.SLOs), fmt.Sprint(y.SLOs))
+			change("scenario "+name+" prefix", fmt.Sprint(x.Prefix), fmt.Sprint(y.Prefix))
+			change("scenario "+name+" conversation", fmt.Sprint(x.Conversation), fmt.Sprint(y.Conversation))
+			change("scenario "+name+" cancel", fmt.Sprint(x.Cancel), fmt.Sprint(y.Cancel))
+		}
+	}
+	change("replayed trace", a.LoadModel.Replay, b.LoadModel.Replay)
+	la, lb := strings.Split(a.LoadModel.Test, "\n"), strings.Split(b.LoadModel.Test, "\n")
+	if a.LoadModel.Test != b.LoadModel.Test {
+		change("test configuration", strings.Join(only(la, lb), "; "), strings.Join(only(lb, la), "; "))
+	}
+	change("sloprober version", a.Provenance.Version, b.Provenance.Version)
+	return c
+}
+
+// verifiedLevel is the verification level at the verified rate, or nil.
+func verifiedLevel(r *Report) *Level {
+	if r.Capacity == nil || r.Capacity.VerifiedRate == 0 {
+		return nil
+	}
+	for i := range r.Levels {
+		if l := &r.Levels[i]; l.Stage == "verify" && l.IntendedRate == r.Capacity.VerifiedRate {
+			return l
+		}
+	}
+	return nil
+}
+
+func sayOnly(s []capacity.Said) string {
+	var v []string
+	for _, x := range s {
+		if !x.Other {
+			v = append(v, x.Value)
+		}
+	}
+	return strings.Join(v, ", ")
+}
+
+func modelsListed(o *TestObject) string {
+	var v []string
+	for _, m := range o.Identity.Models {
+		v = append(v, m.ID)
+	}
+	return strings.Join(v, ", ")
+}
+
+func union[V any](a, b map[string]V) map[string]V {
+	out := maps.Clone(a)
+	if out == nil {
+		out = map[string]V{}
+	}
+	maps.Copy(out, b)
+	return out
+}
+
+// only returns the lines of a that b does not have, trimmed.
+func only(a, b []string) []string {
+	var out []string
+	for _, l := range a {
+		if !slices.Contains(b, l) {
+			out = append(out, strings.TrimSpace(l))
+		}
+	}
+	return out
+}
+
+// WriteComparison writes a comparison as Markdown.
+func WriteComparison(w io.Writer, c *Comparison) error {
+	m := &mdWriter{}
+	m.p("# Comparison of %s %s (A) and %s %s (B)", mdText(c.A.Test), idOr(c.A), mdText(c.B.Test), idOr(c.B))
+	m.p("")
+	switch n := len(c.Changed); {
+	case n == 0:
+		m.p("Nothing changed in the test object or the load model: the difference is the target's own (or noise: compare the sample counts).")
+	case n == 1:
+		m.p("One variable changed: **%s**. The differences below are its effect, within the runs' noise.", mdText(c.Changed[0].What))
+	default:
+		m.p("**%d variables changed**: the differences below cannot be put down to one of them. A change should move one variable at a time.", n)
+	}
+	m.p("")
+	m.table("", "A: "+idOr(c.A), "B: "+idOr(c.B), "B against A")
+	for _, r := range c.Rows {
+		m.row(r.Name, r.A, r.B, r.Delta)
+	}
+	m.p("")
+	if len(c.Changed) > 0 {
+		m.p("## What changed")
+		m.p("")
+		m.table("", "A", "B")
+		for _, ch := range c.Changed {
+			m.row(ch.What, orNone(ch.A), orNone(ch.B))
+		}
+		m.p("")
+	}
+	_, err := io.WriteString(w, m.String())
+	return err
+}
+
+func idOr(r *Report) string {
+	if r.ID != "" {
+		return r.ID
+	}
+	return r.Start.UTC().Format("2006-01-02 15:04Z")
+}

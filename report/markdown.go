@@ -1,0 +1,488 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sloprober/sloprober/capacity"
+)
+
+// WriteMarkdown writes the report as Markdown, for pasting into a change
+// request: the nine sections of the seed's sign-off report, then every
+// measured level.
+func WriteMarkdown(w io.Writer, r *Report) error {
+	m := &mdWriter{}
+	m.header(r)
+	m.testObject(r)
+	m.loadModel(r)
+	m.slos(r)
+	m.capacity(r)
+	m.risk(r)
+	m.scaling(r)
+	m.cost(r)
+	if r.Soak != nil {
+		m.soak(r)
+	}
+	m.provenance(r)
+	m.levels(r)
+	_, err := io.WriteString(w, m.String())
+	return err
+}
+
+type mdWriter struct{ strings.Builder }
+
+func (m *mdWriter) p(format string, args ...any) { fmt.Fprintf(m, format+"\n", args...) }
+
+// row writes a table row, escaping the cells.
+func (m *mdWriter) row(cells ...string) {
+	for i, c := range cells {
+		cells[i] = mdCell(c)
+	}
+	m.p("| %s |", strings.Join(cells, " | "))
+}
+
+func (m *mdWriter) table(header ...string) {
+	m.row(header...)
+	seps := make([]string, len(header))
+	for i := range seps {
+		seps[i] = "---"
+	}
+	m.p("|%s|", strings.Join(seps, "|"))
+}
+
+// mdCell makes a value safe in a Markdown table cell: one line, no pipe,
+// no HTML, no code span.
+func mdCell(s string) string {
+	s = strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ", "<", "&lt;", "`", "'").Replace(s)
+	return strings.TrimSpace(s)
+}
+
+// mdText makes a server's or user's free text safe in Markdown prose: no
+// HTML, one line, no code span.
+func mdText(s string) string {
+	return strings.NewReplacer("<", "&lt;", "\n", " ", "\r", " ", "`", "'").Replace(s)
+}
+
+func (m *mdWriter) header(r *Report) {
+	m.p("# Capacity report: %s (%s test): %s", mdText(r.Test), r.Kind, strings.ToUpper(r.Verdict))
+	m.p("")
+	m.p("> %s", mdText(r.Reason))
+	m.p("")
+	id := r.ID
+	if id == "" {
+		id = "(not stored)"
+	}
+	m.p("Run `%s` on target `%s`, %s to %s (%s).", id, mdText(r.TestObject.Target), r.Start.UTC().Format(time.RFC3339), r.End.UTC().Format(time.RFC3339), r.End.Sub(r.Start).Round(time.Second))
+	for _, w := range r.Warnings {
+		m.p("")
+		m.p("**Warning:** %s.", mdText(w))
+	}
+	m.p("")
+}
+
+func (m *mdWriter) testObject(r *Report) {
+	o := r.TestObject
+	m.p("## 1. Test object")
+	m.p("")
+	m.table("", "")
+	m.row("Target", o.Target)
+	m.row("URL", o.URL)
+	m.row("API / model", o.API+" / "+o.Model)
+	m.row("Replicas", fmt.Sprint(o.Replicas))
+	for _, k := range slices.Sorted(maps.Keys(o.Metadata)) {
+		m.row(k, o.Metadata[k])
+	}
+	id := o.Identity
+	var listed []string
+	for _, sm := range id.Models {
+		s := sm.ID
+		if sm.Root != "" && sm.Root != sm.ID {
+			s += " (" + sm.Root + ")"
+		}
+		if sm.MaxModelLen > 0 {
+			s += fmt.Sprintf(", context %d", sm.MaxModelLen)
+		}
+		listed = append(listed, s)
+	}
+	models := strings.Join(listed, "; ")
+	if id.ModelsError != "" {
+		models = "not known: " + id.ModelsError
+	}
+	m.row("Models listed (/v1/models)", orNone(models))
+	m.row("Server header", orNone(said(id.Servers)))
+	m.row("Reply model", orNone(said(id.ReplyModels)))
+	m.row("system_fingerprint", orNone(said(id.Fingerprints)))
+	if o.Simulator {
+		m.row("Note", "a sloprober simulator (ground truth), not a production engine")
+	}
+	m.p("")
+}
+
+// said writes what replies said of the server, with their counts.
+func said(s []capacity.Said) string {
+	var parts []string
+	for _, v := range s {
+		if v.Other {
+			parts = append(parts, fmt.Sprintf("others (%d replies)", v.Replies))
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s (%d replies)", v.Value, v.Replies))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "not stated"
+	}
+	return s
+}
+
+func (m *mdWriter) loadModel(r *Report) {
+	lm := r.LoadModel
+	m.p("## 2. Load model")
+	m.p("")
+	m.table("Scenario", "Share", "Input tokens (configured)", "Output tokens (configured)", "ignore_eos", "Prefix", "Conversation", "Cancel")
+	for _, s := range lm.Scenarios {
+		in, out := s.Input, s.Output
+		if s.LengthsFrom != nil {
+			in = fmt.Sprintf("from %s (%s)", s.LengthsFrom.File, s.LengthsFrom.Format)
+			out = in
+		}
+		prefix, conv, cancel := "-", "-", "-"
+		if p := s.Prefix; p != nil {
+			prefix = fmt.Sprintf("%.0f%% share one of %d prompts of %d tokens", 100*p.Share, p.Groups, p.Tokens)
+		}
+		if c := s.Conversation; c != nil {
+			conv = fmt.Sprintf("%d turns, think %s", c.Turns, fmtSeconds(c.ThinkTimeSeconds))
+		}
+		if c := s.Cancel; c != nil {
+			cancel = fmt.Sprintf("%.0f%% after %s", 100*c.Share, fmtSeconds(c.AfterSeconds))
+		}
+		m.row(s.Name, fmt.Sprintf("%.0f%%", 100*s.Share), oneLine(in), oneLine(out), fmt.Sprint(s.IgnoreEOS), prefix, conv, cancel)
+	}
+	m.p("")
+	m.p("Lengths actually sent and received over every measured request (P50 / P95 / P99, n):")
+	m.p("input %s tokens (as sent), output %s tokens (as received).", tokens(lm.InputTokens), tokens(lm.OutputTokens))
+	if lm.CachedShare != nil {
+		m.p("The server reported %.1f%% of the prompt tokens as cached (prefix cache).", 100**lm.CachedShare)
+	} else {
+		m.p("The server reported no cached prompt tokens.")
+	}
+	if lm.Replay != "" {
+		m.p("Requests from the trace %s.", mdText(lm.Replay))
+	}
+	m.p("")
+	m.table("Stage", "Loop", "Arrivals", "Levels")
+	for _, s := range lm.Stages {
+		m.row(s.Stage, s.Loop, s.Arrival, fmt.Sprint(s.Levels))
+	}
+	m.p("")
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func tokens(p capacity.Percentiles) string {
+	if p.N == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f / %.0f / %.0f (n=%d)", p.P50, p.P95, p.P99, p.N)
+}
+
+func (m *mdWriter) slos(r *Report) {
+	m.p("## 3. SLO definitions")
+	m.p("")
+	m.table("Scenario", "SLOs (per request)", "Objective")
+	for _, s := range r.SLOs.Scenarios {
+		var parts []string
+		for _, slo := range s.SLOs {
+			parts = append(parts, fmt.Sprintf("%s ≤ %s", slo.Name, fmtSeconds(slo.ThresholdSeconds)))
+		}
+		m.row(s.Scenario, strings.Join(parts, ", "), fmt.Sprintf("%g%% of requests good", 100*s.Objective))
+	}
+	m.p("")
+	for _, d := range r.SLOs.Definitions {
+		m.p("- **%s**: %s.", d.Term, d.Definition)
+	}
+	m.p("")
+}
+
+func (m *mdWriter) capacity(r *Report) {
+	m.p("## 4. Capacity conclusion")
+	m.p("")
+	c := r.Capacity
+	if c == nil {
+		if r.Kind == "soak" {
+			m.p("A soak test does not search for capacity: see section 8.")
+		} else {
+			m.p("No capacity was found: %s.", mdText(r.Reason))
+		}
+		m.p("")
+		return
+	}
+	if c.VerifiedRate > 0 {
+		m.p("**Sustainable: %.3g req/s** open loop (Poisson) at %.1f%% attainment, %.3g good req/s; %.3g req/s and %.3g clients per replica (%s, assumes linear scaling).",
+			c.VerifiedRate, 100*c.VerifiedAttainment, c.VerifiedGoodput, c.RatePerReplica, c.ConcurrencyPerReplica, plural(c.Replicas, "replica"))
+	} else {
+		m.p("**No open-loop rate met every objective**: the closed-loop capacity below is not a sustainable rate.")
+	}
+	m.p("")
+	m.p("Closed loop: %d clients completed %.3g req/s with every objective met.", c.Concurrency, c.ClosedRate)
+	if k := c.Knee; k != nil {
+		m.p("Knee: %s.", mdText(k.Reason))
+	}
+	if c.LimitedBy != "" {
+		m.p("The capacity may be higher: %s.", mdText(c.LimitedBy))
+	}
+	m.p("")
+	m.p("Every percentile in this report is exact, over the requests sent in a level's steady window, with its sample count; `*` marks a P95 over fewer than 200 or a P99 over fewer than 1,000 samples. The levels are in the last section.")
+	m.p("")
+}
+
+func (m *mdWriter) risk(r *Report) {
+	rk := r.Risk
+	m.p("## 5. Risk boundaries")
+	m.p("")
+	if b := rk.Burst; b != nil {
+		drained := fmt.Sprintf("the backlog drained in %s (allowed: %s)", fmtSeconds(b.DrainSeconds), fmtSeconds(b.DrainWithin))
+		if !b.Drained {
+			drained = fmt.Sprintf("the backlog did **not** drain (after %s)", fmtSeconds(b.DrainSeconds))
+		}
+		m.p("- **Burst**: %.3g req/s for %s; %.1f%% attainment, TTFT %s; at most %d requests in flight; %s.",
+			b.IntendedRate, fmtSeconds(b.ForSeconds), 100*b.Attainment, pct(b.TTFT), b.PeakInFlight, drained)
+	}
+	m.longest(rk.Longest)
+	for _, f := range rk.Faults {
+		line := fmt.Sprintf("- **Fault plan**: %s %s at %s", f.Action, mdText(f.Faults), f.At.UTC().Format(time.TimeOnly))
+		if f.Error != "" {
+			line += " (failed: " + mdText(f.Error) + ")"
+		}
+		m.p("%s.", line)
+	}
+	if len(rk.ErrorBursts) > 0 {
+		rec := "and recovered"
+		if rk.Recovered != nil && !*rk.Recovered {
+			rec = "and did **not** recover"
+		}
+		m.p("- **Error bursts** in windows %s %s.", ints(rk.ErrorBursts), rec)
+	}
+	if len(rk.Canary) == 0 {
+		m.p("- **Canary**: none ran on the target during the test.")
+	}
+	for _, c := range rk.Canary {
+		m.p("- **Canary** %s during the test: %.2f%% of %d requests good (objective %.2f%%); %.2f%% of its 30-day error budget.",
+			mdText(c.Scenario), 100*c.Attainment, c.Counted, 100*c.Objective, 100*c.BudgetConsumed)
+	}
+	m.p("- **Single-tenant hot spots**: %s.", rk.HotSpots)
+	m.p("")
+}
+
+// longest writes the longest inputs' TTFT per level, as a table; when
+// every request had the same input length there is nothing to single out.
+func (m *mdWriter) longest(ls []Longest) {
+	if len(ls) == 0 {
+		return
+	}
+	same := true
+	for _, lg := range ls {
+		same = same && lg.MinInputTokens == ls[0].MinInputTokens && lg.SameLength
+	}
+	if same {
+		m.p("- **Longest inputs**: every request had %d input tokens: no longer inputs to single out.", ls[0].MinInputTokens)
+		return
+	}
+	m.p("- **Longest inputs**: the top decile of each level by input length, with its own TTFT:")
+	m.p("")
+	m.table("Level", "Input tokens", "Requests", "Good", "TTFT P50 / P95 / P99")
+	for _, lg := range ls {
+		m.row(where(lg.Stage, lg.Concurrency, lg.IntendedRate), fmt.Sprintf("≥ %d", lg.MinInputTokens), fmt.Sprint(lg.Requests),
+			fmt.Sprintf("%.1f%%", 100*lg.Attainment), pct(lg.TTFT))
+	}
+	m.p("")
+}
+
+func where(stage string, c int, rate float64) string {
+	switch {
+	case c == 1:
+		return stage + " 1 client"
+	case c > 0:
+		return fmt.Sprintf("%s %d clients", stage, c)
+	}
+	return fmt.Sprintf("%s %.3g req/s", stage, rate)
+}
+
+func ints(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, ", ")
+}
+
+// pct writes P50 / P95 / P99 (n) in ms, starring the low-confidence ones.
+func pct(p capacity.Percentiles) string {
+	if p.N == 0 {
+		return "-"
+	}
+	star := func(q string) string {
+		if slices.Contains(p.LowConfidence, q) {
+			return "*"
+		}
+		return ""
+	}
+	return fmt.Sprintf("%s / %s%s / %s%s ms (n=%d)", ms(p.P50), ms(p.P95), star("p95"), ms(p.P99), star("p99"), p.N)
+}
+
+func ms(s float64) string { return fmt.Sprintf("%.4g", 1e3*s) }
+
+func (m *mdWriter) scaling(r *Report) {
+	m.p("## 6. Scaling basis")
+	m.p("")
+	s := r.Scaling
+	switch {
+	case s != nil:
+		m.p("For a forecast peak of %.4g req/s with N+%d redundancy: %d replicas carry the peak at %.3g req/s each, so **%d replicas** are needed; after losing one, %d carry %.4g req/s, %+.0f%% against the peak. This %s.",
+			s.PeakRate, s.SpareReplicas, s.ReplicasForPeak, s.RatePerReplica, s.ReplicasNeeded, s.ReplicasNeeded-1, s.CapacityAfterLoss, 100*s.HeadroomAfterLoss, s.Assumption)
+	case r.Kind == "soak":
+		m.p("Not computed: a soak test does not measure capacity (a step test's report has it).")
+	case r.Capacity == nil || r.Capacity.VerifiedRate == 0:
+		m.p("Not computed: the run verified no sustainable rate.")
+	default:
+		m.p("Not computed: the target has no `forecast` (peak_rate, spare_replicas) in the configuration.")
+	}
+	m.p("")
+}
+
+func (m *mdWriter) cost(r *Report) {
+	m.p("## 7. Cost")
+	m.p("")
+	c := r.Cost
+	switch {
+	case c == nil:
+		m.p("Not computed: the target has no `cost_per_hour` in the configuration.")
+	case c.PerGoodRequest == 0:
+		m.p("Not computed: %s.", c.Basis)
+	default:
+		m.p("%s per hour over %.3g good req/s (%s): **%s per SLO-good request, %s per 1,000**. Covers %s.",
+			money(c.CostPerHour), c.Goodput, c.Basis, money(c.PerGoodRequest), money(c.Per1000Good), c.Excludes)
+	}
+	m.p("")
+}
+
+func (m *mdWriter) soak(r *Report) {
+	s := r.Soak
+	m.p("## 8. Soak")
+	m.p("")
+	m.p("%.3g req/s open loop, %d windows.", s.Rate, len(s.Windows))
+	if d := s.Drift; d != nil {
+		m.p("Drift (the end against the first window): %s; goodput per request %+.0f%%; prober memory %+.0f%%.",
+			d.Growth(), -100*d.GoodputDrop, 100*d.MemoryGrowth)
+		if len(d.ServerGrowth) > 0 {
+			m.p("The server's own timings (P50): %s.", d.ServerTimings())
+		}
+	}
+	m.p("")
+	m.table("Window", "Start", "Sent", "Dropped", "Good/s", "Attained", "TTFT", "E2E", "Prober RSS", "Note")
+	for i, w := range s.Windows {
+		note := w.Note
+		if w.ErrorBurst {
+			note = strings.TrimSpace("error burst " + note)
+		}
+		m.row(fmt.Sprint(i+1), fmt.Sprintf("%.0fs", w.StartSeconds), fmt.Sprint(w.Sent), fmt.Sprint(w.Dropped), fmt.Sprintf("%.3g", w.Goodput),
+			fmt.Sprintf("%.1f%%", 100*w.Attainment), pct(w.TTFT), pct(w.E2E), fmt.Sprintf("%d MiB", w.ProberRSSBytes>>20), note)
+	}
+	m.p("")
+}
+
+func (m *mdWriter) provenance(r *Report) {
+	p := r.Provenance
+	m.p("## 9. Provenance")
+	m.p("")
+	m.table("", "")
+	version := strings.TrimSpace(p.Version + " " + p.Revision)
+	if version == "" {
+		version = "a development build (no version)"
+	}
+	m.row("sloprober", version)
+	m.row("Configuration (SHA-256)", orNone(p.ConfigHash))
+	m.row("Schema version", fmt.Sprint(r.SchemaVersion))
+	m.row("Prober send lag", fmt.Sprintf("P99 at most %s, max %s", fmtSeconds(p.Prober.LagP99Seconds), fmtSeconds(p.Prober.LagMaxSeconds)))
+	m.row("Prober CPU", fmt.Sprintf("at most %.0f%% of its CPUs", 100*p.Prober.CPUShare))
+	m.row("Arrivals dropped", fmt.Sprint(p.Prober.Dropped))
+	verdict := "trustworthy: lag and CPU within their limits (10 ms, 90%)"
+	if len(p.Prober.Distorted) > 0 {
+		verdict = "possibly distorted: " + joinAnd(p.Prober.Distorted)
+	}
+	m.row("Measurement", verdict)
+	m.p("")
+	if r.LoadModel.Test != "" {
+		m.p("The test as it ran (defaults applied):")
+		m.p("")
+		m.p("```yaml")
+		m.p("%s", strings.ReplaceAll(r.LoadModel.Test, "```", "'''"))
+		m.p("```")
+		m.p("")
+	}
+}
+
+func (m *mdWriter) levels(r *Report) {
+	m.p("## Levels")
+	m.p("")
+	m.table("Stage", "Clients", "Rate/s", "Window", "Sent", "Ok/s", "Good/s", "In tok/s", "Out tok/s", "Attained", "TTFT", "TPOT P99", "E2E P99", "Drain", "Note")
+	for _, l := range r.Levels {
+		clients, rate := "-", "-"
+		if l.Concurrency > 0 {
+			clients = fmt.Sprint(l.Concurrency)
+		}
+		if l.IntendedRate > 0 {
+			rate = fmt.Sprintf("%.3g", l.IntendedRate)
+		}
+		note := l.Note
+		if l.Met {
+			note = strings.TrimSpace("met " + note)
+		}
+		if l.Insufficient {
+			note = strings.TrimSpace("(few) " + note)
+		}
+		m.row(l.Stage, clients, rate, fmtSeconds(l.WindowSeconds), fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.CompletedRate), fmt.Sprintf("%.3g", l.Goodput),
+			fmt.Sprintf("%.4g", l.InputRate), fmt.Sprintf("%.4g", l.OutputRate), fmt.Sprintf("%.1f%%", 100*l.Attainment),
+			pct(l.TTFT), p99(l.TPOT), p99(l.E2E), fmtSeconds(l.DrainSeconds), note)
+	}
+	m.p("")
+	m.p("`*`: over too few samples (P95 below 200, P99 below 1,000).")
+}
+
+func p99(p capacity.Percentiles) string {
+	if p.N == 0 {
+		return "-"
+	}
+	s := ms(p.P99) + " ms"
+	if slices.Contains(p.LowConfidence, "p99") {
+		s += "*"
+	}
+	return s
+}
+
+// plural writes a count of things: "1 replica", "2 replicas".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
+
+// money writes an amount to three significant digits, never in
+// exponent notation: 0.0000808, 0.0808, 2.5, 1250.
+func money(v float64) string {
+	if v == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return fmt.Sprint(v)
+	}
+	digits := max(0, 2-int(math.Floor(math.Log10(math.Abs(v)))))
+	return strconv.FormatFloat(v, 'f', digits, 64)
+}

@@ -1,0 +1,575 @@
+// Package report turns a stored step or soak run into the seed article's
+// sign-off report (压测报告最后应该写什么): not a TPS screenshot but the
+// test object, the load model, the SLO definitions, the capacity
+// conclusion, the risk boundaries, the scaling basis and the cost per good
+// request, with the provenance that lets a reader tell a distorted run.
+// One Report is written as JSON (a versioned schema, schema/report.json),
+// Markdown (for a change request) and a self-contained HTML page with
+// inline SVG charts; Compare sets two reports side by side.
+//
+// A report is built from the run alone (capacity.Run, as stored): what the
+// configuration said when the run started is in the run's setup, so a
+// configuration changed since does not change an old report. Its
+// percentiles are exact, from the run's per-request records, each with its
+// sample count and window (the contract's "Percentiles in reports").
+package report
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/sloprober/sloprober/capacity"
+	"github.com/sloprober/sloprober/prober"
+)
+
+// SchemaVersion is the version of the JSON report's schema
+// (schema/report.json). It changes when a field changes meaning or goes
+// away; new fields do not change it.
+const SchemaVersion = 1
+
+// Report is the sign-off report of one run.
+type Report struct {
+	SchemaVersion int       `json:"schema_version"`
+	ID            string    `json:"id,omitempty"`
+	Test          string    `json:"test"`
+	Kind          string    `json:"kind"`
+	Verdict       string    `json:"verdict"`
+	Reason        string    `json:"reason"`
+	Start         time.Time `json:"start"`
+	End           time.Time `json:"end"`
+
+	Provenance Provenance        `json:"provenance"`
+	TestObject TestObject        `json:"test_object"`
+	LoadModel  LoadModel         `json:"load_model"`
+	SLOs       SLODefinitions    `json:"slos"`
+	Capacity   *CapacitySummary  `json:"capacity,omitempty"`
+	Levels     []Level           `json:"levels"`
+	Risk       Risk              `json:"risk"`
+	Scaling    *Scaling          `json:"scaling,omitempty"`
+	Cost       *Cost             `json:"cost,omitempty"`
+	Soak       *Soak             `json:"soak,omitempty"`
+	Warnings   []string          `json:"warnings,omitempty"`
+	Charts     map[string]string `json:"-"` // HTML only: inline SVG by name
+}
+
+// Provenance says what produced the run and whether the prober could be
+// trusted while it ran.
+type Provenance struct {
+	Version    string `json:"version"`
+	Revision   string `json:"revision,omitempty"`
+	ConfigHash string `json:"config_hash,omitempty"`
+	// Prober is the prober's own health over every measured window.
+	Prober ProberHealth `json:"prober"`
+}
+
+// ProberHealth is the worst of the prober's own health over the run's
+// measured windows: a send lag P99 over 10 ms or a CPU share over 90% of
+// GOMAXPROCS means the prober, not only the target, shaped the numbers.
+type ProberHealth struct {
+	LagP99Seconds float64 `json:"lag_p99_seconds"`
+	LagMaxSeconds float64 `json:"lag_max_seconds"`
+	CPUShare      float64 `json:"cpu_share"`
+	Dropped       int     `json:"dropped"`
+	// Distorted names what was over its limit; empty when nothing was.
+	Distorted []string `json:"distorted,omitempty"`
+}
+
+// TestObject is what was tested: the target as configured and as it
+// stated itself.
+type TestObject struct {
+	Target      string            `json:"target"`
+	URL         string            `json:"url"`
+	API         string            `json:"api"`
+	Model       string            `json:"model"`
+	Simulator   bool              `json:"simulator,omitempty"`
+	Replicas    int               `json:"replicas"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	Identity    capacity.Identity `json:"identity"`
+	TimeoutSecs float64           `json:"timeout_seconds"`
+}
+
+// LoadModel is the load that was sent: the scenarios with the lengths
+// actually sent (not the configured ones) and each stage's loop.
+type LoadModel struct {
+	Scenarios []Scenario `json:"scenarios"`
+	Stages    []Stage    `json:"stages"`
+	Replay    string     `json:"replay,omitempty"`
+	// InputTokens and OutputTokens are the lengths of every measured
+	// request: input as sent, output as received.
+	InputTokens  capacity.Percentiles `json:"input_tokens"`
+	OutputTokens capacity.Percentiles `json:"output_tokens"`
+	// CachedShare is the server's cached share of the prompt tokens,
+	// where it reported one.
+	CachedShare *float64 `json:"cached_share,omitempty"`
+	// Test is the test's configuration with its defaults, as YAML.
+	Test string `json:"test"`
+}
+
+// Scenario is one scenario of the load model.
+type Scenario struct {
+	capacity.ScenarioSetup
+}
+
+// Stage is how one kind of stage sent its requests.
+type Stage struct {
+	Stage   string `json:"stage"`
+	Loop    string `json:"loop"`    // closed or open
+	Arrival string `json:"arrival"` // closed, poisson or replay
+	Levels  int    `json:"levels"`
+}
+
+// SLODefinitions are the SLOs and the measurement contract's rules.
+type SLODefinitions struct {
+	Scenarios []ScenarioSLOs `json:"scenarios"`
+	// Definitions are the formulas and counting rules used.
+	Definitions []Definition `json:"definitions"`
+}
+
+// ScenarioSLOs are one scenario's SLOs and objective.
+type ScenarioSLOs struct {
+	Scenario  string              `json:"scenario"`
+	Objective float64             `json:"objective"`
+	SLOs      []capacity.SLOSetup `json:"slos"`
+}
+
+// Definition is one term of the measurement contract.
+type Definition struct {
+	Term       string `json:"term"`
+	Definition string `json:"definition"`
+}
+
+// definitions are the contract's formulas and counting rules, as every
+// report states them.
+var definitions = []Definition{
+	{"TTFT", "t1 - t0: from sending the request to the first chunk carrying generated text (role-only, empty and usage-only chunks are not tokens)"},
+	{"TPOT", "(tN - t1) / (N - 1) for ok requests with N >= 2 output tokens (usage, else chunks): the first token excluded"},
+	{"ITL", "every gap between consecutive text chunks, pooled over requests"},
+	{"E2E", "tN - t0 for ok requests: to the last chunk carrying text"},
+	{"good request", "an ok request that received text and met every SLO of its scenario; attainment = good / counted"},
+	{"goodput", "good requests per second over the window"},
+	{"timeouts and errors", "counted and never good: they stay in the attainment denominator"},
+	{"cancellations", "requests the client cancelled on purpose leave the denominator and add no TTFT or ITL"},
+	{"drops", "arrivals not sent (the prober's caps) are counted apart and never reach the denominator; open loop never queues"},
+	{"sample", "every request sent in a level's steady window, each awaited; percentiles are exact (nearest rank) with their sample count; P95 under 200 and P99 under 1,000 samples are low confidence"},
+}
+
+// CapacitySummary is the step test's conclusion.
+type CapacitySummary struct {
+	// VerifiedRate is the conclusion: the highest open-loop rate that met
+	// every objective, req/s; VerifiedGoodput its goodput and
+	// VerifiedAttainment its attainment.
+	VerifiedRate       float64 `json:"verified_rate"`
+	VerifiedGoodput    float64 `json:"verified_goodput"`
+	VerifiedAttainment float64 `json:"verified_attainment"`
+	// Concurrency and ClosedRate are the closed-loop capacity.
+	Concurrency int     `json:"concurrency"`
+	ClosedRate  float64 `json:"closed_rate"`
+	// PerReplica divides by the target's replicas (assumes linear
+	// scaling).
+	Replicas              int            `json:"replicas"`
+	RatePerReplica        float64        `json:"rate_per_replica"`
+	ConcurrencyPerReplica float64        `json:"concurrency_per_replica"`
+	Knee                  *capacity.Knee `json:"knee,omitempty"`
+	LimitedBy             string         `json:"limited_by,omitempty"`
+}
+
+// Level is one measured level, window or stage.
+type Level struct {
+	Stage         string  `json:"stage"`
+	Concurrency   int     `json:"concurrency,omitempty"`
+	IntendedRate  float64 `json:"intended_rate,omitempty"`
+	StartSeconds  float64 `json:"start_seconds"` // since the run's start
+	WindowSeconds float64 `json:"window_seconds"`
+	Sent          int     `json:"sent"`
+	Dropped       int     `json:"dropped"`
+	Counted       int     `json:"counted"`
+	OfferedRate   float64 `json:"offered_rate"`
+	CompletedRate float64 `json:"completed_rate"`
+	Goodput       float64 `json:"goodput"`
+	InputRate     float64 `json:"input_tokens_rate"`
+	OutputRate    float64 `json:"output_tokens_rate"`
+	Attainment    float64 `json:"attainment"`
+	Met           bool    `json:"met"`
+	Insufficient  bool    `json:"insufficient,omitempty"`
+
+	TTFT capacity.Percentiles `json:"ttft"`
+	TPOT capacity.Percentiles `json:"tpot"`
+	ITL  capacity.Percentiles `json:"itl"`
+	E2E  capacity.Percentiles `json:"e2e"`
+
+	Outcomes     map[prober.Outcome]int  `json:"outcomes"`
+	DrainSeconds float64                 `json:"drain_seconds"`
+	Note         string                  `json:"note,omitempty"`
+	Server       *capacity.ServerSignals `json:"server,omitempty"`
+	Prober       *capacity.ProberHealth  `json:"prober,omitempty"`
+}
+
+// Risk is where the capacity stops holding.
+type Risk struct {
+	Burst *Burst `json:"burst,omitempty"`
+	// Longest is the top decile of requests by input length at each
+	// measured level: their own TTFT.
+	Longest []Longest `json:"longest"`
+	// Faults is what a soak's fault plan did, and ErrorBursts the
+	// windows in which more than 10% of requests failed.
+	Faults      []capacity.FaultEvent `json:"faults,omitempty"`
+	ErrorBursts []int                 `json:"error_bursts,omitempty"`
+	Recovered   *bool                 `json:"recovered,omitempty"`
+	// Canary is the canary on the target during the run.
+	Canary []capacity.CanaryScenario `json:"canary,omitempty"`
+	// HotSpots is what the run says about single-tenant hot spots.
+	HotSpots string `json:"hot_spots"`
+}
+
+// Burst is what happened in the step test's burst.
+type Burst struct {
+	IntendedRate float64              `json:"intended_rate"`
+	ForSeconds   float64              `json:"for_seconds"`
+	Attainment   float64              `json:"attainment"`
+	DrainSeconds float64              `json:"drain_seconds"`
+	DrainWithin  float64              `json:"drain_within_seconds"`
+	Drained      bool                 `json:"drained"`
+	PeakInFlight int                  `json:"peak_in_flight"`
+	Timeline     *capacity.Timeline   `json:"timeline,omitempty"`
+	TTFT         capacity.Percentiles `json:"ttft"`
+}
+
+// Longest is the top decile by input length of one level.
+type Longest struct {
+	Stage        string  `json:"stage"`
+	Concurrency  int     `json:"concurrency,omitempty"`
+	IntendedRate float64 `json:"intended_rate,omitempty"`
+	// SameLength: every request of the level had the decile's input
+	// length (the level's input P50 is as long): nothing to single out.
+	SameLength bool `json:"same_length"`
+	capacity.Longest
+}
+
+// Scaling is the basis for a replica count.
+type Scaling struct {
+	PeakRate      float64 `json:"peak_rate"`
+	SpareReplicas int     `json:"spare_replicas"`
+	// RatePerReplica is the verified capacity over the target's
+	// replicas (assumes linear scaling).
+	RatePerReplica float64 `json:"rate_per_replica"`
+	// ReplicasForPeak carry the peak; ReplicasNeeded add the spare ones
+	// (N+k).
+	ReplicasForPeak int `json:"replicas_for_peak"`
+	ReplicasNeeded  int `json:"replicas_needed"`
+	// CapacityAfterLoss is the capacity of ReplicasNeeded - 1 replicas,
+	// req/s, and HeadroomAfterLoss its share above the peak.
+	CapacityAfterLoss float64 `json:"capacity_after_loss"`
+	HeadroomAfterLoss float64 `json:"headroom_after_loss"`
+	Assumption        string  `json:"assumption"`
+}
+
+// Cost is the cost per SLO-good request.
+type Cost struct {
+	CostPerHour    float64 `json:"cost_per_hour"`
+	Goodput        float64 `json:"goodput"`
+	PerGoodRequest float64 `json:"per_good_request"`
+	Per1000Good    float64 `json:"per_1000_good_requests"`
+	Basis          string  `json:"basis"`
+	Excludes       string  `json:"excludes"`
+}
+
+// Soak is a soak run's windows and drift.
+type Soak struct {
+	Rate    float64         `json:"rate"`
+	Windows []SoakWindow    `json:"windows"`
+	Drift   *capacity.Drift `json:"drift,omitempty"`
+}
+
+// SoakWindow is one window of a soak.
+type SoakWindow struct {
+	Level
+	ProberRSSBytes   int64 `json:"prober_rss_bytes"`
+	ProberGoroutines int   `json:"prober_goroutines"`
+	ErrorBurst       bool  `json:"error_burst,omitempty"`
+}
+
+// costExcludes is what the cost per good request leaves out.
+const costExcludes = "the target's cost_per_hour only: CPU, network, storage and operations are not included"
+
+// Build makes the report of a run; id is the run's id in storage ("" for
+// a run that was not stored).
+func Build(run *capacity.Run, id string) *Report {
+	r := &Report{
+		SchemaVersion: SchemaVersion, ID: id, Test: run.Test, Kind: run.Kind, Verdict: run.Verdict, Reason: run.Reason,
+		Start: run.Start, End: run.End, Levels: []Level{},
+	}
+	if p := run.Provenance; p != nil {
+		r.Provenance.Version, r.Provenance.Revision, r.Provenance.ConfigHash = p.Version, p.Revision, p.ConfigHash
+	}
+	setup := run.Setup
+	if setup == nil {
+		setup = &capacity.Setup{}
+		r.Warnings = append(r.Warnings, "the run has no setup (stored by a sloprober before reports): the test object, load model and SLOs are unknown")
+	}
+	tg := setup.Target
+	r.TestObject = TestObject{
+		Target: run.Target, URL: tg.URL, API: tg.API, Model: tg.Model, Simulator: tg.Simulator,
+		Replicas: max(tg.Replicas, 1), Metadata: tg.Metadata, TimeoutSecs: tg.TimeoutSecs,
+	}
+	if run.Identity != nil {
+		r.TestObject.Identity = *run.Identity
+	}
+
+	levels := measured(run)
+	for _, l := range levels {
+		r.Levels = append(r.Levels, level(run, l))
+	}
+	r.LoadModel = loadModel(run, setup, levels)
+	for _, s := range setup.Scenarios {
+		r.SLOs.Scenarios = append(r.SLOs.Scenarios, ScenarioSLOs{Scenario: s.Name, Objective: s.Objective, SLOs: s.SLOs})
+	}
+	r.SLOs.Definitions = definitions
+	r.Provenance.Prober = proberHealth(levels)
+	if d := r.Provenance.Prober.Distorted; len(d) > 0 {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("the prober may have distorted this run: %s", joinAnd(d)))
+	}
+
+	if c := run.Capacity; c != nil {
+		reps := r.TestObject.Replicas
+		r.Capacity = &CapacitySummary{
+			VerifiedRate: c.VerifiedRate, VerifiedGoodput: c.VerifiedGoodput, Concurrency: c.Concurrency, ClosedRate: c.Rate,
+			Replicas: reps, RatePerReplica: c.VerifiedRate / float64(reps), ConcurrencyPerReplica: float64(c.Concurrency) / float64(reps),
+			Knee: run.Knee, LimitedBy: c.LimitedBy,
+		}
+		for _, v := range run.Verify {
+			if v.Met && v.IntendedRate == c.VerifiedRate {
+				r.Capacity.VerifiedAttainment = v.Attainment
+			}
+		}
+		r.Scaling = scaling(&tg, r.Capacity)
+	}
+	r.Cost = cost(&tg, run, r.Capacity)
+	r.Risk = risk(run, levels)
+	if run.Soak != nil {
+		r.Soak = &Soak{Rate: run.Soak.Rate, Drift: run.Soak.Drift}
+		for i := range run.Soak.Windows {
+			w := &run.Soak.Windows[i]
+			r.Soak.Windows = append(r.Soak.Windows, SoakWindow{Level: level(run, &w.Level), ProberRSSBytes: w.ProberRSSBytes, ProberGoroutines: w.ProberGoroutines, ErrorBurst: w.ErrorBurst})
+		}
+	}
+	return r
+}
+
+// measured returns the run's measured levels in the order they ran.
+func measured(run *capacity.Run) []*capacity.Level {
+	var out []*capacity.Level
+	if run.Baseline != nil {
+		out = append(out, run.Baseline)
+	}
+	for i := range run.Sweep {
+		out = append(out, &run.Sweep[i])
+	}
+	for i := range run.Verify {
+		out = append(out, &run.Verify[i])
+	}
+	if run.Burst != nil {
+		out = append(out, run.Burst)
+	}
+	if run.Soak != nil {
+		for i := range run.Soak.Windows {
+			out = append(out, &run.Soak.Windows[i].Level)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *capacity.Level) int { return a.Start.Compare(b.Start) })
+	return out
+}
+
+func level(run *capacity.Run, l *capacity.Level) Level {
+	out := Level{
+		Stage: l.Stage, Concurrency: l.Concurrency, IntendedRate: l.IntendedRate, WindowSeconds: l.WindowSeconds,
+		Sent: l.Sent, Counted: l.Counted, OfferedRate: l.OfferedRate, CompletedRate: l.CompletedRate, Goodput: l.Goodput,
+		InputRate: l.InputTokensRate, OutputRate: l.OutputTokensRate, Attainment: l.Attainment, Met: l.Met, Insufficient: l.Insufficient,
+		TTFT: l.TTFT, TPOT: l.TPOT, ITL: l.ITL, E2E: l.E2E, Outcomes: l.Outcomes, DrainSeconds: l.DrainSeconds, Note: l.Note,
+		Server: l.Server, Prober: l.Prober,
+	}
+	if !l.Start.IsZero() && !run.Start.IsZero() {
+		out.StartSeconds = l.Start.Sub(run.Start).Seconds()
+	}
+	for _, n := range l.Dropped {
+		out.Dropped += n
+	}
+	if out.Outcomes == nil {
+		out.Outcomes = map[prober.Outcome]int{}
+	}
+	return out
+}
+
+// loadModel describes the load from the run's setup and its levels.
+func loadModel(run *capacity.Run, setup *capacity.Setup, levels []*capacity.Level) LoadModel {
+	m := LoadModel{Test: setup.Test, Stages: []Stage{}}
+	for _, s := range setup.Scenarios {
+		m.Scenarios = append(m.Scenarios, Scenario{s})
+	}
+	if r := setup.Replay; r != nil {
+		m.Replay = fmt.Sprintf("%s (%s)", r.File, r.Format)
+	}
+	open := "poisson"
+	if setup.Replay != nil {
+		open = "replay"
+	}
+	cached, prompt := 0, 0
+	for _, l := range levels {
+		loop, arrival := "open", open
+		if l.Concurrency > 0 {
+			loop, arrival = "closed", "closed"
+		}
+		if i := slices.IndexFunc(m.Stages, func(s Stage) bool { return s.Stage == l.Stage }); i >= 0 {
+			m.Stages[i].Levels++
+		} else {
+			m.Stages = append(m.Stages, Stage{Stage: l.Stage, Loop: loop, Arrival: arrival, Levels: 1})
+		}
+		if s := l.Server; s != nil && s.CachedShare != nil {
+			cached += s.CachedTokens
+			prompt += s.PromptTokens
+		}
+	}
+	if ls := run.Lengths; ls != nil {
+		m.InputTokens, m.OutputTokens = ls.Input, ls.Output
+	}
+	if prompt > 0 {
+		share := float64(cached) / float64(prompt)
+		m.CachedShare = &share
+	}
+	return m
+}
+
+// proberHealth is the worst of the prober's health over the levels.
+func proberHealth(levels []*capacity.Level) ProberHealth {
+	var h ProberHealth
+	for _, l := range levels {
+		for _, n := range l.Dropped {
+			h.Dropped += n
+		}
+		if p := l.Prober; p != nil {
+			h.LagP99Seconds = max(h.LagP99Seconds, p.LagP99)
+			h.LagMaxSeconds = max(h.LagMaxSeconds, p.LagMax)
+			h.CPUShare = max(h.CPUShare, p.CPUShare)
+		}
+	}
+	if h.LagP99Seconds > capacity.ProberLagLimit.Seconds() {
+		h.Distorted = append(h.Distorted, fmt.Sprintf("a send lag P99 of %s (over %s)", fmtSeconds(h.LagP99Seconds), capacity.ProberLagLimit))
+	}
+	if h.CPUShare > capacity.ProberCPULimit {
+		h.Distorted = append(h.Distorted, fmt.Sprintf("%.0f%% of its CPUs busy (over %.0f%%)", 100*h.CPUShare, 100*capacity.ProberCPULimit))
+	}
+	return h
+}
+
+// scaling computes the replicas a forecast peak needs.
+func scaling(tg *capacity.TargetSetup, c *CapacitySummary) *Scaling {
+	f := tg.Forecast
+	if f == nil || c.RatePerReplica <= 0 {
+		return nil
+	}
+	s := &Scaling{
+		PeakRate: f.PeakRate, SpareReplicas: f.SpareReplicas, RatePerReplica: c.RatePerReplica,
+		Assumption: "assumes linear scaling: each replica carries the verified capacity over the target's replicas",
+	}
+	s.ReplicasForPeak = int(math.Ceil(f.PeakRate / c.RatePerReplica))
+	s.ReplicasNeeded = s.ReplicasForPeak + f.SpareReplicas
+	s.CapacityAfterLoss = float64(s.ReplicasNeeded-1) * c.RatePerReplica
+	s.HeadroomAfterLoss = s.CapacityAfterLoss/f.PeakRate - 1
+	return s
+}
+
+// cost computes the cost per good request: of a step test at its
+// verified capacity, of a soak at its goodput over every window.
+func cost(tg *capacity.TargetSetup, run *capacity.Run, c *CapacitySummary) *Cost {
+	if tg.CostPerHour == nil {
+		return nil
+	}
+	out := &Cost{CostPerHour: *tg.CostPerHour, Excludes: costExcludes}
+	switch {
+	case c != nil && c.VerifiedGoodput > 0:
+		out.Goodput, out.Basis = c.VerifiedGoodput, "the goodput at the verified capacity"
+	case run.Soak != nil:
+		good, secs := 0.0, 0.0
+		for i := range run.Soak.Windows {
+			w := &run.Soak.Windows[i]
+			good += w.Goodput * w.WindowSeconds
+			secs += w.WindowSeconds
+		}
+		if secs > 0 {
+			out.Goodput, out.Basis = good/secs, "the soak's goodput over every window"
+		}
+	}
+	if out.Goodput <= 0 {
+		out.Basis = "no goodput: no good request to divide the cost by"
+		return out
+	}
+	out.PerGoodRequest = out.CostPerHour / (out.Goodput * 3600)
+	out.Per1000Good = 1000 * out.PerGoodRequest
+	return out
+}
+
+// risk collects the run's risk boundaries.
+func risk(run *capacity.Run, levels []*capacity.Level) Risk {
+	r := Risk{Longest: []Longest{}, Canary: run.Canary,
+		HotSpots: "not measured: the run's requests carry no tenant, so a single tenant's hot spot (one prefix, one long-context user) is not told apart"}
+	if s := run.Setup; s != nil && len(s.Scenarios) > 1 {
+		r.HotSpots = "per scenario of the mix only (each scenario's attainment is its own); a single tenant within a scenario is not told apart"
+	}
+	for _, l := range levels {
+		if lg := l.Longest; lg != nil && l.Stage != "baseline" {
+			same := l.Lengths != nil && l.Lengths.Input.P50 >= float64(lg.MinInputTokens)
+			r.Longest = append(r.Longest, Longest{Stage: l.Stage, Concurrency: l.Concurrency, IntendedRate: l.IntendedRate, SameLength: same, Longest: *lg})
+		}
+	}
+	if b := run.Burst; b != nil {
+		r.Burst = &Burst{IntendedRate: b.IntendedRate, Attainment: b.Attainment, DrainSeconds: b.DrainSeconds, Timeline: b.Timeline, TTFT: b.TTFT}
+		if tl := b.Timeline; tl != nil {
+			r.Burst.ForSeconds, r.Burst.DrainWithin = tl.BurstEnd-tl.BurstStart, tl.DrainWithin
+			r.Burst.Drained = tl.Drained > 0
+			if len(tl.InFlight) > 0 {
+				r.Burst.PeakInFlight = slices.Max(tl.InFlight)
+			}
+		}
+	}
+	if s := run.Soak; s != nil {
+		r.Faults = s.Faults
+		for i, w := range s.Windows {
+			if w.ErrorBurst {
+				r.ErrorBursts = append(r.ErrorBursts, i+1)
+			}
+		}
+		if len(r.ErrorBursts) > 0 && len(s.Windows) > 0 {
+			recovered := !s.Windows[len(s.Windows)-1].ErrorBurst
+			r.Recovered = &recovered
+		}
+	}
+	return r
+}
+
+func joinAnd(s []string) string {
+	switch len(s) {
+	case 0:
+		return ""
+	case 1:
+		return s[0]
+	}
+	out := s[0]
+	for _, v := range s[1 : len(s)-1] {
+		out += ", " + v
+	}
+	return out + " and " + s[len(s)-1]
+}
+
+// fmtSeconds writes seconds readably: "12.3 ms", "3.5 s", "2m30s".
+func fmtSeconds(s float64) string {
+	switch {
+	case math.IsNaN(s) || math.IsInf(s, 0):
+		return "-"
+	case s < 1:
+		return fmt.Sprintf("%.3g ms", 1e3*s)
+	case s < 60:
+		return fmt.Sprintf("%.3g s", s)
+	}
+	return time.Duration(s * float64(time.Second)).Round(time.Second).String()
+}

@@ -1,0 +1,139 @@
+package report_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sloprober/sloprober/capacity"
+	"github.com/sloprober/sloprober/report"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// The fixtures are real runs, as stored: testdata/step-run.json is
+// `sloprober test run knee --json` against the built-in simulator (the
+// embedded default), testdata/soak-run.json an 80 s soak of a simulator
+// with the same configuration at 4 req/s, with 503s for 10 s in the
+// middle.
+func load(t *testing.T, name string) *capacity.Run {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	require.NoError(t, err)
+	var run capacity.Run
+	require.NoError(t, json.Unmarshal(b, &run))
+	return &run
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		require.NoError(t, os.WriteFile(path, got, 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(got), "run go test ./report/ -update after a deliberate change")
+}
+
+// TestGolden: the Markdown and JSON reports of a fixed step and soak run.
+func TestGolden(t *testing.T) {
+	for _, tc := range []struct{ run, id string }{{"step-run.json", "knee-20261130T172029.946Z-0a1b2c3d"}, {"soak-run.json", ""}} {
+		t.Run(tc.run, func(t *testing.T) {
+			r := report.Build(load(t, tc.run), tc.id)
+			var md bytes.Buffer
+			require.NoError(t, report.WriteMarkdown(&md, r))
+			golden(t, strings.TrimSuffix(tc.run, "-run.json")+".md", md.Bytes())
+			j, err := json.MarshalIndent(r, "", "  ")
+			require.NoError(t, err)
+			golden(t, strings.TrimSuffix(tc.run, "-run.json")+"-report.json", append(j, '\n'))
+		})
+	}
+	// The README's example HTML report, kept as the code writes it.
+	var h bytes.Buffer
+	require.NoError(t, report.WriteHTML(&h, report.Build(load(t, "step-run.json"), "knee-20261130T172029.946Z-0a1b2c3d")))
+	golden(t, "../../examples/reports/knee.html", h.Bytes())
+}
+
+// TestSchema: the JSON reports validate against the published schema
+// (report/schema/report.json), and the schema rejects what it must.
+func TestSchema(t *testing.T) {
+	c := jsonschema.NewCompiler()
+	sch, err := c.Compile(filepath.Join("schema", "report.json"))
+	require.NoError(t, err)
+	for _, name := range []string{"step-run.json", "soak-run.json"} {
+		r := report.Build(load(t, name), "id")
+		b, err := json.Marshal(r)
+		require.NoError(t, err)
+		v, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+		require.NoError(t, err)
+		require.NoError(t, sch.Validate(v), name)
+
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(b, &m))
+		m["verdict"] = "great"
+		require.Error(t, sch.Validate(m), "an unknown verdict")
+		m["verdict"] = "pass"
+		m["surprise"] = 1
+		require.Error(t, sch.Validate(m), "an undocumented field")
+	}
+}
+
+// TestCompare: a run compared with itself changed nothing; with its target
+// given two more replicas, one variable moved, and the capacity per
+// replica with it; with more changed, the comparison says it cannot tell
+// which moved what.
+func TestCompare(t *testing.T) {
+	run := load(t, "step-run.json")
+	a := report.Build(run, "a")
+	c := report.Compare(a, a)
+	require.Empty(t, c.Changed)
+
+	other := load(t, "step-run.json")
+	other.Setup.Target.Replicas = 4
+	b := report.Build(other, "b")
+	c = report.Compare(a, b)
+	require.Equal(t, []report.Change{{What: "replicas", A: "1", B: "4"}}, c.Changed)
+	var md bytes.Buffer
+	require.NoError(t, report.WriteComparison(&md, c))
+	require.Contains(t, md.String(), "One variable changed: **replicas**")
+	require.Contains(t, md.String(), "| capacity per replica, req/s | 8.88 | 2.22 | -75% |")
+
+	other.Setup.Scenarios[0].Input = "512"
+	other.Setup.Test = strings.Replace(other.Setup.Test, "steady: 10s", "steady: 20s", 1)
+	c = report.Compare(a, report.Build(other, "b"))
+	require.Len(t, c.Changed, 3)
+	require.Equal(t, report.Change{What: "test configuration", A: "steady: 10s", B: "steady: 20s"}, c.Changed[2])
+	md.Reset()
+	require.NoError(t, report.WriteComparison(&md, c))
+	require.Contains(t, md.String(), "**3 variables changed**")
+}
+
+// TestHostileStrings: what a server says of itself and what the
+// configuration holds reach every format as text, never as markup: no
+// element in the HTML, no broken table or code span in the Markdown.
+func TestHostileStrings(t *testing.T) {
+	run := load(t, "step-run.json")
+	evil := "<script>alert(1)</script>|`x`<img src=x onerror=alert(2)>"
+	run.Identity.Servers = []capacity.Said{{Value: evil, Replies: 3}}
+	run.Setup.Target.Metadata = map[string]string{"gpu": evil}
+	r := report.Build(run, "")
+	var h, md bytes.Buffer
+	require.NoError(t, report.WriteHTML(&h, r))
+	require.NotContains(t, h.String(), "<script>")
+	require.NotContains(t, h.String(), "<img")
+	require.Contains(t, h.String(), "&lt;script&gt;alert(1)&lt;/script&gt;|")
+	require.NoError(t, report.WriteMarkdown(&md, r))
+	require.NotContains(t, md.String(), "<script>")
+	require.Contains(t, md.String(), `| gpu | &lt;script>alert(1)&lt;/script>\|'x'&lt;img src=x onerror=alert(2)> |`)
+}
