@@ -416,7 +416,8 @@ func (e *entry) set(id ID, run *capacity.Run) {
 	e.Summary = Summary{ID: id, Test: run.Test, Kind: run.Kind, Target: run.Target, Start: run.Start, End: run.End,
 		Verdict: run.Verdict, Reason: run.Reason}
 	e.capacity = run.Capacity != nil
-	if c := run.Capacity; c != nil {
+	if c := run.Capacity; c != nil && run.Verdict != VerdictRunning {
+		// A running run's capacity is not verified yet.
 		rate := c.VerifiedRate
 		e.VerifiedRate = &rate
 	}
