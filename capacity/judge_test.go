@@ -215,3 +215,37 @@ func TestServerSignals(t *testing.T) {
 	require.Contains(t, reason, "; the server's own timings (P50): prefill +0%, decode per token +100%")
 	require.NotContains(t, sr.Drift.ServerGrowth, "queue", "0.1 ms to 0.2 ms is no growth to speak of")
 }
+
+// TestScenarioLengths: a run keeps the lengths of every request kept in a
+// window, pooled and, in a mix, per scenario: input as sent, output as
+// received by ok requests.
+func TestScenarioLengths(t *testing.T) {
+	c := &Collector{}
+	w := c.Open(time.Now().Add(-time.Minute))
+	chat := &collectorObserver{c: c, scenario: "chat"}
+	code := &collectorObserver{c: c, scenario: "code"}
+	for i := range 10 {
+		for _, o := range []*collectorObserver{chat, code} {
+			in, out := 100, 20
+			if o == code {
+				in, out = 2000, 300
+			}
+			o.Sent(0)
+			r := &prober.Result{Sent: time.Now(), InputTokens: in + i, Outcome: prober.OutcomeOK}
+			o.Finished(r, &prober.Measurement{Counted: true, OutputTokens: out})
+		}
+	}
+	c.Close(w, time.Now())
+	all := c.Lengths()
+	require.Equal(t, 20, all.Input.N)
+	by := c.ScenarioLengths()
+	require.Len(t, by, 2)
+	require.Equal(t, 104.0, by["chat"].Input.P50)
+	require.Equal(t, 2004.0, by["code"].Input.P50)
+	require.Equal(t, 300.0, by["code"].Output.P99)
+
+	one := &Collector{}
+	one.Open(time.Now().Add(-time.Minute))
+	(&collectorObserver{c: one, scenario: "chat"}).Finished(&prober.Result{Sent: time.Now(), InputTokens: 5}, &prober.Measurement{})
+	require.Nil(t, one.ScenarioLengths(), "one scenario: the run's lengths are its own")
+}

@@ -292,6 +292,9 @@ type Collector struct {
 	// inputs and outputs are the lengths of every request kept in a
 	// window: input as sent, output as received (ok requests).
 	inputs, outputs lengthSample
+	// byScenario are the same per scenario of a mix (its scenarios are
+	// the configuration's, so the map is bounded).
+	byScenario map[string]*[2]lengthSample
 }
 
 // lengthSample is a uniform sample of lengths, at most maxWindowGaps.
@@ -317,6 +320,21 @@ func (c *Collector) Lengths() *Lengths {
 		return nil
 	}
 	return &Lengths{Input: percentiles(float64s(c.inputs.v)), Output: percentiles(float64s(c.outputs.v))}
+}
+
+// ScenarioLengths returns the lengths per scenario, or nil for a load of
+// one scenario (its lengths are the run's).
+func (c *Collector) ScenarioLengths() map[string]*Lengths {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.byScenario) < 2 {
+		return nil
+	}
+	out := map[string]*Lengths{}
+	for name, s := range c.byScenario {
+		out[name] = &Lengths{Input: percentiles(float64s(s[0].v)), Output: percentiles(float64s(s[1].v))}
+	}
+	return out
 }
 
 // levelCounts are what the stop rules look at while a level runs.
@@ -360,6 +378,7 @@ type windowData struct {
 	records    []Record
 	gaps, lags []float32 // seconds
 	gapsSeen   int64
+	lagsSeen   int64
 	cpu        time.Duration // the process's CPU time over the window
 	start, end time.Time
 	scheduled  int
@@ -373,7 +392,7 @@ func (c *Collector) Data(w *Window) windowData {
 	defer c.mu.Unlock()
 	d := windowData{
 		records: append([]Record(nil), w.records...), gaps: append([]float32(nil), w.gaps...), gapsSeen: w.gapsSeen,
-		lags: append([]float32(nil), w.lags...), start: w.Start, end: w.End, scheduled: w.scheduled, dropped: maps.Clone(w.dropped),
+		lags: append([]float32(nil), w.lags...), lagsSeen: w.lagsSeen, start: w.Start, end: w.End, scheduled: w.scheduled, dropped: maps.Clone(w.dropped),
 	}
 	if w.cpu1 > w.cpu0 {
 		d.cpu = w.cpu1 - w.cpu0
@@ -512,11 +531,21 @@ func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
 		return
 	}
 	w.records = append(w.records, rec)
+	if o.c.byScenario == nil {
+		o.c.byScenario = map[string]*[2]lengthSample{}
+	}
+	sc := o.c.byScenario[rec.Scenario]
+	if sc == nil {
+		sc = &[2]lengthSample{}
+		o.c.byScenario[rec.Scenario] = sc
+	}
 	if rec.InputSent > 0 {
 		o.c.inputs.add(o.c, rec.InputSent)
+		sc[0].add(o.c, rec.InputSent)
 	}
 	if rec.Outcome == prober.OutcomeOK {
 		o.c.outputs.add(o.c, rec.OutputTokens)
+		sc[1].add(o.c, rec.OutputTokens)
 	}
 	if !m.HasITL {
 		return

@@ -180,13 +180,13 @@ func begin(ctx context.Context, run *Run, m *prober.Manager, t *config.TestConfi
 	run.Identity = &Identity{}
 	c, err := prober.NewClient(&load.Target, m.UserAgent(), 1)
 	if err != nil {
-		run.Identity.ModelsError = err.Error()
+		run.Identity.ModelsError = scrubURL(err.Error(), load.Target.URL)
 		return
 	}
 	defer c.Close()
 	models, err := c.Models(ctx)
 	if err != nil {
-		run.Identity.ModelsError = err.Error()
+		run.Identity.ModelsError = scrubURL(err.Error(), load.Target.URL)
 		return
 	}
 	run.Identity.Models = models
@@ -199,5 +199,18 @@ func end(run *Run, col *Collector) {
 		run.Identity = &Identity{}
 	}
 	run.Identity.Servers, run.Identity.ReplyModels, run.Identity.Fingerprints = said.Servers, said.ReplyModels, said.Fingerprints
-	run.Lengths = col.Lengths()
+	run.Lengths, run.ScenarioLengths = col.Lengths(), col.ScenarioLengths()
+}
+
+// scrubURL replaces the target's URL in an error message (raw, or with
+// its password redacted, and its /models) by its public form: a query may
+// carry an API key, and a report never shows it.
+func scrubURL(msg, raw string) string {
+	base := strings.TrimSuffix(raw, "/")
+	for _, u := range []string{base + "/models", base} {
+		pub := PublicURL(u)
+		msg = strings.ReplaceAll(msg, u, pub)
+		msg = strings.ReplaceAll(msg, config.RedactURL(u), pub)
+	}
+	return msg
 }

@@ -119,8 +119,10 @@ func (s *Soak) Run(ctx context.Context) *Run {
 		run.Verdict, run.Reason = VerdictAborted, err.Error()
 		return run
 	}
+	var plan *faultPlan
 	if len(t.Faults) > 0 {
-		plan, err := newFaultPlan(s.Load.Target.URL)
+		var err error
+		plan, err = newFaultPlan(s.Load.Target.URL)
 		if err != nil {
 			run.Verdict, run.Reason = VerdictAborted, fmt.Sprintf("fault plan: %v", err)
 			return run
@@ -187,7 +189,7 @@ func (s *Soak) Run(ctx context.Context) *Run {
 			done[i-1] = true
 		}
 		if s.Checkpoint != nil {
-			s.Checkpoint(run)
+			s.Checkpoint(soakCheckpoint(run, done, plan))
 		}
 	}
 	stop := spec
@@ -209,6 +211,25 @@ func (s *Soak) Run(ctx context.Context) *Run {
 		run.Verdict, run.Reason = judgeSoak(t, run.Soak)
 	}
 	return run
+}
+
+// soakCheckpoint is what a running soak stores: its windows summarized so
+// far (a window waiting for its requests is not one yet) and what its
+// fault plan did.
+func soakCheckpoint(run *Run, done map[int]bool, plan *faultPlan) *Run {
+	cp := *run
+	sr := *run.Soak
+	sr.Windows = nil
+	for i, w := range run.Soak.Windows {
+		if done[i] {
+			sr.Windows = append(sr.Windows, w)
+		}
+	}
+	if plan != nil {
+		sr.Faults = plan.Events()
+	}
+	cp.Soak = &sr
+	return &cp
 }
 
 // summarizeWindow fills window i of a soak run.

@@ -20,12 +20,19 @@ import (
 // nil, runs beside it.
 func runSoak(t *testing.T, cfg *config.Config, during func()) *capacity.Run {
 	t.Helper()
+	return runSoakChecked(t, cfg, during, nil)
+}
+
+// runSoakChecked is runSoak with the soak's checkpoints handed to
+// checkpoint.
+func runSoakChecked(t *testing.T, cfg *config.Config, during func(), checkpoint func(*capacity.Run)) *capacity.Run {
+	t.Helper()
 	rec := capacity.NewRecorder()
 	m := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
 	defer m.Stop(time.Second)
 	require.NoError(t, m.SetLimits(prober.Limits{MaxRate: cfg.Global.MaxRate, MaxInFlight: cfg.Global.MaxInFlight}))
 	tc := cfg.Tests[0]
-	s := &capacity.Soak{Manager: m, Recorder: rec, Test: tc, Load: cfg.TestLoad(tc), Logger: promslog.NewNopLogger()}
+	s := &capacity.Soak{Manager: m, Recorder: rec, Test: tc, Load: cfg.TestLoad(tc), Logger: promslog.NewNopLogger(), Checkpoint: checkpoint}
 	if during != nil {
 		go during()
 	}
@@ -171,7 +178,17 @@ func TestSoakRecovers(t *testing.T) {
     drift: {p99_growth: 1}   # latency is not the point here: a loaded CI machine moves a 20 ms TTFT
     faults: [{at: 2500ms, for: 2s, set: {error_rate: {"503": 1}}}]
 `)
-	run := runSoak(t, cfg, nil)
+	// Its checkpoints hold only summarized windows (with 2 s windows,
+	// shorter than the timeout, none until the end) and what the plan did
+	// so far.
+	var checkpoints []*capacity.Run
+	run := runSoakChecked(t, cfg, nil, func(r *capacity.Run) { checkpoints = append(checkpoints, r) })
+	require.Len(t, checkpoints, 4, "one a window")
+	for _, cp := range checkpoints {
+		require.Empty(t, cp.Soak.Windows)
+	}
+	require.Empty(t, checkpoints[0].Soak.Faults, "the step is due at 2.5 s")
+	require.Equal(t, "set", checkpoints[1].Soak.Faults[0].Action)
 	require.Equal(t, capacity.VerdictPass, run.Verdict, run.Reason)
 	require.Contains(t, run.Reason, "error bursts, recovered")
 	require.True(t, run.Soak.Windows[1].ErrorBurst)

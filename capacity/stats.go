@@ -328,6 +328,9 @@ type Lengths struct {
 // level of at least 10 requests): long prompts queue behind their own
 // prefill, and an average over every request hides what they see.
 type Longest struct {
+	// SameLength: every request of the level had the same input length:
+	// the decile singles out nothing.
+	SameLength bool `json:"same_length"`
 	// MinInputTokens is the decile's shortest input.
 	MinInputTokens int         `json:"min_input_tokens"`
 	Requests       int         `json:"requests"`
@@ -358,7 +361,7 @@ func lengths(spec *config.LoadSpec, records []Record) (*Lengths, *Longest) {
 	byInput := slices.Clone(records)
 	slices.SortStableFunc(byInput, func(a, b Record) int { return b.InputSent - a.InputSent })
 	top := byInput[:len(byInput)/10]
-	lg := &Longest{MinInputTokens: top[len(top)-1].InputSent, Requests: len(top)}
+	lg := &Longest{MinInputTokens: top[len(top)-1].InputSent, Requests: len(top), SameLength: byInput[0].InputSent == byInput[len(byInput)-1].InputSent}
 	var ttft []float64
 	for i := range top {
 		r := &top[i]
@@ -402,7 +405,7 @@ type ProberHealth struct {
 }
 
 func proberHealth(w windowData) *ProberHealth {
-	h := &ProberHealth{Sends: len(w.lags), CPUSeconds: w.cpu.Seconds(), GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	h := &ProberHealth{Sends: int(w.lagsSeen), CPUSeconds: w.cpu.Seconds(), GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	lags := percentiles(float64s(w.lags))
 	h.LagP99 = lags.P99
 	for _, v := range w.lags {

@@ -73,6 +73,8 @@ type Run struct {
 	// Lengths are the token lengths of every measured request of the
 	// run: input as sent, output as received.
 	Lengths *Lengths `json:"lengths,omitempty"`
+	// ScenarioLengths are the same per scenario of a mix.
+	ScenarioLengths map[string]*Lengths `json:"scenario_lengths,omitempty"`
 }
 
 // Knee is where goodput stops growing.

@@ -78,9 +78,12 @@ func WriteTable(w io.Writer, r *Run) {
 			note = addNote(note, fmt.Sprintf("output off max_tokens in %d", n))
 		}
 		if tl := l.Timeline; tl != nil {
-			if tl.Drained > 0 {
-				note = addNote(note, fmt.Sprintf("drained in %.1fs (within %gs)", tl.Drained-tl.BurstEnd, tl.DrainWithin))
-			} else {
+			switch took := tl.Drained - tl.BurstEnd; {
+			case tl.Drained > 0 && took <= tl.DrainWithin:
+				note = addNote(note, fmt.Sprintf("drained in %.1fs (within %gs)", took, tl.DrainWithin))
+			case tl.Drained > 0:
+				note = addNote(note, fmt.Sprintf("drained in %.1fs (over %gs)", took, tl.DrainWithin))
+			default:
 				note = addNote(note, fmt.Sprintf("did not drain within %gs", tl.DrainWithin))
 			}
 		}

@@ -136,7 +136,7 @@ func Compare(a, b *Report) *Comparison {
 	for _, k := range slices.Sorted(maps.Keys(union(oa.Metadata, ob.Metadata))) {
 		change("metadata "+k, oa.Metadata[k], ob.Metadata[k])
 	}
-	change("Server header", said(oa.Identity.Servers), said(ob.Identity.Servers))
+	change("Server header", sayOnly(oa.Identity.Servers), sayOnly(ob.Identity.Servers))
 	change("reply model", sayOnly(oa.Identity.ReplyModels), sayOnly(ob.Identity.ReplyModels))
 	change("system_fingerprint", sayOnly(oa.Identity.Fingerprints), sayOnly(ob.Identity.Fingerprints))
 	change("models listed", modelsListed(&oa), modelsListed(&ob))
@@ -190,6 +190,8 @@ func verifiedLevel(r *Report) *Level {
 	return nil
 }
 
+// sayOnly writes the values a server stated, sorted, without their
+// counts: two runs of the same server differ in those.
 func sayOnly(s []capacity.Said) string {
 	var v []string
 	for _, x := range s {
@@ -197,6 +199,7 @@ func sayOnly(s []capacity.Said) string {
 			v = append(v, x.Value)
 		}
 	}
+	slices.Sort(v)
 	return strings.Join(v, ", ")
 }
 
@@ -205,6 +208,7 @@ func modelsListed(o *TestObject) string {
 	for _, m := range o.Identity.Models {
 		v = append(v, m.ID)
 	}
+	slices.Sort(v)
 	return strings.Join(v, ", ")
 }
 

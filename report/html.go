@@ -7,6 +7,7 @@ import (
 	"html"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -45,7 +46,10 @@ func WriteHTML(w io.Writer, r *Report) error {
 <body>
 <main>
 `, CSP, html.EscapeString(r.Provenance.Version), html.EscapeString(title), css)
-	verdictClass := "verdict-" + r.Verdict
+	verdictClass := "verdict-unknown"
+	if slices.Contains([]string{"pass", "fail", "infeasible", "aborted", "running"}, r.Verdict) {
+		verdictClass = "verdict-" + r.Verdict
+	}
 	renderMarkdown(&b, md.String(), verdictClass, func(section string) {
 		for _, c := range svgs[section] {
 			fmt.Fprintf(&b, "<figure id=\"fig-%s\">\n%s\n<figcaption>%s</figcaption>\n</figure>\n", c.ID, c.svg, html.EscapeString(c.Caption))
@@ -140,7 +144,7 @@ var (
 // text the Markdown writer escaped (&lt; &gt; \|): unescaped, then escaped
 // for HTML.
 func inline(s string) string {
-	s = html.EscapeString(html.UnescapeString(strings.ReplaceAll(s, `\|`, "|")))
+	s = html.EscapeString(html.UnescapeString(strings.NewReplacer(`\|`, "|", `\[`, "[", `\]`, "]").Replace(s)))
 	s = codeRE.ReplaceAllString(s, "<code>$1</code>")
 	return boldRE.ReplaceAllString(s, "<strong>$1</strong>")
 }
@@ -213,8 +217,10 @@ func renderMarkdown(b *strings.Builder, md, verdictClass string, closing func(se
 			b.WriteString("</ul>\n")
 		case line == "":
 		default:
-			var para []string
-			for ; i < len(lines) && lines[i] != "" && !strings.HasPrefix(lines[i], "#") && !strings.HasPrefix(lines[i], "|") &&
+			// The first line is the paragraph's whatever it starts with:
+			// every pass consumes a line.
+			para := []string{inline(line)}
+			for i++; i < len(lines) && lines[i] != "" && !strings.HasPrefix(lines[i], "#") && !strings.HasPrefix(lines[i], "|") &&
 				!strings.HasPrefix(lines[i], "- ") && !strings.HasPrefix(lines[i], "```"); i++ {
 				para = append(para, inline(lines[i]))
 			}

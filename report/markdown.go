@@ -57,16 +57,16 @@ func (m *mdWriter) table(header ...string) {
 }
 
 // mdCell makes a value safe in a Markdown table cell: one line, no pipe,
-// no HTML, no code span.
+// no HTML, no code span, no link or image.
 func mdCell(s string) string {
-	s = strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ", "<", "&lt;", "`", "'").Replace(s)
+	s = strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ", "<", "&lt;", "`", "'", "[", `\[`, "]", `\]`).Replace(s)
 	return strings.TrimSpace(s)
 }
 
 // mdText makes a server's or user's free text safe in Markdown prose: no
-// HTML, one line, no code span.
+// HTML, one line, no code span, no link or image.
 func mdText(s string) string {
-	return strings.NewReplacer("<", "&lt;", "\n", " ", "\r", " ", "`", "'").Replace(s)
+	return strings.NewReplacer("<", "&lt;", "\n", " ", "\r", " ", "`", "'", "[", `\[`, "]", `\]`).Replace(s)
 }
 
 func (m *mdWriter) header(r *Report) {
@@ -170,6 +170,11 @@ func (m *mdWriter) loadModel(r *Report) {
 	m.p("")
 	m.p("Lengths actually sent and received over every measured request (P50 / P95 / P99, n):")
 	m.p("input %s tokens (as sent), output %s tokens (as received).", tokens(lm.InputTokens), tokens(lm.OutputTokens))
+	for _, s := range lm.Scenarios {
+		if s.InputTokensSent != nil {
+			m.p("%s: input %s, output %s.", mdText(s.Name), tokens(*s.InputTokensSent), tokens(*s.OutputTokensReceived))
+		}
+	}
 	if lm.CachedShare != nil {
 		m.p("The server reported %.1f%% of the prompt tokens as cached (prefix cache).", 100**lm.CachedShare)
 	} else {
@@ -218,9 +223,12 @@ func (m *mdWriter) capacity(r *Report) {
 	m.p("")
 	c := r.Capacity
 	if c == nil {
-		if r.Kind == "soak" {
+		switch {
+		case r.Kind == "soak":
 			m.p("A soak test does not search for capacity: see section 8.")
-		} else {
+		case r.Verdict == "running" || r.Verdict == "aborted":
+			m.p("Not concluded: the run is %s (%s). The levels measured so far are in the last section.", r.Verdict, mdText(r.Reason))
+		default:
 			m.p("No capacity was found: %s.", mdText(r.Reason))
 		}
 		m.p("")
@@ -351,6 +359,8 @@ func (m *mdWriter) scaling(r *Report) {
 			s.PeakRate, s.SpareReplicas, s.ReplicasForPeak, s.RatePerReplica, s.ReplicasNeeded, s.ReplicasNeeded-1, s.CapacityAfterLoss, 100*s.HeadroomAfterLoss, s.Assumption)
 	case r.Kind == "soak":
 		m.p("Not computed: a soak test does not measure capacity (a step test's report has it).")
+	case r.Verdict == "running" || r.Verdict == "aborted":
+		m.p("Not computed: the run did not conclude.")
 	case r.Capacity == nil || r.Capacity.VerifiedRate == 0:
 		m.p("Not computed: the run verified no sustainable rate.")
 	default:
@@ -364,6 +374,8 @@ func (m *mdWriter) cost(r *Report) {
 	m.p("")
 	c := r.Cost
 	switch {
+	case r.Verdict == "running" || r.Verdict == "aborted":
+		m.p("Not computed: the run did not conclude.")
 	case c == nil:
 		m.p("Not computed: the target has no `cost_per_hour` in the configuration.")
 	case c.PerGoodRequest == 0:

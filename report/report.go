@@ -110,6 +110,10 @@ type LoadModel struct {
 // Scenario is one scenario of the load model.
 type Scenario struct {
 	capacity.ScenarioSetup
+	// InputTokensSent and OutputTokensReceived are the scenario's own
+	// lengths, in a mix (a load of one scenario: the load model's).
+	InputTokensSent      *capacity.Percentiles `json:"input_tokens_sent,omitempty"`
+	OutputTokensReceived *capacity.Percentiles `json:"output_tokens_received,omitempty"`
 }
 
 // Stage is how one kind of stage sent its requests.
@@ -241,9 +245,6 @@ type Longest struct {
 	Stage        string  `json:"stage"`
 	Concurrency  int     `json:"concurrency,omitempty"`
 	IntendedRate float64 `json:"intended_rate,omitempty"`
-	// SameLength: every request of the level had the decile's input
-	// length (the level's input P50 is as long): nothing to single out.
-	SameLength bool `json:"same_length"`
 	capacity.Longest
 }
 
@@ -331,7 +332,11 @@ func Build(run *capacity.Run, id string) *Report {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("the prober may have distorted this run: %s", joinAnd(d)))
 	}
 
-	if c := run.Capacity; c != nil {
+	concluded := run.Verdict == "pass" || run.Verdict == "fail" || run.Verdict == "infeasible"
+	if !concluded {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("the run did not conclude (%s): no capacity, scaling basis or cost is stated; its levels so far are", run.Verdict))
+	}
+	if c := run.Capacity; c != nil && concluded {
 		reps := r.TestObject.Replicas
 		r.Capacity = &CapacitySummary{
 			VerifiedRate: c.VerifiedRate, VerifiedGoodput: c.VerifiedGoodput, Concurrency: c.Concurrency, ClosedRate: c.Rate,
@@ -345,7 +350,9 @@ func Build(run *capacity.Run, id string) *Report {
 		}
 		r.Scaling = scaling(&tg, r.Capacity)
 	}
-	r.Cost = cost(&tg, run, r.Capacity)
+	if concluded {
+		r.Cost = cost(&tg, run, r.Capacity)
+	}
 	r.Risk = risk(run, levels)
 	if run.Soak != nil {
 		r.Soak = &Soak{Rate: run.Soak.Rate, Drift: run.Soak.Drift}
@@ -405,7 +412,11 @@ func level(run *capacity.Run, l *capacity.Level) Level {
 func loadModel(run *capacity.Run, setup *capacity.Setup, levels []*capacity.Level) LoadModel {
 	m := LoadModel{Test: setup.Test, Stages: []Stage{}}
 	for _, s := range setup.Scenarios {
-		m.Scenarios = append(m.Scenarios, Scenario{s})
+		sc := Scenario{ScenarioSetup: s}
+		if ls := run.ScenarioLengths[s.Name]; ls != nil {
+			sc.InputTokensSent, sc.OutputTokensReceived = &ls.Input, &ls.Output
+		}
+		m.Scenarios = append(m.Scenarios, sc)
 	}
 	if r := setup.Replay; r != nil {
 		m.Replay = fmt.Sprintf("%s (%s)", r.File, r.Format)
@@ -518,8 +529,7 @@ func risk(run *capacity.Run, levels []*capacity.Level) Risk {
 	}
 	for _, l := range levels {
 		if lg := l.Longest; lg != nil && l.Stage != "baseline" {
-			same := l.Lengths != nil && l.Lengths.Input.P50 >= float64(lg.MinInputTokens)
-			r.Longest = append(r.Longest, Longest{Stage: l.Stage, Concurrency: l.Concurrency, IntendedRate: l.IntendedRate, SameLength: same, Longest: *lg})
+			r.Longest = append(r.Longest, Longest{Stage: l.Stage, Concurrency: l.Concurrency, IntendedRate: l.IntendedRate, Longest: *lg})
 		}
 	}
 	if b := run.Burst; b != nil {

@@ -25,7 +25,8 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 // `sloprober test run knee --json` against the built-in simulator (the
 // embedded default), testdata/soak-run.json an 80 s soak of a simulator
 // with the same configuration at 4 req/s, with 503s for 10 s in the
-// middle.
+// middle. (Their levels' longest.same_length, added after they ran, is
+// what the code computes of them: every prompt was 256 tokens.)
 func load(t *testing.T, name string) *capacity.Run {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", name))
@@ -136,4 +137,31 @@ func TestHostileStrings(t *testing.T) {
 	require.NoError(t, report.WriteMarkdown(&md, r))
 	require.NotContains(t, md.String(), "<script>")
 	require.Contains(t, md.String(), `| gpu | &lt;script>alert(1)&lt;/script>\|'x'&lt;img src=x onerror=alert(2)> |`)
+}
+
+// TestNotConcluded: the report of a run that did not conclude (running,
+// or aborted during verification) states no capacity, scaling or cost,
+// only the levels it measured, and validates against the schema.
+func TestNotConcluded(t *testing.T) {
+	for _, verdict := range []string{"running", "aborted"} {
+		run := load(t, "step-run.json")
+		run.Verdict, run.Reason = verdict, "aborted through the API"
+		r := report.Build(run, "")
+		require.Nil(t, r.Capacity)
+		require.Nil(t, r.Scaling)
+		require.Nil(t, r.Cost)
+		require.NotEmpty(t, r.Levels)
+		var md bytes.Buffer
+		require.NoError(t, report.WriteMarkdown(&md, r))
+		require.Contains(t, md.String(), "Not concluded: the run is "+verdict)
+		require.NotContains(t, md.String(), "Sustainable")
+
+		sch, err := jsonschema.NewCompiler().Compile(filepath.Join("schema", "report.json"))
+		require.NoError(t, err)
+		b, err := json.Marshal(r)
+		require.NoError(t, err)
+		v, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+		require.NoError(t, err)
+		require.NoError(t, sch.Validate(v), verdict)
+	}
 }

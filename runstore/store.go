@@ -300,9 +300,11 @@ func (s *Store) load() error {
 		e.Summary = Summary{ID: e.ID, Test: m.Test, Kind: m.Kind, Target: m.Target, Start: m.Start, End: m.End,
 			Verdict: m.Verdict, Reason: m.Reason}
 		e.capacity = m.Capacity != nil
+		var c *capacity.Capacity
 		if m.Capacity != nil {
-			e.VerifiedRate = &m.Capacity.VerifiedRate
+			c = &capacity.Capacity{VerifiedRate: m.Capacity.VerifiedRate}
 		}
+		e.VerifiedRate = concludedRate(m.Kind, m.Verdict, c)
 		s.byID[e.ID] = e
 		s.order = append(s.order, e)
 	}
@@ -416,11 +418,27 @@ func (e *entry) set(id ID, run *capacity.Run) {
 	e.Summary = Summary{ID: id, Test: run.Test, Kind: run.Kind, Target: run.Target, Start: run.Start, End: run.End,
 		Verdict: run.Verdict, Reason: run.Reason}
 	e.capacity = run.Capacity != nil
-	if c := run.Capacity; c != nil && run.Verdict != VerdictRunning {
-		// A running run's capacity is not verified yet.
-		rate := c.VerifiedRate
-		e.VerifiedRate = &rate
+	e.VerifiedRate = concludedRate(run.Kind, run.Verdict, run.Capacity)
+}
+
+// concludedRate is the verified rate a step run concluded on: its own
+// after pass or fail, 0 after infeasible (or a fail without a capacity);
+// nil for a soak, a running or an aborted run (not concluded).
+func concludedRate(kind, verdict string, c *capacity.Capacity) *float64 {
+	if kind != config.TestStep {
+		return nil
 	}
+	var rate float64
+	switch verdict {
+	case capacity.VerdictPass, capacity.VerdictFail:
+		if c != nil {
+			rate = c.VerifiedRate
+		}
+	case capacity.VerdictInfeasible:
+	default:
+		return nil
+	}
+	return &rate
 }
 
 // Update stores the partial results of a running run; its verdict stays
@@ -590,15 +608,18 @@ func (s *Store) Last(test string, finishedOnly bool) (*capacity.Run, bool) {
 }
 
 // LastWithCapacity returns the newest finished step run of test ("": of
-// any test), not aborted, that concluded on a capacity: it found one (its
-// Capacity is set: the closed loop met the objectives at some level; its
-// VerifiedRate is 0 if no open-loop rate did), or found it infeasible
-// (none at all). The daemon restores its capacity gauges from it at start.
+// any test), not aborted: every such run concluded on a capacity, one it
+// found (its Capacity is set: the closed loop met the objectives at some
+// level; its VerifiedRate is 0 if no open-loop rate did) or none
+// (infeasible, or a fail at every level). The daemon restores its
+// capacity gauges from it at start.
 func (s *Store) LastWithCapacity(test string) (*capacity.Run, bool) {
 	return s.last(func(e *entry) bool {
+		// An aborted run's capacity is unverified; every other
+		// finished step run concluded on one (none: infeasible, or a
+		// fail with no level that met the objectives).
 		return (test == "" || e.Test == test) && !e.running() && e.Kind == config.TestStep &&
-			(e.capacity || e.Verdict == capacity.VerdictInfeasible) &&
-			e.Verdict != capacity.VerdictAborted // an aborted run's capacity is unverified
+			e.Verdict != capacity.VerdictAborted
 	})
 }
 

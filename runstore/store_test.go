@@ -178,28 +178,67 @@ func TestOrderAndLast(t *testing.T) {
 	require.Equal(t, capacity.VerdictFail, last.Verdict)
 	require.Equal(t, t0.Add(2*time.Hour), last.Start)
 
-	// No capacity in any: a capacity makes the difference, and only in a
-	// finished step run.
-	_, ok = s.LastWithCapacity("a")
-	require.False(t, ok)
-	withCap := stepRun("a", t0.Add(-time.Hour))
-	withCap.Capacity = &capacity.Capacity{Concurrency: 8}
-	id, err := s.Begin(withCap)
+	// Every finished step run concluded on a capacity, one it found or
+	// none (a fail at every level): the newest one counts, not a running
+	// one, an aborted one or a soak.
+	got, ok := s.LastWithCapacity("a")
+	require.True(t, ok)
+	require.Equal(t, a2, runID(t, s, got))
+	newer := stepRun("a", t0.Add(4*time.Hour))
+	newer.Capacity = &capacity.Capacity{Concurrency: 8}
+	id, err := s.Begin(newer)
 	require.NoError(t, err)
-	_, ok = s.LastWithCapacity("a")
-	require.False(t, ok, "running")
-	withCap.End, withCap.Verdict = t0, capacity.VerdictFail
-	require.NoError(t, s.Finish(id, withCap))
+	got, _ = s.LastWithCapacity("a")
+	require.Nil(t, got.Capacity, "the newer one is running")
+	newer.End, newer.Verdict = t0.Add(5*time.Hour), capacity.VerdictAborted
+	require.NoError(t, s.Finish(id, newer))
+	got, _ = s.LastWithCapacity("a")
+	require.Nil(t, got.Capacity, "an aborted run's capacity is unverified")
 	soak := &capacity.Run{Test: "a", Kind: config.TestSoak, Start: t0.Add(5 * time.Hour), End: t0.Add(6 * time.Hour),
 		Verdict: capacity.VerdictPass, Capacity: &capacity.Capacity{Concurrency: 99}}
 	sid, err := s.Begin(soak)
 	require.NoError(t, err)
 	require.NoError(t, s.Finish(sid, soak))
-	got, ok := s.LastWithCapacity("a")
+	withCap := stepRun("a", t0.Add(7*time.Hour))
+	withCap.Capacity = &capacity.Capacity{Concurrency: 8, VerifiedRate: 5}
+	id, err = s.Begin(withCap)
+	require.NoError(t, err)
+	withCap.End, withCap.Verdict = t0.Add(8*time.Hour), capacity.VerdictPass
+	require.NoError(t, s.Finish(id, withCap))
+	got, ok = s.LastWithCapacity("a")
 	require.True(t, ok)
 	require.Equal(t, withCap, got)
-	_, ok = s.LastWithCapacity("b")
-	require.False(t, ok)
+	got, ok = s.LastWithCapacity("b")
+	require.True(t, ok)
+	require.Equal(t, b1, runID(t, s, got))
+
+	// The summaries state the rate a run concluded on: none while running
+	// or aborted, 0 for a fail without one.
+	for _, sum := range s.List("a") {
+		switch sum.Verdict {
+		case capacity.VerdictAborted:
+			require.Nil(t, sum.VerifiedRate, sum.ID)
+		case capacity.VerdictPass:
+			if sum.ID == id {
+				require.Equal(t, 5.0, *sum.VerifiedRate)
+			}
+		}
+		if sum.Kind == config.TestSoak {
+			require.Nil(t, sum.VerifiedRate)
+		}
+	}
+}
+
+// runID finds the id of a stored run by its start.
+func runID(t *testing.T, s *runstore.Store, r *capacity.Run) runstore.ID {
+	t.Helper()
+	for _, sum := range s.List(r.Test) {
+		if sum.Start.Equal(r.Start) {
+			return sum.ID
+		}
+	}
+	t.Fatalf("no stored run of %s started at %s", r.Test, r.Start)
+	return ""
 }
 
 func TestRestartAbortsInterruptedRuns(t *testing.T) {

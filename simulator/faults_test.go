@@ -112,19 +112,23 @@ faults:
 	require.Equal(t, int64(o.status[429]), st.Responses["429"])
 }
 
+// putFaults sends PUT /sim/faults (with query) and returns the status.
+func putFaults(t *testing.T, s *testSim, query, body string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, s.url+"/sim/faults"+query, strings.NewReader(body))
+	require.NoError(t, err)
+	resp, err := s.client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
 // TestFaultsAtRunTime: PUT /sim/faults replaces the faults, as JSON or YAML;
 // omitted keys are 0, and a bad block changes nothing.
 func TestFaultsAtRunTime(t *testing.T) {
 	s := startSim(t, fastSim)
-	put := func(body string) int {
-		req, err := http.NewRequest(http.MethodPut, s.url+"/sim/faults", strings.NewReader(body))
-		require.NoError(t, err)
-		resp, err := s.client.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode
-	}
+	put := func(body string) int { return putFaults(t, s, "", body) }
 	o := classify(t, s, 20, 90)
 	require.Equal(t, 20, o.status[200])
 
@@ -391,15 +395,7 @@ faults: `+block+`
 // duration is refused.
 func TestFaultsFor(t *testing.T) {
 	s := startSim(t, fastSim+"faults: {missing_done_rate: 1}\n")
-	put := func(query, body string) int {
-		req, err := http.NewRequest(http.MethodPut, s.url+"/sim/faults"+query, strings.NewReader(body))
-		require.NoError(t, err)
-		resp, err := s.client.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode
-	}
+	put := func(query, body string) int { return putFaults(t, s, query, body) }
 	require.Equal(t, http.StatusOK, put("?for=300ms", `{"error_rate": {"503": 1}}`))
 	require.Equal(t, 1.0, s.Config().Faults.ErrorRate["503"])
 	require.Eventually(t, func() bool { return s.Config().Faults.MissingDoneRate == 1 }, 5*time.Second, 10*time.Millisecond,

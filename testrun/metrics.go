@@ -163,9 +163,10 @@ func (m *Metrics) setLast(r *capacity.Run) {
 // would fire the capacity-regression alert); m.mu is held.
 func (m *Metrics) setCapacity(r *capacity.Run) {
 	c := r.Capacity
-	if r.Verdict == capacity.VerdictInfeasible && r.Kind == config.TestStep {
-		// One request at a time already misses an objective: the
-		// capacity at the SLOs is none, a regression to alert on.
+	if c == nil && r.Kind == config.TestStep && (r.Verdict == capacity.VerdictInfeasible || r.Verdict == capacity.VerdictFail) {
+		// One request at a time already misses an objective, or no
+		// level met them: the capacity at the SLOs is none, a
+		// regression to alert on.
 		c = &capacity.Capacity{}
 	}
 	if c == nil || r.Verdict == capacity.VerdictAborted || c.LimitedBy != "" {
