@@ -11,7 +11,9 @@ import (
 // level with the sample count beside every percentile. A percentile over
 // too few samples is marked *, an insufficient level "(few)".
 func WriteTable(w io.Writer, r *Run) {
-	fmt.Fprintf(w, "test %s (%s) on %s: %s: %s\n", r.Test, r.Kind, r.Target, strings.ToUpper(r.Verdict), r.Reason)
+	// "ABORTED: interrupt signal received", not "ABORTED: aborted: ...".
+	reason := strings.TrimPrefix(r.Reason, r.Verdict+": ")
+	fmt.Fprintf(w, "test %s (%s) on %s: %s: %s\n", r.Test, r.Kind, r.Target, strings.ToUpper(r.Verdict), reason)
 	if c := r.Capacity; c != nil {
 		fmt.Fprintf(w, "capacity: %.3g req/s verified open loop (%.3g good req/s); closed loop %s at %.3g req/s (%.3g good req/s)\n",
 			c.VerifiedRate, c.VerifiedGoodput, clients(c.Concurrency), c.Rate, c.Goodput)

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -318,7 +320,7 @@ func (m *Manager) apply(owner string, specs []config.LoadSpec, cu *configUpdate)
 				if owner != CanaryOwner {
 					level = slog.LevelDebug
 				}
-				m.logger.Log(context.Background(), level, "Load changed", "owner", owner, "load", name, "rate", old.spec.Rate, "clients", old.spec.Clients, "enabled", !old.spec.Paused)
+				m.logger.Log(context.Background(), level, "Load changed", "owner", owner, "load", name, "rate", logRate(old.spec.Rate), "clients", old.spec.Clients, "enabled", !old.spec.Paused)
 			}
 			desired[name] = old
 			continue
@@ -337,7 +339,7 @@ func (m *Manager) apply(owner string, specs []config.LoadSpec, cu *configUpdate)
 			l.obs = append(l.obs, m.factory.Observe(info))
 		}
 		l.start()
-		m.logger.Info("Load started", "owner", owner, "load", name, "arrival", l.spec.Arrival, "rate", l.spec.Rate,
+		m.logger.Info("Load started", "owner", owner, "load", name, "arrival", l.spec.Arrival, "rate", logRate(l.spec.Rate),
 			"clients", l.spec.Clients, "enabled", !l.spec.Paused)
 	}
 	if len(desired) == 0 {
@@ -552,4 +554,14 @@ func (m *Manager) Loads() []LoadStatus {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key.String() < out[j].Key.String() })
 	return out
+}
+
+// logRate rounds a rate for the log to four significant digits: a test's
+// verification rate is a fraction of a measured one (5.199488272603596).
+func logRate(r float64) float64 {
+	if r == 0 || math.IsNaN(r) || math.IsInf(r, 0) {
+		return r
+	}
+	f, _ := strconv.ParseFloat(strconv.FormatFloat(r, 'g', 4, 64), 64)
+	return f
 }

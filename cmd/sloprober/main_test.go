@@ -387,9 +387,15 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 func TestCheckConfig(t *testing.T) {
 	code, stdout, _ := runCLI(t, "check", "config", "testdata/good.yml")
 	require.Equal(t, 0, code)
-	require.Equal(t, "SUCCESS: testdata/good.yml is valid: 1 targets, 1 scenarios, 1 canary loads\n", stdout)
+	require.Equal(t, "SUCCESS: testdata/good.yml is valid: 1 target, 1 scenario, 1 canary load, 0 tests\n", stdout)
+	code, stdout, _ = runCLI(t, "check", "config", "--config.file", "testdata/good.yml")
+	require.Equal(t, 0, code, "--config.file, as every other command takes it")
+	require.Contains(t, stdout, "SUCCESS: testdata/good.yml")
+	code, _, stderr := runCLI(t, "check", "config")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "no configuration file to check")
 
-	code, stdout, stderr := runCLI(t, "check", "config", "testdata/good.yml", "testdata/bad.yml")
+	code, stdout, stderr = runCLI(t, "check", "config", "testdata/good.yml", "testdata/bad.yml")
 	require.Equal(t, 1, code)
 	require.Contains(t, stdout, "SUCCESS: testdata/good.yml")
 	require.Equal(t, "FAILED: testdata/bad.yml: line 5: targets[0].timeout: not a valid duration string: \"-5s\"\n", stderr)

@@ -228,7 +228,7 @@ func (d *daemon) reload() error {
 	}
 	d.cfg.Store(cfg)
 	d.metrics.ReloadResult(true)
-	d.logger.Info("Loaded config", "file", *d.source.file, "targets", len(cfg.Targets), "scenarios", len(cfg.Scenarios), "canary_loads", len(cfg.Canary))
+	d.logger.Info("Loaded config", "file", *d.source.file, "targets", len(cfg.Targets), "scenarios", len(cfg.Scenarios), "canary_loads", len(cfg.Canary), "tests", len(cfg.Tests))
 	return nil
 }
 
