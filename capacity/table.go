@@ -29,7 +29,14 @@ func WriteTable(w io.Writer, r *Run) {
 			c.Scenario, 100*c.Attainment, c.Counted, 100*c.Objective, 100*c.BudgetConsumed)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "stage\tclients\trate/s\twindow\tsent\tok/s\tgood/s\tin tok/s\tout tok/s\tattained\tTTFT p50/p95/p99 ms (n)\tTPOT p99 ms\tE2E p99 ms\tdrain s\tnote\t")
+	// A soak's windows are open loop and follow each other without a
+	// drain: no clients, no drain column.
+	soak := r.Soak != nil
+	if soak {
+		fmt.Fprintln(tw, "stage\trate/s\twindow\tsent\tok/s\tgood/s\tin tok/s\tout tok/s\tattained\tTTFT p50/p95/p99 ms (n)\tTPOT p99 ms\tE2E p99 ms\tnote\t")
+	} else {
+		fmt.Fprintln(tw, "stage\tclients\trate/s\twindow\tsent\tok/s\tgood/s\tin tok/s\tout tok/s\tattained\tTTFT p50/p95/p99 ms (n)\tTPOT p99 ms\tE2E p99 ms\tdrain s\tnote\t")
+	}
 	levels := []*Level{r.Baseline}
 	for i := range r.Sweep {
 		levels = append(levels, &r.Sweep[i])
@@ -91,6 +98,12 @@ func WriteTable(w io.Writer, r *Run) {
 		}
 		if p := l.Prober; p != nil && (p.LagP99 > ProberLagLimit.Seconds() || p.CPUShare > ProberCPULimit) {
 			note = addNote(note, fmt.Sprintf("prober busy: send lag P99 %.0f ms, CPU %.0f%%", 1e3*p.LagP99, 100*p.CPUShare))
+		}
+		if soak {
+			fmt.Fprintf(tw, "%s\t%s\t%.0fs\t%d\t%.3g\t%.3g\t%.4g\t%.4g\t%.1f%%\t%s\t%s\t%s\t%s\t\n",
+				l.Stage, rate, l.WindowSeconds, l.Sent, l.CompletedRate, l.Goodput, l.InputTokensRate, l.OutputTokensRate,
+				100*l.Attainment, ms3(l.TTFT), ms1(l.TPOT, l.TPOT.P99), ms1(l.E2E, l.E2E.P99), note)
+			continue
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0fs\t%d\t%.3g\t%.3g\t%.4g\t%.4g\t%.1f%%\t%s\t%s\t%s\t%.2f\t%s\t\n",
 			l.Stage, clients, rate, l.WindowSeconds, l.Sent, l.CompletedRate, l.Goodput, l.InputTokensRate, l.OutputTokensRate,

@@ -256,7 +256,7 @@ func WriteComparison(w io.Writer, c *Comparison) error {
 		m.p("")
 		m.table("", "A", "B")
 		for _, ch := range c.Changed {
-			m.row(ch.What, orNone(ch.A), orNone(ch.B))
+			m.row(free(ch.What), orNone(free(ch.A)), orNone(free(ch.B)))
 		}
 		m.p("")
 	}

@@ -136,6 +136,8 @@ figcaption { font-size: .85em; color: #57606a; margin-top: .3em; }
 `
 
 var (
+	// Escaped stars (\*) never make two stars in a row: a server's
+	// "**x**" reaches the HTML as text.
 	boldRE = regexp.MustCompile(`\*\*([^*]+)\*\*`)
 	codeRE = regexp.MustCompile("`([^`]+)`")
 )
@@ -144,10 +146,16 @@ var (
 // text the Markdown writer escaped (&lt; &gt; \|): unescaped, then escaped
 // for HTML.
 func inline(s string) string {
-	s = html.EscapeString(html.UnescapeString(strings.NewReplacer(`\|`, "|", `\[`, "[", `\]`, "]").Replace(s)))
+	s = html.EscapeString(html.UnescapeString(s))
+	// Markup first, on the escaped text: a backslash-escaped character
+	// (from a server's or user's string) is never part of it.
 	s = codeRE.ReplaceAllString(s, "<code>$1</code>")
-	return boldRE.ReplaceAllString(s, "<strong>$1</strong>")
+	s = boldRE.ReplaceAllString(s, "<strong>$1</strong>")
+	return mdUnescaper.Replace(s)
 }
+
+// mdUnescaper undoes the Markdown writer's backslash escapes.
+var mdUnescaper = strings.NewReplacer(`\|`, "|", `\[`, "[", `\]`, "]", `\*`, "*", `\_`, "_")
 
 // renderMarkdown renders the subset of Markdown the report writer emits:
 // headings, a block quote, paragraphs, lists, tables and fenced code.

@@ -57,16 +57,27 @@ func (m *mdWriter) table(header ...string) {
 }
 
 // mdCell makes a value safe in a Markdown table cell: one line, no pipe,
-// no HTML, no code span, no link or image.
+// no HTML, no code span, link or image. A server's or user's text in a
+// cell goes through free first: no emphasis either.
 func mdCell(s string) string {
 	s = strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ", "<", "&lt;", "`", "'", "[", `\[`, "]", `\]`).Replace(s)
 	return strings.TrimSpace(s)
 }
 
+// codeSpan makes a text safe inside a Markdown code span (one line, no
+// backtick): inside one nothing else is markup.
+func codeSpan(s string) string {
+	return strings.NewReplacer("`", "'", "\n", " ", "\r", " ").Replace(s)
+}
+
+// free escapes what would make a server's or user's text emphasis in
+// Markdown (stars and underscores), for a table cell.
+func free(s string) string { return strings.NewReplacer("*", `\*`, "_", `\_`).Replace(s) }
+
 // mdText makes a server's or user's free text safe in Markdown prose: no
-// HTML, one line, no code span, no link or image.
+// HTML, one line, no code span, link, image or emphasis.
 func mdText(s string) string {
-	return strings.NewReplacer("<", "&lt;", "\n", " ", "\r", " ", "`", "'", "[", `\[`, "]", `\]`).Replace(s)
+	return strings.NewReplacer("<", "&lt;", "\n", " ", "\r", " ", "`", "'", "[", `\[`, "]", `\]`, "*", `\*`, "_", `\_`).Replace(s)
 }
 
 func (m *mdWriter) header(r *Report) {
@@ -91,12 +102,12 @@ func (m *mdWriter) testObject(r *Report) {
 	m.p("## 1. Test object")
 	m.p("")
 	m.table("", "")
-	m.row("Target", o.Target)
-	m.row("URL", o.URL)
-	m.row("API / model", o.API+" / "+o.Model)
+	m.row("Target", free(o.Target))
+	m.row("URL", free(o.URL))
+	m.row("API / model", free(o.API+" / "+o.Model))
 	m.row("Replicas", fmt.Sprint(o.Replicas))
 	for _, k := range slices.Sorted(maps.Keys(o.Metadata)) {
-		m.row(k, o.Metadata[k])
+		m.row(free(k), free(o.Metadata[k]))
 	}
 	id := o.Identity
 	var listed []string
@@ -114,10 +125,10 @@ func (m *mdWriter) testObject(r *Report) {
 	if id.ModelsError != "" {
 		models = "not known: " + id.ModelsError
 	}
-	m.row("Models listed (/v1/models)", orNone(models))
-	m.row("Server header", orNone(said(id.Servers)))
-	m.row("Reply model", orNone(said(id.ReplyModels)))
-	m.row("system_fingerprint", orNone(said(id.Fingerprints)))
+	m.row("Models listed (/v1/models)", orNone(free(models)))
+	m.row("Server header", orNone(free(said(id.Servers))))
+	m.row("Reply model", orNone(free(said(id.ReplyModels))))
+	m.row("system_fingerprint", orNone(free(said(id.Fingerprints))))
 	if o.Simulator {
 		m.row("Note", "a sloprober simulator (ground truth), not a production engine")
 	}
@@ -267,7 +278,7 @@ func (m *mdWriter) risk(r *Report) {
 	}
 	m.longest(rk.Longest)
 	for _, f := range rk.Faults {
-		line := fmt.Sprintf("- **Fault plan**: %s %s at %s", f.Action, mdText(f.Faults), f.At.UTC().Format(time.TimeOnly))
+		line := fmt.Sprintf("- **Fault plan**: %s `%s` at %s", f.Action, codeSpan(f.Faults), f.At.UTC().Format(time.TimeOnly))
 		if f.Error != "" {
 			line += " (failed: " + mdText(f.Error) + ")"
 		}

@@ -125,7 +125,7 @@ func TestCompare(t *testing.T) {
 // element in the HTML, no broken table or code span in the Markdown.
 func TestHostileStrings(t *testing.T) {
 	run := load(t, "step-run.json")
-	evil := "<script>alert(1)</script>|`x`<img src=x onerror=alert(2)>"
+	evil := "<script>alert(1)</script>|`x`<img src=x onerror=alert(2)>[link](http://127.0.0.1/)**bold**"
 	run.Identity.Servers = []capacity.Said{{Value: evil, Replies: 3}}
 	run.Setup.Target.Metadata = map[string]string{"gpu": evil}
 	r := report.Build(run, "")
@@ -134,9 +134,11 @@ func TestHostileStrings(t *testing.T) {
 	require.NotContains(t, h.String(), "<script>")
 	require.NotContains(t, h.String(), "<img")
 	require.Contains(t, h.String(), "&lt;script&gt;alert(1)&lt;/script&gt;|")
+	require.Contains(t, h.String(), "[link](http://127.0.0.1/)**bold**", "as text")
+	require.NotContains(t, h.String(), "<strong>bold")
 	require.NoError(t, report.WriteMarkdown(&md, r))
 	require.NotContains(t, md.String(), "<script>")
-	require.Contains(t, md.String(), `| gpu | &lt;script>alert(1)&lt;/script>\|'x'&lt;img src=x onerror=alert(2)> |`)
+	require.Contains(t, md.String(), `| gpu | &lt;script>alert(1)&lt;/script>\|'x'&lt;img src=x onerror=alert(2)>\[link\](http://127.0.0.1/)\*\*bold\*\* |`)
 }
 
 // TestNotConcluded: the report of a run that did not conclude (running,
