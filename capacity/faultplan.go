@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/prober"
 )
 
 // FaultEvent is one change of a simulator's faults by a soak's fault plan.
@@ -51,7 +52,7 @@ func newFaultPlan(target string) (*faultPlan, error) {
 // restores the faults of a step in force when ctx ends.
 func (p *faultPlan) run(ctx context.Context, start time.Time, steps []config.FaultStep) {
 	for _, st := range steps {
-		if !sleepUntil(ctx, start.Add(time.Duration(st.At))) {
+		if !prober.Sleep(ctx, time.Until(start.Add(time.Duration(st.At)))) {
 			return
 		}
 		before, err := p.get(ctx)
@@ -70,7 +71,7 @@ func (p *faultPlan) run(ctx context.Context, start time.Time, steps []config.Fau
 		if err != nil {
 			continue
 		}
-		ok := sleepUntil(ctx, start.Add(time.Duration(st.At+st.For)))
+		ok := prober.Sleep(ctx, time.Until(start.Add(time.Duration(st.At+st.For))))
 		// Restore even when the soak ends: the simulator must not keep
 		// failing after it.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -141,22 +142,6 @@ func (p *faultPlan) do(req *http.Request) ([]byte, error) {
 		return nil, fmt.Errorf("%s %s: %s: %s", req.Method, p.admin, resp.Status, strings.TrimSpace(string(b)))
 	}
 	return b, nil
-}
-
-// sleepUntil waits until t, or until ctx is done: it reports whether t came.
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // compactJSON writes the simulator's faults (JSON) on one line, like the

@@ -507,14 +507,14 @@ func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
 	if m.Good {
 		l.good++
 	}
-	failed := r.Outcome != prober.OutcomeOK && r.Outcome != prober.OutcomeCancelled && r.Outcome != prober.OutcomeShutdown
-	if failed {
+	isFailed := failed(r.Outcome)
+	if isFailed {
 		l.failed++
 	}
 	switch {
 	case m.HasTTFT:
 		l.maxTTFT = max(l.maxTTFT, m.TTFT)
-	case failed:
+	case isFailed:
 		// A request that failed without a first token waited that
 		// long for it at least: a server that sends headers and then
 		// nothing until the timeout (60 s) is over a stop.ttft_over of
@@ -563,4 +563,11 @@ func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
 			w.gaps[j] = g
 		}
 	}
+}
+
+// failed reports whether an outcome is a failure of the target, for the
+// stop rules and error bursts: anything but ok, and the client's own
+// cancellations and shutdown.
+func failed(o prober.Outcome) bool {
+	return o != prober.OutcomeOK && o != prober.OutcomeCancelled && o != prober.OutcomeShutdown
 }

@@ -237,13 +237,13 @@ func (s *Soak) summarizeWindow(st *Step, run *Run, windows []*Window, i int) {
 	w := &run.Soak.Windows[i]
 	w.Level = Level{Stage: "soak", IntendedRate: s.Test.Rate}
 	summarize(&w.Level, &s.Load, st.col.Data(windows[i]), s.Test.Window.MinRequests)
-	failed := 0
+	bad := 0
 	for outcome, n := range w.Outcomes {
-		if outcome != prober.OutcomeOK && outcome != prober.OutcomeCancelled && outcome != prober.OutcomeShutdown {
-			failed += n
+		if failed(outcome) {
+			bad += n
 		}
 	}
-	w.ErrorBurst = w.Sent > 0 && float64(failed) > errorBurstRatio*float64(w.Sent)
+	w.ErrorBurst = w.Sent > 0 && float64(bad) > errorBurstRatio*float64(w.Sent)
 	st.col.Release(windows[i])
 }
 

@@ -27,10 +27,7 @@ func runSoak(t *testing.T, cfg *config.Config, during func()) *capacity.Run {
 // checkpoint.
 func runSoakChecked(t *testing.T, cfg *config.Config, during func(), checkpoint func(*capacity.Run)) *capacity.Run {
 	t.Helper()
-	rec := capacity.NewRecorder()
-	m := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
-	defer m.Stop(time.Second)
-	require.NoError(t, m.SetLimits(prober.Limits{MaxRate: cfg.Global.MaxRate, MaxInFlight: cfg.Global.MaxInFlight}))
+	rec, m := newManager(t, cfg)
 	tc := cfg.Tests[0]
 	s := &capacity.Soak{Manager: m, Recorder: rec, Test: tc, Load: cfg.TestLoad(tc), Logger: promslog.NewNopLogger(), Checkpoint: checkpoint}
 	if during != nil {

@@ -71,13 +71,21 @@ tests:
 	return cfg
 }
 
-// runStep runs the configuration's first test against it.
-func runStep(t *testing.T, ctx context.Context, cfg *config.Config) *capacity.Run {
+// newManager returns a recorder and a manager whose observer it is, with
+// the configuration's global caps; the manager stops when the test ends.
+func newManager(t *testing.T, cfg *config.Config) (*capacity.Recorder, *prober.Manager) {
 	t.Helper()
 	rec := capacity.NewRecorder()
 	m := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
-	defer m.Stop(time.Second)
+	t.Cleanup(func() { m.Stop(time.Second) })
 	require.NoError(t, m.SetLimits(prober.Limits{MaxRate: cfg.Global.MaxRate, MaxInFlight: cfg.Global.MaxInFlight}))
+	return rec, m
+}
+
+// runStep runs the configuration's first test against it.
+func runStep(t *testing.T, ctx context.Context, cfg *config.Config) *capacity.Run {
+	t.Helper()
+	rec, m := newManager(t, cfg)
 	tc := cfg.Tests[0]
 	s := &capacity.Step{Manager: m, Recorder: rec, Test: tc, Load: cfg.TestLoad(tc), MaxRate: 100, Logger: promslog.NewNopLogger(), ConfigHash: cfg.Hash()}
 	return s.Run(ctx)

@@ -161,7 +161,7 @@ func (c *ClosedLoop) client(ctx context.Context, i int) {
 		case <-ctx.Done():
 			return
 		}
-		if !sleepCtx(ctx, time.Duration(c.think.Load())) {
+		if !Sleep(ctx, time.Duration(c.think.Load())) {
 			return
 		}
 	}
@@ -206,8 +206,9 @@ func (c *ClosedLoop) Drain(grace time.Duration) {
 	<-idle
 }
 
-// sleepCtx waits d, or until ctx is done: it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
+// Sleep waits d, or until ctx is done: it reports whether d passed (a
+// d of 0 or less passes at once, unless ctx is done).
+func Sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil
 	}

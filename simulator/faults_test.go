@@ -112,23 +112,28 @@ faults:
 	require.Equal(t, int64(o.status[429]), st.Responses["429"])
 }
 
-// putFaults sends PUT /sim/faults (with query) and returns the status.
-func putFaults(t *testing.T, s *testSim, query, body string) int {
+// putFaults sends PUT /sim/faults (with query) and returns the status and
+// the body.
+func putFaults(t *testing.T, s *testSim, query, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPut, s.url+"/sim/faults"+query, strings.NewReader(body))
 	require.NoError(t, err)
 	resp, err := s.client.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
 }
 
 // TestFaultsAtRunTime: PUT /sim/faults replaces the faults, as JSON or YAML;
 // omitted keys are 0, and a bad block changes nothing.
 func TestFaultsAtRunTime(t *testing.T) {
 	s := startSim(t, fastSim)
-	put := func(body string) int { return putFaults(t, s, "", body) }
+	put := func(body string) int {
+		code, _ := putFaults(t, s, "", body)
+		return code
+	}
 	o := classify(t, s, 20, 90)
 	require.Equal(t, 20, o.status[200])
 
@@ -362,15 +367,9 @@ faults: `+block+`
 	require.GreaterOrEqual(t, slow, 10*(1+3*msSince(started, r.sent)/1000)+3-0.01, "steps 10ms * (1 + 3 * elapsed/1s) + 3ms of leak")
 
 	put := func(body string) string {
-		req, err := http.NewRequest(http.MethodPut, s.url+"/sim/faults", strings.NewReader(body))
-		require.NoError(t, err)
-		resp, err := s.client.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
-		return string(b)
+		code, b := putFaults(t, s, "", body)
+		require.Equal(t, http.StatusOK, code, b)
+		return b
 	}
 	set := time.Now()
 	got := put(block)
@@ -395,7 +394,10 @@ faults: `+block+`
 // duration is refused.
 func TestFaultsFor(t *testing.T) {
 	s := startSim(t, fastSim+"faults: {missing_done_rate: 1}\n")
-	put := func(query, body string) int { return putFaults(t, s, query, body) }
+	put := func(query, body string) int {
+		code, _ := putFaults(t, s, query, body)
+		return code
+	}
 	require.Equal(t, http.StatusOK, put("?for=300ms", `{"error_rate": {"503": 1}}`))
 	require.Equal(t, 1.0, s.Config().Faults.ErrorRate["503"])
 	require.Eventually(t, func() bool { return s.Config().Faults.MissingDoneRate == 1 }, 5*time.Second, 10*time.Millisecond,

@@ -257,18 +257,18 @@ func runStep(ctx context.Context, o Options, s Step) (Result, error) {
 	}
 	defer m.Stop(0)
 
-	if !sleep(ctx, s.Duration()+2*time.Second) {
+	if !prober.Sleep(ctx, s.Duration()+2*time.Second) {
 		return Result{}, ctx.Err()
 	}
-	cpu0 := cpuTime()
+	cpu0 := proc.CPU()
 	t.setMeasuring(true)
 	start := time.Now()
-	if !sleep(ctx, o.Measure) {
+	if !prober.Sleep(ctx, o.Measure) {
 		return Result{}, ctx.Err()
 	}
 	t.setMeasuring(false)
 	window := time.Since(start)
-	cpu := cpuTime() - cpu0
+	cpu := proc.CPU() - cpu0
 	if o.HeapProfile != "" {
 		if f, err := os.Create(o.HeapProfile); err == nil {
 			_ = pprof.WriteHeapProfile(f)
@@ -338,26 +338,6 @@ func startSim(ctx context.Context, binary, dir string, s Step) (string, func(), 
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // quantile is the nearest-rank quantile; 0 for no values (JSON has no NaN).
@@ -434,12 +414,12 @@ func RunFidelity(ctx context.Context, o Options, rate float64, d time.Duration) 
 		return Fidelity{}, err
 	}
 	defer m.Stop(0)
-	if !sleep(ctx, 2*time.Second) {
+	if !prober.Sleep(ctx, 2*time.Second) {
 		return Fidelity{}, ctx.Err()
 	}
 	t.setMeasuring(true)
 	start := time.Now()
-	if !sleep(ctx, d) {
+	if !prober.Sleep(ctx, d) {
 		return Fidelity{}, ctx.Err()
 	}
 	t.setMeasuring(false)
