@@ -19,8 +19,11 @@ GOFILES   := $(shell find . -name '*.go' -not -path './.git/*' -not -path './.to
 TOOLS            := $(CURDIR)/.tools/bin
 PROMETHEUS_MOD   ?= v0.316.0
 PROMTOOL         := $(TOOLS)/promtool
+# Jaeger v2, the trace backend of the tracing tests. It is pinned in the
+# separate tools/ module, so its dependencies do not move sloprober's.
+JAEGER           := $(TOOLS)/jaeger
 
-.PHONY: all build test fmt-check vet unit fuzz run sim tools prometheus chromium bench bench-long clean
+.PHONY: all build test fmt-check vet unit fuzz run sim tools prometheus chromium jaeger bench bench-long clean
 
 all: build
 
@@ -41,17 +44,17 @@ vet:
 # The rules' end-to-end test runs Prometheus and sloprober for a minute; it
 # runs after the other packages, so that it does not compete for the CPU with
 # the tests that check timing.
-unit: $(PROMTOOL) prometheus chromium
-	PROMTOOL=$(PROMTOOL) $(GO) test -race -count=1 $$($(GO) list ./... | grep -v /rules$$)
-	PROMTOOL=$(PROMTOOL) $(GO) test -race -count=1 ./rules/
+unit: $(PROMTOOL) $(JAEGER) prometheus chromium
+	PROMTOOL=$(PROMTOOL) JAEGER=$(JAEGER) $(GO) test -race -count=1 $$($(GO) list ./... | grep -v /rules$$)
+	PROMTOOL=$(PROMTOOL) JAEGER=$(JAEGER) $(GO) test -race -count=1 ./rules/
 
 ## fuzz: run every fuzz target for FUZZTIME (default 20000x: executions, a few seconds) each
 FUZZTIME ?= 20000x
 fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
-## tools: install the tools the tests need: promtool 3.x into .tools/bin, Prometheus 2.42, Chromium
-tools: $(PROMTOOL) prometheus chromium
+## tools: install the tools the tests need: promtool 3.x and Jaeger v2 into .tools/bin, Prometheus 2.42, Chromium
+tools: $(PROMTOOL) $(JAEGER) prometheus chromium
 
 ## prometheus: install Debian's Prometheus 2.42 (server and promtool) unless it is on the PATH
 prometheus:
@@ -63,6 +66,14 @@ chromium:
 
 $(PROMTOOL):
 	GOBIN=$(TOOLS) $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_MOD)
+
+## jaeger: build Jaeger v2 into .tools/bin (the version tools/go.mod pins; the first build takes minutes)
+jaeger: $(JAEGER)
+
+# Jaeger's go.mod has a replace directive, which `go install pkg@version`
+# refuses; building the tool from the tools module is the way round that.
+$(JAEGER): tools/go.mod tools/go.sum
+	cd tools && $(GO) build -o $(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
 
 ## run: start the daemon on its embedded default: probing a built-in simulator, /metrics on :9477
 run: build

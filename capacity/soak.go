@@ -83,6 +83,9 @@ type Soak struct {
 	// Checkpoint, if set, is handed the run's partial results after each
 	// window (for storage; it must not keep the run).
 	Checkpoint func(*Run)
+	// Queue, if set, reads the engine's queue depth: every window records
+	// it, and the final drain waits for the queue to empty.
+	Queue QueueProbe
 }
 
 // SoakRun is a soak's windows; it is part of Run.
@@ -142,7 +145,7 @@ func (s *Soak) Run(ctx context.Context) *Run {
 	// A Step lends the soak its watch, drain and summaries; the stop rules
 	// are judged per window (below), not as requests end: an error burst
 	// the target recovers from is part of a soak, not a reason to stop.
-	st := &Step{Manager: s.Manager, Test: t, Load: s.Load, col: col, start: start, noStopRules: true}
+	st := &Step{Manager: s.Manager, Test: t, Load: s.Load, Queue: s.Queue, col: col, start: start, noStopRules: true}
 	warmup, steady := time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady)
 	end := start.Add(time.Duration(t.Duration))
 	n := int((time.Duration(t.Duration) - warmup) / steady)
@@ -172,10 +175,13 @@ func (s *Soak) Run(ctx context.Context) *Run {
 		// at the instant the last one closed.
 		w := col.Open(now)
 		windows = append(windows, w)
+		queue := sampleQueue(ctx, s.Queue)
 		err = st.watch(ctx, time.Until(now.Add(steady)), nil)
 		now = time.Now()
 		col.Close(w, now)
-		run.Soak.Windows = append(run.Soak.Windows, SoakWindow{ProberRSSBytes: proc.RSS(), ProberGoroutines: runtime.NumGoroutine()})
+		sw := SoakWindow{ProberRSSBytes: proc.RSS(), ProberGoroutines: runtime.NumGoroutine()}
+		sw.EngineQueue = queue.stop()
+		run.Soak.Windows = append(run.Soak.Windows, sw)
 		if serr := st.stopRule(); serr != nil && err == nil {
 			// Plainly broken for two windows in a row: not recovering.
 			if broken++; broken >= 2 {
@@ -235,7 +241,7 @@ func soakCheckpoint(run *Run, done map[int]bool, plan *faultPlan) *Run {
 // summarizeWindow fills window i of a soak run.
 func (s *Soak) summarizeWindow(st *Step, run *Run, windows []*Window, i int) {
 	w := &run.Soak.Windows[i]
-	w.Level = Level{Stage: "soak", IntendedRate: s.Test.Rate}
+	w.Level = Level{Stage: "soak", IntendedRate: s.Test.Rate, EngineQueue: w.EngineQueue}
 	summarize(&w.Level, &s.Load, st.col.Data(windows[i]), s.Test.Window.MinRequests)
 	bad := 0
 	for outcome, n := range w.Outcomes {

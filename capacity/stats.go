@@ -124,6 +124,9 @@ type Level struct {
 	// Server is the server's own account of the window's requests, where
 	// it gave one; nil when none did.
 	Server *ServerSignals `json:"server,omitempty"`
+	// EngineQueue is the engine's own queue depth over the window, from
+	// its metrics (the target's server_metrics); nil without them.
+	EngineQueue *EngineQueue `json:"engine_queue,omitempty"`
 
 	// DrainSeconds is how long the requests in flight took to end after
 	// the window (the cooldown), or after a burst.

@@ -379,12 +379,13 @@ func (s *Step) baseline(ctx context.Context) (*Level, error) {
 	if err := s.Manager.Apply(s.Test.Name, []config.LoadSpec{spec}); err != nil {
 		return nil, err
 	}
+	queue := sampleQueue(ctx, s.Queue)
 	err := s.watch(ctx, 0, func() bool {
 		finished, _, _ := s.col.Level()
 		return finished >= n
 	})
 	s.col.Close(w, time.Now())
-	l := &Level{Stage: "baseline", Concurrency: 1}
+	l := &Level{Stage: "baseline", Concurrency: 1, EngineQueue: queue.stop()}
 	drain, derr := s.drain(ctx, s.closedSpec(0))
 	if err == nil {
 		err = derr
@@ -429,10 +430,12 @@ func (s *Step) measure(ctx context.Context, l *Level, stop config.LoadSpec) erro
 	s.col.ResetLevel()
 	err := s.watch(ctx, time.Duration(s.Test.Window.Warmup), nil)
 	w := s.col.Open(time.Now())
+	queue := sampleQueue(ctx, s.Queue)
 	if err == nil {
 		err = s.watch(ctx, time.Duration(s.Test.Window.Steady), nil)
 	}
 	s.col.Close(w, time.Now())
+	l.EngineQueue = queue.stop()
 	drain, derr := s.drain(ctx, stop)
 	if err == nil {
 		err = derr

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -250,14 +251,22 @@ func TestStepAbort(t *testing.T) {
 }
 
 // queueUntil is a target's queue that holds requests until a set time
-// after each level's drain begins to ask.
+// after each level's drain begins to ask; the windows' sampling reads see
+// it and change nothing.
 type queueUntil struct {
-	hold  time.Duration
-	since time.Time
-	calls int
+	mu             sync.Mutex
+	hold           time.Duration
+	since          time.Time
+	calls, samples int
 }
 
-func (q *queueUntil) Waiting(context.Context) (int, error) {
+func (q *queueUntil) Waiting(ctx context.Context) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if capacity.Sampling(ctx) {
+		q.samples++
+		return 2, nil
+	}
 	if q.since.IsZero() {
 		q.since = time.Now()
 	}
@@ -290,6 +299,13 @@ func TestStepDrainWaitsForQueue(t *testing.T) {
 		require.GreaterOrEqual(t, l.DrainSeconds, 0.3, "%s", l.Stage)
 	}
 	require.Greater(t, q.calls, 3)
+	require.Positive(t, q.samples)
+	for _, l := range append([]capacity.Level{*run.Baseline, run.Sweep[0]}, run.Verify...) {
+		if eq := l.EngineQueue; eq != nil {
+			require.Equal(t, capacity.EngineQueue{Samples: eq.Samples, Mean: 2, Max: 2}, *eq, "%s: the window's samples of the engine's queue", l.Stage)
+		}
+	}
+	require.NotNil(t, run.Sweep[0].EngineQueue, "a level's window samples the engine's queue")
 }
 
 // TestStepReplay: a step test with a trace sends the trace's requests:

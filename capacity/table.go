@@ -96,6 +96,9 @@ func WriteTable(w io.Writer, r *Run) {
 				note = addNote(note, fmt.Sprintf("did not drain within %gs", tl.DrainWithin))
 			}
 		}
+		if q := l.EngineQueue; q != nil && q.Samples > 0 {
+			note = addNote(note, fmt.Sprintf("engine queue mean %.1f, max %d", q.Mean, q.Max))
+		}
 		if p := l.Prober; p != nil && (p.LagP99 > ProberLagLimit.Seconds() || p.CPUShare > ProberCPULimit) {
 			note = addNote(note, fmt.Sprintf("prober busy: send lag P99 %.0f ms, CPU %.0f%%", 1e3*p.LagP99, 100*p.CPUShare))
 		}

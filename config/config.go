@@ -104,6 +104,9 @@ type Config struct {
 	Scenarios []*ScenarioConfig `yaml:"scenarios"`
 	Canary    []*LoadConfig     `yaml:"canary"`
 	Tests     []*TestConfig     `yaml:"tests,omitempty"`
+	// Tracing sends an OpenTelemetry span of every traced probe; off
+	// unless tracing.endpoint is set.
+	Tracing TracingConfig `yaml:"tracing,omitempty"`
 
 	dir    string                     // relative paths are resolved against it
 	traces map[string]*workload.Trace // read once per file and format
@@ -163,6 +166,11 @@ type TargetConfig struct {
 	// /props n_ctx): no prompt above it is sent. 0 (the default) leaves it
 	// to the server's report; at most workload.MaxTokens.
 	MaxContext int `yaml:"max_context,omitempty"`
+	// Timing says where the phase split of its probes comes from; nil is
+	// DefaultTimingConfig (see TimingOf).
+	Timing *TimingConfig `yaml:"timing,omitempty"`
+	// ServerMetrics, when set, reads the engine's own /metrics.
+	ServerMetrics *ServerMetricsConfig `yaml:"server_metrics,omitempty"`
 
 	// HTTPClientConfig is prometheus/common's, with one default changed:
 	// follow_redirects is false. A probe must send what it says: net/http

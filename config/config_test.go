@@ -93,6 +93,21 @@ scenarios[1].name: duplicate scenario name "chat"
 canary[1]: canary[0] and canary[1] both produce target="local" scenario="chat" test="canary"`},
 		{"over_rate.yml", "testdata/over_rate.yml: canary: the enabled loads add up to 6 req/s, above global.max_rate 5"},
 		{"bad_auth.yml", "testdata/bad_auth.yml: targets[0]: at most one of bearer_token & bearer_token_file must be configured"},
+		{"bad_tracing.yml", `testdata/bad_tracing.yml: targets[0].timing.sources[1]: must be one of timings, server_timing, headers, got "spans"
+targets[0].timing.sources[2]: duplicate source "timings"
+targets[0].timing.timings.wait: must be one of gateway, queue, prefill, decode, got "network"
+targets[0].timing.headers: "bad header" is not a valid name
+targets[0].timing.headers: "server-timing" is not a valid name
+targets[0].server_metrics.url: scheme must be http or https, got "ftp://127.0.0.1:8000/metrics"
+targets[0].server_metrics.interval: must be between 1s and 1h, got 100ms
+targets[0].server_metrics.timeout: must be positive and at most the interval (100ms), got 1m
+tracing.client_type: must be grpc or http, got "udp"
+tracing.endpoint: must be host:port, got "127.0.0.1"
+tracing.sampling_fraction: must be between 0 and 1, got 1.5
+tracing.headers: "x y" is not a valid header name
+tracing.compression: must be gzip or left out, got "zstd"
+tracing.timeout: must be positive, got 0s
+tracing.queue_size: must be between 1 and 100000, got 0`},
 		{"missing.yml", "open testdata/missing.yml: no such file or directory"},
 		{"bad_report_keys.yml", `testdata/bad_report_keys.yml: targets[0].replicas: must be between 1 and 10000, got 0
 targets[0].metadata.gpu: must not contain control characters, got "H100\a"
@@ -393,4 +408,35 @@ canary: [{target: a, scenario: chat, rate: 1}]
 	c2, err := Load([]byte(yml), true)
 	require.NoError(t, err)
 	require.Equal(t, c.Hash(), c2.Hash(), "the secret is not in the hash")
+}
+
+// TestTracingAndTiming: the tracing section takes Prometheus's keys with
+// defaults; a target's timing section adds to the default mappings what
+// it names; secrets in the collector's headers stay out of String.
+func TestTracingAndTiming(t *testing.T) {
+	cfg, err := LoadFile("testdata/tracing.yml", false)
+	require.NoError(t, err)
+	tr := cfg.Tracing
+	require.True(t, tr.Enabled())
+	require.Equal(t, TracingClientGRPC, tr.ClientType)
+	require.Equal(t, 0.01, tr.SamplingFraction)
+	require.Equal(t, model.Duration(10*time.Second), tr.Timeout)
+	require.Equal(t, 2048, tr.QueueSize)
+
+	local := cfg.Target("local").TimingOf()
+	require.Equal(t, TimingSources, local.Sources)
+	require.Equal(t, DefaultTimingConfig.Timings, local.Timings, "the default timings mapping stays")
+	require.Equal(t, map[string]string{"x-kong-proxy-latency": PhaseGateway}, local.Headers)
+	require.Same(t, &DefaultTimingConfig, cfg.Target("plain").TimingOf())
+
+	sm := cfg.Target("local").ServerMetrics
+	require.Equal(t, model.Duration(15*time.Second), sm.Interval)
+	require.Equal(t, model.Duration(5*time.Second), sm.Timeout)
+	require.Nil(t, cfg.Target("plain").ServerMetrics)
+
+	require.NotContains(t, cfg.String(), "topsecret")
+
+	off, err := Load([]byte("targets: []\n"), false)
+	require.NoError(t, err)
+	require.False(t, off.Tracing.Enabled(), "tracing is off by default")
 }

@@ -77,15 +77,19 @@ func Parse(b []byte, expandEnv bool, dir string) (*Config, error) {
 			return nil, fmt.Errorf("with environment variables expanded: %w", errTooLarge)
 		}
 	}
-	c := &Config{Global: DefaultGlobalConfig}
+	c := &Config{Global: DefaultGlobalConfig, Tracing: DefaultTracingConfig}
 	if err := strictyaml.Unmarshal(b, c); err != nil {
 		return nil, redactErr(err)
 	}
 	for _, t := range c.Targets {
 		if t != nil {
 			t.HTTPClientConfig.SetDirectory(dir)
+			if t.ServerMetrics != nil {
+				t.ServerMetrics.HTTPClientConfig.SetDirectory(dir)
+			}
 		}
 	}
+	c.Tracing.TLSConfig.SetDirectory(dir)
 	c.dir, c.hash = dir, hex.EncodeToString(sum[:])
 	if err := c.validate(c.readTraces()); err != nil {
 		return nil, redactErr(err)

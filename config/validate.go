@@ -45,6 +45,7 @@ func (c *Config) validate(readErrs traceErrors) error {
 	v.validateScenarios(c.Scenarios)
 	v.validateCanary(c)
 	v.validateTests(c)
+	v.validateTracing(&c.Tracing)
 	return errors.Join(v.errs...)
 }
 
@@ -152,6 +153,8 @@ func (v *validation) validateTarget(key string, t *TargetConfig) {
 	if err := t.HTTPClientConfig.Validate(); err != nil {
 		v.bad(key, "%v", err)
 	}
+	v.validateTiming(key, t.Timing)
+	v.validateServerMetrics(key, t.ServerMetrics)
 }
 
 func (v *validation) validateScenarios(scenarios []*ScenarioConfig) {

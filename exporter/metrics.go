@@ -32,6 +32,9 @@ var (
 	lagBuckets  = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
 	inBuckets   = []float64{16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072}
 	outBuckets  = []float64{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}
+	// phaseBuckets span a loopback network phase (0.1 ms) to a queue
+	// of minutes.
+	phaseBuckets = []float64{0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 )
 
 // sloMetric maps an SLO to the histogram whose layout gets its threshold.
@@ -39,11 +42,11 @@ var sloMetric = map[string]string{"ttft": "ttft", "tpot": "tpot", "e2e": "e2e", 
 
 // histograms is one set of histogram vectors with their classic layouts.
 type histograms struct {
-	ttft, tpot, itl, e2e, lag, in, out *prometheus.HistogramVec
+	ttft, tpot, itl, e2e, lag, in, out, phase *prometheus.HistogramVec
 }
 
 func (h *histograms) all() []*prometheus.HistogramVec {
-	return []*prometheus.HistogramVec{h.ttft, h.tpot, h.itl, h.e2e, h.lag, h.in, h.out}
+	return []*prometheus.HistogramVec{h.ttft, h.tpot, h.itl, h.e2e, h.lag, h.in, h.out, h.phase}
 }
 
 // layouts returns the classic layouts of the histograms for a set of SLOs.
@@ -64,7 +67,7 @@ func layouts(scenarios []*config.ScenarioConfig) map[string][]float64 {
 }
 
 func newHistograms(l map[string][]float64) *histograms {
-	h := func(name, help string, buckets []float64) *prometheus.HistogramVec {
+	h := func(name, help string, buckets []float64, extra ...string) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace:                       namespace,
 			Name:                            name,
@@ -73,7 +76,7 @@ func newHistograms(l map[string][]float64) *histograms {
 			NativeHistogramBucketFactor:     1.1,
 			NativeHistogramMaxBucketNumber:  160,
 			NativeHistogramMinResetDuration: time.Hour,
-		}, loadLabels)
+		}, append(slices.Clone(loadLabels), extra...))
 	}
 	return &histograms{
 		ttft: h("time_to_first_token_seconds", "Time from sending a request to the first chunk carrying generated text (TTFT).", l["ttft"]),
@@ -83,6 +86,8 @@ func newHistograms(l map[string][]float64) *histograms {
 		lag:  h("schedule_lag_seconds", "Time from an arrival's scheduled time to sending its request.", lagBuckets),
 		in:   h("request_input_tokens", "Input tokens per request.", inBuckets),
 		out:  h("request_output_tokens", "Output tokens per request that received tokens.", outBuckets),
+		phase: h("phase_duration_seconds", "Time of each phase of a request (network, gateway, queue, prefill, decode, unattributed) from its target's timing sources; "+
+			"the phases before the first token add up to TTFT.", phaseBuckets, "phase"),
 	}
 }
 
@@ -428,18 +433,43 @@ type series struct {
 
 type seriesHistograms struct {
 	ttft, tpot, itl, e2e, lag, in, out prometheus.Observer
+	phase                              map[string]prometheus.Observer
 }
 
 func (s *series) resolveHistograms(h *histograms) {
 	s.hist.Store(&seriesHistograms{
-		ttft: h.ttft.WithLabelValues(s.labels...),
-		tpot: h.tpot.WithLabelValues(s.labels...),
-		itl:  h.itl.WithLabelValues(s.labels...),
-		e2e:  h.e2e.WithLabelValues(s.labels...),
-		lag:  h.lag.WithLabelValues(s.labels...),
-		in:   h.in.WithLabelValues(s.labels...),
-		out:  h.out.WithLabelValues(s.labels...),
+		ttft:  h.ttft.WithLabelValues(s.labels...),
+		tpot:  h.tpot.WithLabelValues(s.labels...),
+		itl:   h.itl.WithLabelValues(s.labels...),
+		e2e:   h.e2e.WithLabelValues(s.labels...),
+		lag:   h.lag.WithLabelValues(s.labels...),
+		in:    h.in.WithLabelValues(s.labels...),
+		out:   h.out.WithLabelValues(s.labels...),
+		phase: phaseObservers(h.phase, s.labels),
 	})
+}
+
+// phaseObservers returns the phase histogram's children of a load's labels.
+func phaseObservers(h *prometheus.HistogramVec, labels []string) map[string]prometheus.Observer {
+	o := make(map[string]prometheus.Observer, len(config.Phases))
+	for _, p := range config.Phases {
+		o[p] = h.WithLabelValues(append(slices.Clone(labels), p)...)
+	}
+	return o
+}
+
+// exemplarLabel names an observation's trace: Grafana's default for a
+// Prometheus datasource's exemplar link.
+const exemplarLabel = "trace_id"
+
+// observe records v, with the trace id as its exemplar when the request's
+// spans are exported.
+func observe(o prometheus.Observer, v float64, exemplar prometheus.Labels) {
+	if exemplar != nil {
+		o.(prometheus.ExemplarObserver).ObserveWithExemplar(v, exemplar)
+		return
+	}
+	o.Observe(v)
 }
 
 func (s *series) Scheduled()                  { s.scheduled.Inc() }
@@ -459,19 +489,41 @@ func (s *series) Finished(r *prober.Result, m *prober.Measurement) {
 	if r.StatusCode != 0 {
 		s.response(r.StatusCode).Inc()
 	}
+	var ex prometheus.Labels
+	if prober.Traced(r, m) {
+		ex = prometheus.Labels{exemplarLabel: r.SpanContext.TraceID().String()}
+	}
 	if m.HasTTFT {
-		h.ttft.Observe(m.TTFT.Seconds())
+		observe(h.ttft, m.TTFT.Seconds(), ex)
 	}
 	if m.HasITL {
+		// The exemplar goes with the longest gap only: a trace is worth
+		// finding from the stall it explains, and one exemplar per
+		// request leaves the buckets' exemplars to other requests.
+		longest, marked := prober.MaxGap(r.Chunks), ex == nil
 		for gap := range prober.Gaps(r.Chunks) {
+			if !marked && gap == longest {
+				observe(h.itl, gap.Seconds(), ex)
+				marked = true
+				continue
+			}
 			h.itl.Observe(gap.Seconds())
 		}
 	}
 	if m.HasE2E {
-		h.e2e.Observe(m.E2E.Seconds())
+		observe(h.e2e, m.E2E.Seconds(), ex)
 	}
 	if m.HasTPOT {
-		h.tpot.Observe(m.TPOT.Seconds())
+		observe(h.tpot, m.TPOT.Seconds(), ex)
+	}
+	// Phases are observed with TTFT, so that the phases before the first
+	// token add up to TTFT over any set of requests: a failed request's
+	// wait (network, then unattributed up to a 30 s timeout) is in its
+	// span, not in the histogram.
+	if m.HasTTFT {
+		for _, p := range m.Split.Phases {
+			h.phase[p.Phase].Observe(p.Duration().Seconds())
+		}
 	}
 	h.in.Observe(float64(m.InputTokens))
 	s.inputTokens.Add(float64(m.InputTokens))

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	commoncfg "github.com/prometheus/common/config"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sloprober/sloprober/config"
 )
@@ -40,6 +41,7 @@ const drainTimeout = 100 * time.Millisecond
 // Client sends probe requests to one target over keep-alive connection pools.
 type Client struct {
 	target   *config.TargetConfig
+	timing   *timingMap
 	endpoint string
 	http     *http.Client   // the first pool; also for /tokenize
 	pools    []*http.Client // requests take them in turn
@@ -55,7 +57,7 @@ const idlePerPool = 1000
 // NewClient builds the client of a target for up to maxStreams concurrent
 // requests; userAgent is sent on every request.
 func NewClient(t *config.TargetConfig, userAgent string, maxStreams int) (*Client, error) {
-	c := &Client{target: t}
+	c := &Client{target: t, timing: newTimingMap(t.TimingOf())}
 	for range poolsFor(maxStreams) {
 		rt, err := commoncfg.NewRoundTripperFromConfig(t.HTTPClientConfig, "sloprober_"+t.Name, commoncfg.WithUserAgent(userAgent))
 		if err != nil {
@@ -135,6 +137,9 @@ type Request struct {
 	// cause (ErrConversationFull): Do reports it as the outcome of the
 	// cause, cancelled.
 	Skip error
+	// SpanContext, when valid, is the probe's trace context: sent as the
+	// W3C traceparent header and kept in the result.
+	SpanContext trace.SpanContext
 	// OnSend, when set, is called with t0 when the HTTP call starts (or,
 	// for a request that never gets that far, when it ends).
 	OnSend func(t0 time.Time)
@@ -218,6 +223,10 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "text/event-stream")
 	hreq.Header.Set(RequestIDHeader, req.ID)
+	if req.SpanContext.IsValid() {
+		r.SpanContext = req.SpanContext
+		hreq.Header.Set("Traceparent", traceparent(req.SpanContext))
+	}
 
 	pool := c.pools[c.next.Add(1)%uint64(len(c.pools))]
 	markSent()
@@ -242,6 +251,7 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 	}
 	defer resp.Body.Close()
 	r.StatusCode = resp.StatusCode
+	c.timing.fromHeaders(resp.Header, r)
 	if v := resp.Header.Get("Server"); v != "" {
 		r.ServerHeader = boundIdentity(v)
 	}
@@ -266,6 +276,10 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 	}
 	limited := &limitedBody{r: resp.Body, limit: limits.Bytes}
 	readStream(readCloser{limited, resp.Body}, r, func() time.Duration { return time.Since(r.Sent) }, reply, limits)
+	if r.timingsRaw != nil {
+		c.timing.fromTimings(r.timingsRaw, r)
+		r.timingsRaw = nil
+	}
 	if !r.Done && ctx.Err() != nil {
 		r.Cause = context.Cause(ctx)
 	}
@@ -375,6 +389,7 @@ func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *
 			if json.Unmarshal(c.timings, &t) == nil && validTimings(&t) {
 				r.Timings = &t
 			}
+			r.timingsRaw = append(r.timingsRaw[:0], c.timings...)
 		}
 	}
 }

@@ -37,6 +37,7 @@ type load struct {
 	factory  ObserverFactory
 	client   *targetClient  // a load whose target client is replaced restarts on the new one
 	global   *Limiter       // the open-loop loads' share of global.max_in_flight
+	tracing  *tracingState  // the manager's
 	scen     []*scenarioRun // by Arrival.Scenario
 	infos    []LoadInfo
 	obs      []Observer
@@ -49,7 +50,7 @@ type load struct {
 
 // newLoad prepares the load of a spec on a target's client; start runs it.
 func (m *Manager) newLoad(owner string, spec config.LoadSpec, c *targetClient) *load {
-	l := &load{spec: spec, owner: owner, name: spec.Name(), client: c, global: m.global, logger: m.logger, factory: m.factory}
+	l := &load{spec: spec, owner: owner, name: spec.Name(), client: c, global: m.global, tracing: &m.tracing, logger: m.logger, factory: m.factory}
 	l.setInfos()
 	for i, s := range spec.Scenarios {
 		l.scen = append(l.scen, newScenarioRun(s.ScenarioConfig, l.infos[i].Key))
@@ -182,6 +183,9 @@ func (l *load) request(ctx context.Context, a Arrival, started func(time.Time), 
 		req = s.request(a, c.cal)
 	}
 	req.OnSend = started
+	if h := l.tracing.Load(); h != nil {
+		req.SpanContext = h.spanContext(req.ID)
+	}
 	if req.CancelAfter > 0 {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
@@ -196,8 +200,10 @@ func (l *load) request(ctx context.Context, a Arrival, started func(time.Time), 
 		l.logger.Warn("The workload asks for more tokens than the target's context holds: prompts are cut to fit, and their input is counted in sloprober_length_mismatches_total",
 			"load", k.String(), "input_tokens", req.InputTokens, "output_tokens", req.OutputTokens, "context_tokens", c.cal.Context())
 	}
-	c.client.Load().Do(ctx, req, r)
+	client := c.client.Load()
+	client.Do(ctx, req, r)
 	meas := Measure(r, s.slos)
+	meas.Split = SplitPhases(r, client.timing.sources)
 	l.obs[a.Scenario].Finished(r, &meas)
 	if r.Usage != nil && r.Usage.PromptTokens > 0 && r.Outcome == OutcomeOK {
 		switch {

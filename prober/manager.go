@@ -48,6 +48,9 @@ type Manager struct {
 	// global caps the requests in flight of open-loop loads: the global
 	// cap less the clients of closed-loop loads.
 	global *Limiter
+	// tracing is the head sampling of probes' trace context, nil while
+	// tracing is off (SetTracing).
+	tracing tracingState
 
 	mu     sync.Mutex
 	limits Limits

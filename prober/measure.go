@@ -51,6 +51,10 @@ type Measurement struct {
 	// Missed lists the SLOs (of those configured) the request missed; only
 	// for counted requests.
 	Missed []string
+
+	// Split is the request's time by phase, from its target's timing
+	// sources (SplitPhases); the load sets it after Measure.
+	Split Split
 }
 
 // Measure computes the measurement of a finished request under the given

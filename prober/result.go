@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Outcome is how a sent request ended: exactly one per request, decided by
@@ -144,8 +146,18 @@ type Result struct {
 	// reply. Empty when not sent.
 	ServerHeader, Model, SystemFingerprint string
 
-	Usage        *Usage
-	Timings      *ServerTimings
+	Usage   *Usage
+	Timings *ServerTimings
+	// Reported are the phase times the target's timing sources found in
+	// the reply (see SplitPhases), bounded.
+	Reported   []ReportedPhase
+	timingsRaw []byte // the last "timings" object, until Do has read Reported from it
+
+	// SpanContext is the probe's trace context when tracing is on (sent
+	// as traceparent): its trace id is the request id, its sampled flag
+	// the head sampling decision.
+	SpanContext trace.SpanContext
+
 	FinishReason string
 	// Done is set when "data: [DONE]" was read.
 	Done bool

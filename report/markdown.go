@@ -417,6 +417,9 @@ func (m *mdWriter) soak(r *Report) {
 		if w.ErrorBurst {
 			note = strings.TrimSpace("error burst " + note)
 		}
+		if q := w.EngineQueue; q != nil && q.Samples > 0 {
+			note = strings.TrimSpace(note + fmt.Sprintf(" engine queue: mean %.1f, max %d", q.Mean, q.Max))
+		}
 		m.row(fmt.Sprint(i+1), fmt.Sprintf("%.0fs", w.StartSeconds), fmt.Sprint(w.Sent), fmt.Sprint(w.Dropped), fmt.Sprintf("%.3g", w.Goodput),
 			fmt.Sprintf("%.1f%%", 100*w.Attainment), pct(w.TTFT), pct(w.E2E), fmt.Sprintf("%d MiB", w.ProberRSSBytes>>20), note)
 	}
@@ -472,6 +475,9 @@ func (m *mdWriter) levels(r *Report) {
 		}
 		if l.Insufficient {
 			note = strings.TrimSpace("(few) " + note)
+		}
+		if q := l.EngineQueue; q != nil && q.Samples > 0 {
+			note = strings.TrimSpace(note + fmt.Sprintf(" engine queue: mean %.1f, max %d", q.Mean, q.Max))
 		}
 		m.row(l.Stage, clients, rate, fmtSeconds(l.WindowSeconds), fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.CompletedRate), fmt.Sprintf("%.3g", l.Goodput),
 			fmt.Sprintf("%.4g", l.InputRate), fmt.Sprintf("%.4g", l.OutputRate), fmt.Sprintf("%.1f%%", 100*l.Attainment),

@@ -207,7 +207,10 @@ type Level struct {
 	DrainSeconds float64                 `json:"drain_seconds"`
 	Note         string                  `json:"note,omitempty"`
 	Server       *capacity.ServerSignals `json:"server,omitempty"`
-	Prober       *capacity.ProberHealth  `json:"prober,omitempty"`
+	// EngineQueue is the engine's own queue depth over the window (its
+	// metrics, server_metrics).
+	EngineQueue *capacity.EngineQueue  `json:"engine_queue,omitempty"`
+	Prober      *capacity.ProberHealth `json:"prober,omitempty"`
 }
 
 // Risk is where the capacity stops holding.
@@ -394,7 +397,7 @@ func level(run *capacity.Run, l *capacity.Level) Level {
 		Sent: l.Sent, Counted: l.Counted, OfferedRate: l.OfferedRate, CompletedRate: l.CompletedRate, Goodput: l.Goodput,
 		InputRate: l.InputTokensRate, OutputRate: l.OutputTokensRate, Attainment: l.Attainment, Met: l.Met, Insufficient: l.Insufficient,
 		TTFT: l.TTFT, TPOT: l.TPOT, ITL: l.ITL, E2E: l.E2E, Outcomes: l.Outcomes, DrainSeconds: l.DrainSeconds, Note: l.Note,
-		Server: l.Server, Prober: l.Prober,
+		Server: l.Server, EngineQueue: l.EngineQueue, Prober: l.Prober,
 	}
 	if !l.Start.IsZero() && !run.Start.IsZero() {
 		out.StartSeconds = l.Start.Sub(run.Start).Seconds()

@@ -50,6 +50,27 @@ func TestEndToEnd(t *testing.T) {
 		require.Eventually(t, func() bool { return api.nonEmpty(q) }, 30*time.Second, 500*time.Millisecond,
 			"dashboard query returns nothing: %s", q)
 	}
+	// Where did TTFT go: the simulator reports its queue and prefill, the
+	// client measures the network; the phases before the first token add
+	// up to the mean TTFT (within 1%), and decode has its own mean.
+	for _, q := range []string{
+		`target_scenario_test_phase:sloprober_phase_duration_seconds:ttft_mean5m{scenario="chat",phase="queue"}`,
+		`target_scenario_test_phase:sloprober_phase_duration_seconds:ttft_mean5m{scenario="chat",phase="prefill"}`,
+		`target_scenario_test_phase:sloprober_phase_duration_seconds:ttft_mean5m{scenario="chat",phase="network"}`,
+		`target_scenario_test_phase:sloprober_phase_duration_seconds:mean5m{scenario="chat",phase="decode"} > 0`,
+		`abs(sum by (target, scenario, test) (target_scenario_test_phase:sloprober_phase_duration_seconds:ttft_mean5m{scenario="chat"})
+		   - on (target, scenario, test) target_scenario_test:sloprober_time_to_first_token_seconds:mean5m)
+		 / on (target, scenario, test) target_scenario_test:sloprober_time_to_first_token_seconds:mean5m < 0.01`,
+	} {
+		require.Eventually(t, func() bool { return api.nonEmpty(q) }, 30*time.Second, 500*time.Millisecond, "no data: %s", q)
+	}
+	for _, q := range []string{
+		`target_scenario_test_phase:sloprober_phase_duration_seconds:ttft_mean5m{phase="gateway"}`,
+		`target_scenario_test_phase:sloprober_phase_duration_seconds:ttft_mean5m{phase="decode"}`,
+	} {
+		require.False(t, api.nonEmpty(q), "expected no data: %s", q)
+	}
+
 	// Healthy: once 20 requests count (the burn-rate guard), the chat error
 	// ratio is 0 and nothing burns.
 	burn := alertExpr(t, "SloproberErrorBudgetBurn")
@@ -73,6 +94,11 @@ func TestEndToEnd(t *testing.T) {
 		return api.nonEmpty(`target_scenario_test_outcome:sloprober_requests_finished:rate5m{scenario="chat",outcome="http_5xx"} > 0`) &&
 			api.nonEmpty(`target_scenario_test:sloprober_slo_error_ratio:ratio_rate5m{scenario="chat"} > 0.5`)
 	}, 60*time.Second, 500*time.Millisecond, "the error-ratio rules do not respond")
+	// Failed requests have no TTFT, and no phases in the histogram.
+	require.Eventually(t, func() bool {
+		return api.nonEmpty(`increase(sloprober_requests_finished_total{scenario="chat",outcome="http_5xx"}[10s]) > 0`) &&
+			api.nonEmpty(`sum(increase(sloprober_phase_duration_seconds_count{scenario="chat"}[10s])) == 0`)
+	}, 60*time.Second, 500*time.Millisecond, "failed requests are not in the phase histogram")
 	require.Eventually(t, func() bool {
 		return api.nonEmpty(chatOnly(burn)) &&
 			api.nonEmpty(`ALERTS{alertname="SloproberErrorBudgetBurn",scenario="chat"}`)

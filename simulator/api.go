@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -194,7 +195,13 @@ func (s *Simulator) serveCompletion(w http.ResponseWriter, r *http.Request, chat
 		if !sleep(ctx, plan.headerDelay) {
 			return
 		}
-		arrived = time.Now() // a slow gateway in front: not the engine's time
+		// A slow gateway in front: not the engine's time. It reports its
+		// own time as a gateway would, in Server-Timing, so that the
+		// prober's gateway phase has a ground truth; the engine's phases
+		// (timings) count from here, so the two tile the request.
+		now := time.Now()
+		w.Header().Set("Server-Timing", "gateway;dur="+strconv.FormatFloat(ms(now.Sub(arrived)), 'f', 3, 64))
+		arrived = now
 	}
 	if plan.status != 0 {
 		s.stats.fault(faultError)

@@ -74,7 +74,7 @@ func New(cfg *Config, logger *slog.Logger, reg *prometheus.Registry) (*Simulator
 	}
 	s.SetFaults(cfg.Faults)
 	if reg != nil {
-		if err := reg.Register(newCollector(s.stats, cfg.Model, &s.faults)); err != nil {
+		if err := reg.Register(newCollector(s.stats, cfg.Model, cfg.Slots, &s.faults)); err != nil {
 			return nil, fmt.Errorf("registering simulator metrics: %w", err)
 		}
 	}

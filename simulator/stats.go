@@ -95,19 +95,25 @@ func (st *stats) snapshot() Stats {
 type collector struct {
 	st       *stats
 	model    string
+	slots    int
 	faultSet *atomic.Pointer[faultSet]
 
-	running, waiting, prompt, generation, cacheQueries, cacheHits, responses, faults, degradeFactor, leak *prometheus.Desc
+	kvUsage, running, waiting, prompt, generation, cacheQueries, cacheHits, responses, faults, degradeFactor, leak *prometheus.Desc
 }
 
-func newCollector(st *stats, model string, faults *atomic.Pointer[faultSet]) *collector {
+func newCollector(st *stats, model string, slots int, faults *atomic.Pointer[faultSet]) *collector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, append([]string{"model_name"}, labels...), nil)
 	}
 	return &collector{
-		st:           st,
-		model:        model,
-		faultSet:     faults,
+		st:       st,
+		model:    model,
+		slots:    slots,
+		faultSet: faults,
+		// A proxy: the simulator has no KV blocks; a slot holds one
+		// sequence, so the share of slots in use is what a full KV cache
+		// means to a batch.
+		kvUsage:      d("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage (the simulator: running sequences over slots)."),
 		running:      d("vllm:num_requests_running", "Number of requests in model execution batches."),
 		waiting:      d("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
 		prompt:       d("vllm:prompt_tokens_total", "Number of prefill tokens processed (cached ones included)."),
@@ -123,7 +129,7 @@ func newCollector(st *stats, model string, faults *atomic.Pointer[faultSet]) *co
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.prompt, c.generation, c.cacheQueries, c.cacheHits, c.responses, c.faults, c.degradeFactor, c.leak} {
+	for _, d := range []*prometheus.Desc{c.kvUsage, c.running, c.waiting, c.prompt, c.generation, c.cacheQueries, c.cacheHits, c.responses, c.faults, c.degradeFactor, c.leak} {
 		ch <- d
 	}
 }
@@ -131,6 +137,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.st.snapshot()
 	ch <- prometheus.MustNewConstMetric(c.running, prometheus.GaugeValue, float64(s.Running), c.model)
+	if c.slots > 0 {
+		ch <- prometheus.MustNewConstMetric(c.kvUsage, prometheus.GaugeValue, float64(s.Running)/float64(c.slots), c.model)
+	}
 	ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(s.Waiting), c.model)
 	ch <- prometheus.MustNewConstMetric(c.prompt, prometheus.CounterValue, float64(s.PromptTokensTotal), c.model)
 	ch <- prometheus.MustNewConstMetric(c.generation, prometheus.CounterValue, float64(s.GenerationTokensTotal), c.model)

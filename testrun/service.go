@@ -49,6 +49,10 @@ type Service struct {
 	stopped bool
 	runs    sync.WaitGroup
 
+	// queues reads a target's engine queue depth, nil without engine
+	// metrics (SetQueues).
+	queues func(target string) capacity.QueueProbe
+
 	// runTest runs one test (runTest by default; tests replace it).
 	runTest func(ctx context.Context, t *config.TestConfig, load config.LoadSpec, maxRate float64, id runstore.ID) *capacity.Run
 }
@@ -80,6 +84,11 @@ func New(logger *slog.Logger, manager *prober.Manager, recorder *capacity.Record
 	return s
 }
 
+// SetQueues sets how a test reads its target's engine queue depth (for its
+// drain checks and the reports): queue returns nil for a target without
+// engine metrics. Call it before Run.
+func (s *Service) SetQueues(queue func(target string) capacity.QueueProbe) { s.queues = queue }
+
 // run runs a step or soak test through the manager.
 func (s *Service) run(ctx context.Context, t *config.TestConfig, load config.LoadSpec, maxRate float64, id runstore.ID) *capacity.Run {
 	s.mu.Lock()
@@ -96,10 +105,14 @@ func (s *Service) run(ctx context.Context, t *config.TestConfig, load config.Loa
 			s.logger.Warn("Storing a running test's partial results", "test", t.Name, "run", id, "err", err)
 		}
 	}
-	if t.Kind == config.TestSoak {
-		return (&capacity.Soak{Manager: s.manager, Recorder: s.recorder, Test: t, Load: load, Logger: s.logger, ConfigHash: hash, Checkpoint: checkpoint}).Run(ctx)
+	var queue capacity.QueueProbe
+	if s.queues != nil {
+		queue = s.queues(load.Target.Name)
 	}
-	return (&capacity.Step{Manager: s.manager, Recorder: s.recorder, Test: t, Load: load, MaxRate: maxRate, Logger: s.logger, ConfigHash: hash, Checkpoint: checkpoint}).Run(ctx)
+	if t.Kind == config.TestSoak {
+		return (&capacity.Soak{Manager: s.manager, Recorder: s.recorder, Test: t, Load: load, Logger: s.logger, ConfigHash: hash, Checkpoint: checkpoint, Queue: queue}).Run(ctx)
+	}
+	return (&capacity.Step{Manager: s.manager, Recorder: s.recorder, Test: t, Load: load, MaxRate: maxRate, Logger: s.logger, ConfigHash: hash, Checkpoint: checkpoint, Queue: queue}).Run(ctx)
 }
 
 // ApplyConfig takes a configuration's tests: new schedules apply from now;

@@ -83,6 +83,7 @@ func (c *probeCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 	r := &prober.Result{Target: t.Name, Scenario: s.Name, Test: "probe", Scheduled: time.Now()}
 	client.Do(context.Background(), req, r)
 	m := prober.Measure(r, s.SLO.List())
+	m.Split = prober.SplitPhases(r, t.TimingOf().Sources)
 	cutTo := 0
 	if req.CutToContext {
 		cutTo = cal.Context()
@@ -178,6 +179,23 @@ func fmtMS(d time.Duration) string {
 	return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond))
 }
 
+// printPhases prints the split of the request's time (the spans of its
+// trace) with the source of each phase.
+func printPhases(p func(string, ...any), s *prober.Split) {
+	var parts []string
+	for _, ph := range s.Phases {
+		parts = append(parts, fmt.Sprintf("%s %s (%s)", ph.Phase, fmtMS(ph.Duration()), ph.Source))
+	}
+	note := ""
+	if s.ClientOnly() {
+		note = "; no server timing source: the client's view only"
+	}
+	if len(s.Rejected) > 0 {
+		note += "; not used (more than the client saw): " + strings.Join(s.Rejected, ", ")
+	}
+	p("phases:     %s%s", strings.Join(parts, ", "), note)
+}
+
 // printTimeline prints a request like blackbox_exporter's debug output: what
 // happened when, then the numbers and the verdict. cutTo is the target's
 // context length when the prompt was cut to fit it, else 0.
@@ -245,6 +263,7 @@ func printTimeline(w io.Writer, t *config.TargetConfig, s *config.ScenarioConfig
 		p("server timings: queue %s, prefill %.3f ms (%d tokens, %d cached), decode %.3f ms (%d tokens)",
 			queue, tm.PromptMS, tm.PromptN, tm.CacheN, tm.PredictedMS, tm.PredictedN)
 	}
+	printPhases(p, &m.Split)
 	if e := r.Error(); e != "" {
 		p("error:      %s", printable(e))
 	}

@@ -42,6 +42,8 @@ func lyingServer(t *testing.T, errorMessage string) string {
 		details := ""
 		if strings.HasPrefix(r.URL.Path, "/cached/") {
 			details = `,"prompt_tokens_details":{"cached_tokens":512}`
+			// A queue of 5 s in a reply that takes a millisecond.
+			w.Header().Set("Server-Timing", "queue;dur=5000")
 		}
 		n := 3
 		if strings.HasPrefix(r.URL.Path, "/verbose/") {
@@ -104,6 +106,7 @@ func TestProbeLengthsAndErrors(t *testing.T) {
 	require.Contains(t, out, "\ncache:      not reported\n")
 	require.NotContains(t, out, "cached")
 	require.Contains(t, out, "\noutput:     3 tokens asked, 3 counted by the server\n")
+	require.Regexp(t, `\nphases:     (network [0-9.]+ ms \(client\), )?unattributed [0-9.]+ ms \(client\), decode [0-9.]+ ms \(client\); no server timing source: the client's view only\n`, out)
 
 	// The same prompt cut by sloprober to fit the context is not the
 	// server's doing.
@@ -117,6 +120,7 @@ func TestProbeLengthsAndErrors(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "\ninput:      647 tokens asked, 647 counted by the server (within tolerance)\n")
 	require.Contains(t, out, "\ncache:      512 of 647 prompt tokens cached\n")
+	require.Regexp(t, `\nphases:     (network [0-9.]+ ms \(client\), )?unattributed [0-9.]+ ms \(client\), decode [0-9.]+ ms \(client\); no server timing source: the client's view only; not used \(more than the client saw\): server_timing\n`, out)
 
 	_, out = probe("lying", "long-output")
 	require.Contains(t, out, "\noutput:     64 tokens asked, 3 counted by the server: MISMATCH, shorter than asked although ignore_eos was sent (the server ignores ignore_eos)\n")

@@ -31,8 +31,10 @@ import (
 	"github.com/sloprober/sloprober/exporter"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/runstore"
+	"github.com/sloprober/sloprober/servermetrics"
 	"github.com/sloprober/sloprober/simulator"
 	"github.com/sloprober/sloprober/testrun"
+	"github.com/sloprober/sloprober/tracing"
 )
 
 //go:embed default.yml
@@ -59,7 +61,8 @@ func addConfigFlags(cmd *kingpin.CmdClause) configSource {
 // load reads the configuration; simURL is the embedded simulator's base URL.
 func (c configSource) load(simURL string) (*config.Config, error) {
 	if *c.file == "" {
-		cfg, err := config.Load([]byte(strings.ReplaceAll(defaultConfig, "{{SIM_URL}}", simURL)), false)
+		root := strings.TrimSuffix(simURL, "/v1")
+		cfg, err := config.Load([]byte(strings.NewReplacer("{{SIM_URL}}", simURL, "{{SIM_ROOT}}", root).Replace(defaultConfig)), false)
 		if err != nil {
 			return nil, fmt.Errorf("embedded default configuration: %w", err)
 		}
@@ -152,6 +155,7 @@ type runCommand struct {
 	keepRuns  *int
 	keepAge   *model.Duration
 	testAPI   *bool
+	instance  *string
 }
 
 func newRunCommand(app *kingpin.Application) *runCommand {
@@ -171,6 +175,7 @@ func newRunCommand(app *kingpin.Application) *runCommand {
 	c.keepRuns = c.cmd.Flag("storage.retention.runs", "How many runs of each test are kept (0: no limit).").Default("100").Int()
 	c.keepAge = new(model.Duration)
 	c.cmd.Flag("storage.retention.age", "How long runs are kept after they ended (0: no limit).").Default("90d").SetValue((*modelDurationValue)(c.keepAge))
+	c.instance = c.cmd.Flag("tracing.instance", "The service.instance.id of the spans sloprober exports (default: the host name); tracing itself is configured in the configuration file's tracing section.").Default("").String()
 	c.testAPI = c.cmd.Flag("web.enable-test-api", "Enable the test API's POST endpoints: start and abort test runs (the GET endpoints are always on).").Default("false").Bool()
 	return c
 }
@@ -183,6 +188,8 @@ type daemon struct {
 	metrics *exporter.Metrics
 	manager *prober.Manager
 	tests   *testrun.Service
+	tracer  *tracing.Tracer
+	engines *servermetrics.Manager
 
 	reloadMu sync.Mutex
 	cfg      atomic.Pointer[config.Config]
@@ -210,6 +217,16 @@ func (d *daemon) reload() error {
 	}
 	cfg, err := d.source.load(d.simURL + "/v1")
 	if err == nil {
+		// The engine metrics and the tracer first: a client that cannot be
+		// built (a TLS file missing) fails the reload before any load
+		// changes.
+		err = d.engines.Apply(cfg)
+	}
+	if err == nil {
+		err = d.tracer.ApplyConfig(cfg)
+	}
+	if err == nil {
+		d.manager.SetTracing(cfg.Tracing.Enabled(), cfg.Tracing.SamplingFraction)
 		err = d.manager.ApplyConfig(cfg, func() { d.metrics.ApplyConfig(cfg) })
 	}
 	if err == nil {
@@ -246,7 +263,9 @@ func (c *runCommand) run(logger *slog.Logger) int {
 	d.metrics.SetRemovedSeriesTTL(*c.removed)
 	recent := exporter.NewRecent(20)
 	recorder := capacity.NewRecorder()
-	d.manager = prober.NewManager(logger, prober.Fanout(d.metrics, recent, recorder), userAgent())
+	d.tracer = tracing.New(logger, tracing.NewMetrics(reg), *c.instance)
+	defer d.tracer.Stop() // after the drain: the last requests' spans are flushed
+	d.manager = prober.NewManager(logger, prober.Fanout(d.metrics, recent, recorder, d.tracer), userAgent())
 	store, serr := runstore.Open(*c.storage, runstore.Retention{MaxRuns: *c.keepRuns, MaxAge: time.Duration(*c.keepAge)}, logger)
 	if serr != nil {
 		logger.Error("Error opening the storage of test runs", "path", *c.storage, "err", serr)
@@ -254,6 +273,14 @@ func (c *runCommand) run(logger *slog.Logger) int {
 	}
 	defer store.Close()
 	d.tests = testrun.New(logger, d.manager, recorder, store, testrun.NewMetrics(reg))
+	d.engines = servermetrics.NewManager(logger, servermetrics.NewMetrics(reg))
+	d.tests.SetQueues(func(target string) capacity.QueueProbe {
+		cfg := d.cfg.Load()
+		if cfg == nil {
+			return nil
+		}
+		return engineQueue(cfg, d.engines)(target)
+	})
 
 	var sim *embeddedSim
 	if *c.config.file == "" {
@@ -288,6 +315,12 @@ func (c *runCommand) run(logger *slog.Logger) int {
 		g.Add(func() error {
 			d.tests.Run(ctx)
 			return nil
+		}, func(error) { cancel() })
+	}
+	{
+		ctx, cancel := context.WithCancel(context.Background())
+		g.Add(func() error {
+			return d.engines.Run(ctx)
 		}, func(error) { cancel() })
 	}
 	{

@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/servermetrics"
 )
 
 // Exit codes of `sloprober test run`.
@@ -86,16 +88,23 @@ func (c *testCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	progress := func(p capacity.Progress) { fmt.Fprintln(stderr, progressLine(p)) }
+	// The engine's queue depth, for the drain checks and the report,
+	// read afresh when asked: no series are exported by a one-shot run.
+	engines := servermetrics.NewManager(logger, servermetrics.NewMetrics(prometheus.NewRegistry()))
+	if err := engines.Apply(cfg); err != nil {
+		return fail(err)
+	}
+	queue := engineQueue(cfg, engines)(t.Target)
 	var run *capacity.Run
 	if t.Kind == config.TestSoak {
 		fmt.Fprintf(stderr, "Running soak test %s on target %s: %g req/s for %s, windows of %s\n", t.Name, t.Target,
 			t.Rate, time.Duration(t.Duration), time.Duration(t.Window.Steady))
-		soak := &capacity.Soak{Manager: m, Recorder: rec, Test: t, Load: cfg.TestLoad(t), Logger: logger, Progress: progress, ConfigHash: cfg.Hash()}
+		soak := &capacity.Soak{Manager: m, Recorder: rec, Test: t, Load: cfg.TestLoad(t), Logger: logger, Progress: progress, ConfigHash: cfg.Hash(), Queue: queue}
 		run = soak.Run(ctx)
 	} else {
 		fmt.Fprintf(stderr, "Running step test %s on target %s: sweep %v, windows %s + %s a level\n", t.Name, t.Target,
 			t.Sweep.Concurrency, time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady))
-		step := &capacity.Step{Manager: m, Recorder: rec, Test: t, Load: cfg.TestLoad(t), MaxRate: maxRate, Logger: logger, Progress: progress, ConfigHash: cfg.Hash()}
+		step := &capacity.Step{Manager: m, Recorder: rec, Test: t, Load: cfg.TestLoad(t), MaxRate: maxRate, Logger: logger, Progress: progress, ConfigHash: cfg.Hash(), Queue: queue}
 		run = step.Run(ctx)
 	}
 	capacity.WriteTable(stdout, run)
@@ -129,4 +138,16 @@ func progressLine(p capacity.Progress) string {
 		line += fmt.Sprintf("; last goodput %.3g good req/s", p.Goodput)
 	}
 	return line
+}
+
+// engineQueue returns how a test reads its target's engine queue depth:
+// from the engine's metrics where the target has server_metrics, else
+// nil (the drain waits for the test's own requests only).
+func engineQueue(cfg *config.Config, engines *servermetrics.Manager) func(target string) capacity.QueueProbe {
+	return func(target string) capacity.QueueProbe {
+		if t := cfg.Target(target); t == nil || t.ServerMetrics == nil {
+			return nil
+		}
+		return engines.Queue(target)
+	}
 }

@@ -1,0 +1,153 @@
+package tracing
+
+import (
+	"context"
+	"crypto/rand"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sloprober/sloprober/prober"
+)
+
+// maxStallEvents bounds the stall events of one span; the span's
+// sloprober.stalls attribute counts them all. A stream that stalls on every
+// token (a server 100 times slower than the SLO) would otherwise add one
+// event a token.
+const maxStallEvents = 32
+
+// idsKey carries the ids a probe's CLIENT span must have (its
+// traceparent's) to the ID generator.
+type idsKey struct{}
+
+// probeIDs is the SDK's ID generator for probe spans: the CLIENT span gets
+// the trace and span id the request carried in its traceparent, so that an
+// engine's own spans (children of that traceparent) join its trace; the
+// phase spans get random span ids.
+type probeIDs struct{}
+
+func (probeIDs) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
+	if sc, ok := ctx.Value(idsKey{}).(trace.SpanContext); ok {
+		return sc.TraceID(), sc.SpanID()
+	}
+	var tid trace.TraceID
+	_, _ = rand.Read(tid[:])
+	return tid, probeIDs{}.NewSpanID(ctx, tid)
+}
+
+func (probeIDs) NewSpanID(context.Context, trace.TraceID) trace.SpanID {
+	var sid trace.SpanID
+	for !sid.IsValid() {
+		_, _ = rand.Read(sid[:])
+	}
+	return sid
+}
+
+// emit builds the spans of one finished request, on its real timeline.
+func emit(tr trace.Tracer, ti targetInfo, j *job) {
+	r, m := j.r, &j.m
+	start := r.Sent
+	end := start.Add(r.Ended)
+	ctx := context.WithValue(context.Background(), idsKey{}, r.SpanContext)
+	ctx, span := tr.Start(ctx, ti.operation+" "+ti.model,
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithTimestamp(start),
+		trace.WithAttributes(attributes(ti, r, m)...),
+	)
+	if len(r.Chunks) > 0 {
+		span.AddEvent(eventFirstToken, trace.WithTimestamp(start.Add(r.Chunks[0])))
+	}
+	if j.hasMaxITL {
+		stalls := 0
+		prev := time.Duration(-1)
+		for i, at := range r.Chunks {
+			if prev >= 0 && at-prev > j.maxITL {
+				if stalls++; stalls <= maxStallEvents {
+					span.AddEvent(eventStall, trace.WithTimestamp(start.Add(at)), trace.WithAttributes(
+						keyStallGap.Float64((at-prev).Seconds()), keyStallIndex.Int(i)))
+				}
+			}
+			prev = at
+		}
+		if stalls > 0 {
+			span.SetAttributes(keyStallsCount.Int(stalls))
+		}
+	}
+	for _, p := range m.Split.Phases {
+		_, child := tr.Start(ctx, p.Phase,
+			trace.WithSpanKind(trace.SpanKindInternal),
+			trace.WithTimestamp(start.Add(p.Start)),
+			trace.WithAttributes(keySource.String(p.Source)),
+		)
+		child.End(trace.WithTimestamp(start.Add(p.End)))
+	}
+	if r.Outcome != prober.OutcomeOK {
+		span.SetStatus(codes.Error, r.Error())
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+// attributes are the CLIENT span's attributes.
+func attributes(ti targetInfo, r *prober.Result, m *prober.Measurement) []attribute.KeyValue {
+	a := []attribute.KeyValue{
+		keyOperation.String(ti.operation),
+		keyProvider.String(ti.provider),
+		keyRequestModel.String(ti.model),
+		keyMaxTokens.Int(r.OutputTokens),
+		keyStream.Bool(true),
+		keyServerAddress.String(ti.address),
+		keyServerPort.Int(ti.port),
+		keyTarget.String(r.Target),
+		keyScenario.String(r.Scenario),
+		keyTest.String(r.Test),
+		keyOutcome.String(string(r.Outcome)),
+		keyLag.Float64(r.Lag().Seconds()),
+		keyRequestID.String(r.RequestID),
+		keyHeadSampled.Bool(r.SpanContext.IsSampled()),
+		keyClientOnly.Bool(m.Split.ClientOnly()),
+	}
+	if r.StatusCode != 0 {
+		a = append(a, keyStatusCode.Int(r.StatusCode))
+	}
+	if r.Model != "" {
+		a = append(a, keyResponseModel.String(r.Model))
+	}
+	if r.ServerHeader != "" {
+		a = append(a, keyServerHeader.String(r.ServerHeader))
+	}
+	if m.HasTTFT {
+		a = append(a, keyTimeToFirstChunk.Float64(m.TTFT.Seconds()))
+	}
+	if r.FinishReason != "" {
+		a = append(a, keyFinishReasons.StringSlice([]string{r.FinishReason}))
+	}
+	if u := r.Usage; u != nil {
+		a = append(a, keyInputTokens.Int(u.PromptTokens), keyOutputTokens.Int(u.CompletionTokens))
+		if u.CachedTokens != nil {
+			a = append(a, keyCacheReadTokens.Int(*u.CachedTokens))
+		}
+	}
+	switch {
+	case !m.Counted:
+		a = append(a, keyVerdict.String(verdictNotCounted))
+	case m.Good:
+		a = append(a, keyVerdict.String(verdictGood))
+	default:
+		a = append(a, keyVerdict.String(verdictBad))
+	}
+	if len(m.Missed) > 0 {
+		a = append(a, keySLOsMissed.StringSlice(m.Missed))
+	}
+	if r.Outcome != prober.OutcomeOK {
+		a = append(a, keyErrorType.String(string(r.Outcome)))
+		if msg := r.Error(); msg != "" {
+			a = append(a, keyError.String(msg))
+		}
+	}
+	if len(m.Split.Rejected) > 0 {
+		a = append(a, keyRejected.StringSlice(m.Split.Rejected))
+	}
+	return a
+}
