@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/promslog"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -344,4 +345,51 @@ tests:
 		require.Positive(t, l.Sent, l.Stage)
 		require.InDelta(t, 7, l.OutputTokensRate/l.CompletedRate, 0.01, "%s: the trace's output lengths", l.Stage)
 	}
+}
+
+// queueStuck is a target's queue that other clients keep full during the
+// first drain that asks, and empty after it.
+type queueStuck struct {
+	mu       sync.Mutex
+	last     time.Time
+	episodes int
+}
+
+func (q *queueStuck) Waiting(ctx context.Context) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if capacity.Sampling(ctx) {
+		return 0, nil
+	}
+	if time.Since(q.last) > 500*time.Millisecond {
+		q.episodes++ // a new drain
+	}
+	q.last = time.Now()
+	if q.episodes == 1 {
+		return 5, nil
+	}
+	return 0, nil
+}
+
+// TestStepDrainEngineQueueStuck: when the test's own requests have ended
+// but the engine's queue does not empty (other clients), the level ends at
+// the drain's bound with a note saying so; the test goes on.
+func TestStepDrainEngineQueueStuck(t *testing.T) {
+	sim := simtest.Start(t, groundTruthSim)
+	cfg := stepConfig(t, sim.URL, `
+  - {name: q, kind: step, target: sim, scenario: short, baseline: {requests: 2}, sweep: {concurrency: [1], refine: 0}, window: {warmup: 0s, steady: 1s, min_requests: 1}, verify: {rates: [0.25], burst: {factor: 1}}}
+`)
+	cfg.Targets[0].Timeout = model.Duration(time.Second)
+	load := cfg.TestLoad(cfg.Tests[0])
+	rec := capacity.NewRecorder()
+	m := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
+	defer m.Stop(time.Second)
+	require.NoError(t, m.SetLimits(prober.Limits{MaxRate: 100, MaxInFlight: 200}))
+	s := &capacity.Step{Manager: m, Recorder: rec, Test: cfg.Tests[0], Load: load, MaxRate: 100,
+		Logger: promslog.NewNopLogger(), Queue: &queueStuck{}}
+	run := s.Run(t.Context())
+	require.NotEqual(t, capacity.VerdictAborted, run.Verdict, run.Reason)
+	require.Contains(t, run.Baseline.Note, "engine queue still 5 after 6s (other clients?)")
+	require.GreaterOrEqual(t, run.Baseline.DrainSeconds, 6.0)
+	require.NotContains(t, run.Sweep[0].Note, "engine queue")
 }

@@ -262,6 +262,13 @@ targets:
     authorization: {credentials: `+secret+`}
   - {name: basic, url: "http://127.0.0.1:38002/v1", model: m, basic_auth: {username: u, password: `+secret+`}}
   - {name: oauth, url: "http://127.0.0.1:38003/v1", model: m, oauth2: {client_id: c, client_secret: `+secret+`, token_url: "http://u:`+secret+`@127.0.0.1/token"}}
+  - name: engine
+    url: http://127.0.0.1:38004/v1
+    model: m
+    server_metrics:
+      url: "http://admin:`+secret+`@127.0.0.1:38004/metrics"
+      oauth2: {client_id: c, client_secret: `+secret+`, token_url: "http://u:`+secret+`@127.0.0.1/token"}
+tracing: {endpoint: "127.0.0.1:4317", headers: {x-api-key: `+secret+`}}
 `), false)
 	require.NoError(t, err)
 	out := c.String()
@@ -270,6 +277,7 @@ targets:
 	require.Contains(t, out, "password: <secret>")
 	require.Contains(t, out, "proxy_url: http://proxy:xxxxx@127.0.0.1:3128")
 	require.Contains(t, out, "token_url: http://u:xxxxx@127.0.0.1/token")
+	require.Contains(t, out, "url: http://admin:xxxxx@127.0.0.1:38004/metrics")
 	require.Equal(t, "http://user:"+secret+"@127.0.0.1:38000/v1", c.Targets[0].URL, "String does not change the configuration")
 }
 
@@ -439,4 +447,7 @@ func TestTracingAndTiming(t *testing.T) {
 	off, err := Load([]byte("targets: []\n"), false)
 	require.NoError(t, err)
 	require.False(t, off.Tracing.Enabled(), "tracing is off by default")
+	empty, err := Load([]byte("targets: []\ntracing:\n"), false)
+	require.NoError(t, err, "an empty tracing section is the defaults")
+	require.Equal(t, DefaultTracingConfig, empty.Tracing)
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 
@@ -88,6 +89,9 @@ func Parse(b []byte, expandEnv bool, dir string) (*Config, error) {
 				t.ServerMetrics.HTTPClientConfig.SetDirectory(dir)
 			}
 		}
+	}
+	if reflect.DeepEqual(c.Tracing, TracingConfig{}) {
+		c.Tracing = DefaultTracingConfig // `tracing:` with nothing under it
 	}
 	c.Tracing.TLSConfig.SetDirectory(dir)
 	c.dir, c.hash = dir, hex.EncodeToString(sum[:])

@@ -5,12 +5,13 @@ import (
 	"net/url"
 	"strings"
 
+	commoncfg "github.com/prometheus/common/config"
 	"go.yaml.in/yaml/v2"
 )
 
 // String renders the configuration as YAML, secrets replaced by <secret>
-// and the passwords of URLs by xxxxx (RedactURL): target URLs and OAuth2
-// token URLs here, proxy URLs by prometheus/common.
+// and the passwords of URLs by xxxxx (RedactURL): target and engine-metrics
+// URLs and OAuth2 token URLs here, proxy URLs by prometheus/common.
 func (c *Config) String() string {
 	cc := *c
 	cc.Targets = make([]*TargetConfig, len(c.Targets))
@@ -18,10 +19,12 @@ func (c *Config) String() string {
 		if t != nil {
 			tc := *t
 			tc.URL = RedactURL(t.URL)
-			if o := t.HTTPClientConfig.OAuth2; o != nil {
-				oc := *o
-				oc.TokenURL = RedactURL(o.TokenURL)
-				tc.HTTPClientConfig.OAuth2 = &oc
+			tc.HTTPClientConfig.OAuth2 = redactOAuth2(t.HTTPClientConfig.OAuth2)
+			if sm := t.ServerMetrics; sm != nil {
+				smc := *sm
+				smc.URL = RedactURL(sm.URL)
+				smc.HTTPClientConfig.OAuth2 = redactOAuth2(sm.HTTPClientConfig.OAuth2)
+				tc.ServerMetrics = &smc
 			}
 			t = &tc
 		}
@@ -32,6 +35,16 @@ func (c *Config) String() string {
 		return fmt.Sprintf("<error creating config string: %s>", err)
 	}
 	return string(b)
+}
+
+// redactOAuth2 returns a copy of o with its token URL's password redacted.
+func redactOAuth2(o *commoncfg.OAuth2) *commoncfg.OAuth2 {
+	if o == nil {
+		return nil
+	}
+	oc := *o
+	oc.TokenURL = RedactURL(o.TokenURL)
+	return &oc
 }
 
 // redactedPassword replaces a URL's password where it is shown. It is what

@@ -32,9 +32,19 @@ const (
 	// maxServerTimingEntries bounds the Server-Timing metrics read of one
 	// reply; a gateway chain adds one or two each.
 	maxServerTimingEntries = 32
-	// maxReported bounds the reported phases kept of one reply: four
-	// phases from each of three sources, with room for a few duplicates.
-	maxReported = 16
+	// maxServerTimingBytes bounds what is read of the Server-Timing
+	// header: 32 entries of 100 bytes; the rest of a longer header is not
+	// looked at.
+	maxServerTimingBytes = 4 << 10
+	// maxTimingValueBytes bounds a mapped header's value: a number of
+	// milliseconds is short.
+	maxTimingValueBytes = 64
+	// maxReportedPerSource bounds the reported phases kept of one source
+	// of one reply: four phases with room for a few duplicates (two
+	// gateways).
+	maxReportedPerSource = 8
+	// maxReported bounds them over the three sources.
+	maxReported = 3 * maxReportedPerSource
 )
 
 // headersHeld is how close before the first token the response headers
@@ -140,34 +150,39 @@ func SplitPhases(r *Result, sources []string) Split {
 	last := r.Chunks[len(r.Chunks)-1]
 
 	// The phases before the first token must fit before it, and decode
-	// after it: a source the client's clock contradicts is not used at all
-	// (its other numbers are no better), and the next one is tried.
+	// after them: a source the client's clock contradicts is not used at
+	// all (its other numbers are no better). Each source is checked on its
+	// own, then together: while the picks still do not fit, the source
+	// last in the order that gave one is dropped.
 	pre := []string{config.PhaseGateway, config.PhaseQueue, config.PhasePrefill}
-	var picks map[string]pick
-	var sum time.Duration
-	for {
-		picks = pickReports(r.Reported, sources, s.Rejected)
-		sum = 0
+	fits := func(picks map[string]pick) (bool, time.Duration) {
+		var sum time.Duration
 		for _, ph := range pre {
 			sum += picks[ph].dur
 		}
-		bad := len(s.Rejected)
-		if sum > ttft+plausibilitySlack {
-			for _, ph := range pre {
-				if p, ok := picks[ph]; ok {
-					s.reject(p.source)
-				}
-			}
-		}
+		d, hasDecode := picks[config.PhaseDecode]
 		// The server's decode starts when its first token exists, which
 		// its chunk reaches the client after: it must fit after the
 		// phases before it, not after the client's first token.
-		if d, ok := picks[config.PhaseDecode]; ok && sum+d.dur > r.Ended+plausibilitySlack {
-			s.reject(d.source)
+		return sum <= ttft+plausibilitySlack && (!hasDecode || sum+d.dur <= r.Ended+plausibilitySlack), sum
+	}
+	for _, src := range sources {
+		if ok, _ := fits(pickReports(r.Reported, []string{src}, nil)); !ok {
+			s.reject(src)
 		}
-		if len(s.Rejected) == bad {
-			break
+	}
+	picks := pickReports(r.Reported, sources, s.Rejected)
+	ok, sum := fits(picks)
+	for !ok {
+		last := ""
+		for _, p := range picks {
+			if last == "" || slices.Index(sources, p.source) > slices.Index(sources, last) {
+				last = p.source
+			}
 		}
+		s.reject(last)
+		picks = pickReports(r.Reported, sources, s.Rejected)
+		ok, sum = fits(picks)
 	}
 
 	start := max(ttft-sum, 0) // where the reported phases begin
@@ -182,7 +197,7 @@ func SplitPhases(r *Result, sources []string) Split {
 		} else {
 			s.add(config.PhaseUnattributed, 0, ttft, SourceClient)
 		}
-	case queueKnown && fb > 0:
+	case queueKnown && fb > 0 && ttft-fb >= headersHeld:
 		net := min(fb, start)
 		s.add(config.PhaseNetwork, 0, net, SourceClient)
 		s.add(config.PhaseUnattributed, net, start, SourceClient)
@@ -289,19 +304,22 @@ func newTimingMap(t *config.TimingConfig) *timingMap {
 	return m
 }
 
-// fromHeaders appends the phases the response's headers report.
+// fromHeaders appends the phases the response's headers report, from
+// the sources the target uses.
 func (m *timingMap) fromHeaders(h http.Header, r *Result) {
-	if len(m.serverTiming) > 0 {
+	if len(m.serverTiming) > 0 && slices.Contains(m.sources, config.SourceServerTiming) {
 		for name, dur := range serverTimings(h.Values("Server-Timing")) {
 			if phase, ok := m.serverTiming[strings.ToLower(name)]; ok {
 				r.report(config.SourceServerTiming, phase, dur)
 			}
 		}
 	}
-	for name, phase := range m.headers {
-		if v := h.Get(name); v != "" {
-			if ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
-				r.report(config.SourceHeaders, phase, ms)
+	if slices.Contains(m.sources, config.SourceHeaders) {
+		for name, phase := range m.headers {
+			if v := h.Get(name); v != "" && len(v) <= maxTimingValueBytes {
+				if ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+					r.report(config.SourceHeaders, phase, ms)
+				}
 			}
 		}
 	}
@@ -310,7 +328,7 @@ func (m *timingMap) fromHeaders(h http.Header, r *Result) {
 // fromTimings appends the phases the last chunk's "timings" object
 // reports, by the configured field names.
 func (m *timingMap) fromTimings(raw []byte, r *Result) {
-	if len(m.timings) == 0 {
+	if len(m.timings) == 0 || !slices.Contains(m.sources, config.SourceTimings) {
 		return
 	}
 	var fields map[string]json.RawMessage
@@ -327,37 +345,58 @@ func (m *timingMap) fromTimings(raw []byte, r *Result) {
 }
 
 // report keeps a reported phase time in milliseconds, if it is a time at
-// all: negative, NaN or beyond a day (maxTimingMS) is not.
+// all (negative, NaN or beyond a day, maxTimingMS, is not), within the
+// source's quota: a header read first cannot crowd out the timings object
+// read last.
 func (r *Result) report(source, phase string, ms float64) {
-	if !(ms >= 0 && ms <= maxTimingMS) || len(r.Reported) >= maxReported {
+	if !(ms >= 0 && ms <= maxTimingMS) {
+		return
+	}
+	n := 0
+	for _, rp := range r.Reported {
+		if rp.Source == source {
+			n++
+		}
+	}
+	if n >= maxReportedPerSource {
 		return
 	}
 	r.Reported = append(r.Reported, ReportedPhase{Source: source, Phase: phase, Dur: time.Duration(math.Round(ms * float64(time.Millisecond)))})
 }
 
 // serverTimings yields the metrics of Server-Timing header values with a
-// dur parameter (milliseconds), in order, at most maxServerTimingEntries:
-// `gateway;dur=12.5, queue;desc="waiting";dur=300`.
+// dur parameter (milliseconds), in order: `gateway;dur=12.5,
+// queue;desc="waiting, long";dur=300`. It reads at most
+// maxServerTimingBytes of the header and maxServerTimingEntries entries, and
+// allocates nothing per parameter: a 10 MiB header of semicolons costs a
+// bounded scan, not 16 bytes a semicolon.
 func serverTimings(values []string) func(yield func(string, float64) bool) {
 	return func(yield func(string, float64) bool) {
-		n := 0
+		budget, entries := maxServerTimingBytes, 0
 		for _, v := range values {
-			for entry := range strings.SplitSeq(v, ",") {
-				if n++; n > maxServerTimingEntries {
+			if budget <= 0 {
+				return
+			}
+			if len(v) > budget {
+				v = v[:budget]
+			}
+			budget -= len(v)
+			for v != "" {
+				var entry string
+				entry, v = cutUnquoted(v, ',')
+				if entries++; entries > maxServerTimingEntries {
 					return
 				}
-				params := strings.Split(entry, ";")
-				name := strings.TrimSpace(params[0])
-				if name == "" {
-					continue
-				}
-				for _, p := range params[1:] {
-					k, val, ok := strings.Cut(strings.TrimSpace(p), "=")
+				name, params := cutUnquoted(entry, ';')
+				name = strings.TrimSpace(name)
+				for name != "" && params != "" {
+					var param string
+					param, params = cutUnquoted(params, ';')
+					k, val, ok := strings.Cut(param, "=")
 					if !ok || !strings.EqualFold(strings.TrimSpace(k), "dur") {
 						continue
 					}
-					ms, err := strconv.ParseFloat(strings.Trim(strings.TrimSpace(val), `"`), 64)
-					if err == nil {
+					if ms, err := strconv.ParseFloat(strings.Trim(strings.TrimSpace(val), `"`), 64); err == nil {
 						if !yield(name, ms) {
 							return
 						}
@@ -367,4 +406,20 @@ func serverTimings(values []string) func(yield func(string, float64) bool) {
 			}
 		}
 	}
+}
+
+// cutUnquoted cuts s around the first sep outside a quoted string.
+func cutUnquoted(s string, sep byte) (before, after string) {
+	quoted := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"':
+			quoted = !quoted
+		case c == '\\' && quoted:
+			i++
+		case c == sep && !quoted:
+			return s[:i], s[i+1:]
+		}
+	}
+	return s, ""
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +50,27 @@ func TestReportedPhases(t *testing.T) {
 			want: []ReportedPhase{
 				{config.SourceServerTiming, config.PhaseGateway, ms(12.5)}, {config.SourceServerTiming, config.PhaseQueue, ms(300)},
 				{config.SourceHeaders, config.PhaseGateway, ms(7)},
+			},
+		},
+		{
+			name: "a quoted comma or semicolon in a description keeps its entry", file: "usage_on_finish.sse", timing: config.DefaultTimingConfig,
+			header: http.Header{"Server-Timing": {`queue;desc="waiting, for; a slot";dur=300, prefill;dur=20`}},
+			want:   []ReportedPhase{{config.SourceServerTiming, config.PhaseQueue, ms(300)}, {config.SourceServerTiming, config.PhasePrefill, ms(20)}},
+		},
+		{
+			name: "twenty Server-Timing entries do not crowd out the timings object", file: "sim_timings.sse", timing: config.DefaultTimingConfig,
+			header: http.Header{"Server-Timing": {strings.Repeat("queue;dur=1, ", 20)}},
+			want: append(slices.Repeat([]ReportedPhase{{config.SourceServerTiming, config.PhaseQueue, ms(1)}}, maxReportedPerSource),
+				ReportedPhase{config.SourceTimings, config.PhaseQueue, ms(371.8)}, ReportedPhase{config.SourceTimings, config.PhasePrefill, ms(40.1)},
+				ReportedPhase{config.SourceTimings, config.PhaseDecode, ms(20.2)}),
+		},
+		{
+			name: "a source the target does not use is not read", file: "sim_timings.sse",
+			timing: config.TimingConfig{Sources: []string{config.SourceTimings}, Timings: config.DefaultTimingConfig.Timings, ServerTiming: config.DefaultTimingConfig.ServerTiming},
+			header: http.Header{"Server-Timing": {"queue;dur=5"}},
+			want: []ReportedPhase{
+				{config.SourceTimings, config.PhaseQueue, ms(371.8)}, {config.SourceTimings, config.PhasePrefill, ms(40.1)},
+				{config.SourceTimings, config.PhaseDecode, ms(20.2)},
 			},
 		},
 		{
@@ -155,6 +177,32 @@ func TestSplitPhases(t *testing.T) {
 			},
 		},
 		{
+			name: "a server that held its headers: the time before its reported queue is not network",
+			r: Result{Chunks: []time.Duration{ms(100)}, Ended: ms(101), Trace: Trace{FirstByte: ms(99.9)},
+				Reported: []ReportedPhase{{st, config.PhaseQueue, ms(10)}, {st, config.PhasePrefill, ms(10)}}},
+			want: []PhaseSpan{span(config.PhaseUnattributed, 0, 80, cl), span(config.PhaseQueue, 80, 90, st), span(config.PhasePrefill, 90, 100, st)},
+		},
+		{
+			name: "a bogus gateway header does not take the engine's timings with it",
+			r: Result{Chunks: []time.Duration{ms(100), ms(110)}, Ended: ms(111), Trace: Trace{FirstByte: ms(1)},
+				Reported: []ReportedPhase{{tm, config.PhaseQueue, ms(50)}, {tm, config.PhasePrefill, ms(40)}, {st, config.PhaseGateway, ms(500)}}},
+			want: []PhaseSpan{
+				span(config.PhaseNetwork, 0, 1, cl), span(config.PhaseUnattributed, 1, 10, cl), span(config.PhaseQueue, 10, 60, tm),
+				span(config.PhasePrefill, 60, 100, tm), span(config.PhaseDecode, 100, 110, cl),
+			},
+			rejected: []string{st},
+		},
+		{
+			name: "sources that fit alone but not together: the last in the order goes",
+			r: Result{Chunks: []time.Duration{ms(100)}, Ended: ms(101), Trace: Trace{FirstByte: ms(1)},
+				Reported: []ReportedPhase{{tm, config.PhaseQueue, ms(60)}, {tm, config.PhasePrefill, ms(30)}, {st, config.PhaseGateway, ms(50)}}},
+			want: []PhaseSpan{
+				span(config.PhaseNetwork, 0, 1, cl), span(config.PhaseUnattributed, 1, 10, cl), span(config.PhaseQueue, 10, 70, tm),
+				span(config.PhasePrefill, 70, 100, tm),
+			},
+			rejected: []string{st},
+		},
+		{
 			name: "the order of the sources decides which one gives a phase",
 			r: Result{Chunks: []time.Duration{ms(100)}, Ended: ms(101), Trace: Trace{FirstByte: ms(0.2)},
 				Reported: []ReportedPhase{{tm, config.PhaseQueue, ms(60)}, {st, config.PhaseQueue, ms(70)}, {tm, config.PhasePrefill, ms(20)}}},
@@ -210,6 +258,20 @@ func TestSplitPhases(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestServerTimingBounded: a 9 MiB Server-Timing header of semicolons
+// costs a bounded scan: its first 4 KiB are read, with no allocation per
+// parameter.
+func TestServerTimingBounded(t *testing.T) {
+	huge := "queue" + strings.Repeat(";", 9<<20) + "dur=5"
+	m := newTimingMap(&config.DefaultTimingConfig)
+	allocs := testing.AllocsPerRun(5, func() {
+		r := &Result{}
+		m.fromHeaders(http.Header{"Server-Timing": {huge, "prefill;dur=3"}}, r)
+		require.Empty(t, r.Reported, "nothing past the first 4 KiB is read")
+	})
+	require.LessOrEqual(t, allocs, 4.0)
 }
 
 // TestTraceparent: the head decision follows the ratio on the trace id,

@@ -86,6 +86,26 @@ func NewManager(logger *slog.Logger, metrics *Metrics) *Manager {
 // an unreadable CA file). Before Run it only records the targets; after
 // Run returned it does nothing.
 func (m *Manager) Apply(cfg *config.Config) error {
+	p, err := m.Prepare(cfg)
+	if err != nil {
+		return err
+	}
+	p.Commit()
+	return nil
+}
+
+// Prepared is a configuration's scrapers, built but not running: Commit
+// puts them in place, Discard closes them. One of the two must be called.
+type Prepared struct {
+	m     *Manager
+	want  map[string]*config.ServerMetricsConfig
+	built map[string]*Scraper
+}
+
+// Prepare builds the scrapers of cfg's changed targets, changing nothing:
+// a reload builds everything that can fail first (a TLS file that cannot
+// be read), and commits only once nothing can.
+func (m *Manager) Prepare(cfg *config.Config) (*Prepared, error) {
 	want := map[string]*config.ServerMetricsConfig{}
 	for _, t := range cfg.Targets {
 		if t.ServerMetrics != nil {
@@ -94,32 +114,49 @@ func (m *Manager) Apply(cfg *config.Config) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.stopped {
-		return nil
-	}
-	built := map[string]*Scraper{}
+	p := &Prepared{m: m, want: want, built: map[string]*Scraper{}}
 	for _, name := range slices.Sorted(maps.Keys(want)) {
 		if cur := m.targets[name]; cur != nil && reflect.DeepEqual(cur.cfg, *want[name]) {
 			continue
 		}
 		s, err := NewScraper(name, want[name])
 		if err != nil {
-			for _, b := range built {
-				b.Close()
-			}
-			return err
+			p.Discard()
+			return nil, err
 		}
-		built[name] = s
+		p.built[name] = s
+	}
+	return p, nil
+}
+
+// Discard closes the prepared scrapers.
+func (p *Prepared) Discard() {
+	for _, b := range p.built {
+		b.Close()
+	}
+}
+
+// Commit replaces the running scrapers by the prepared ones: unchanged
+// targets go on, changed ones restart with fresh series, removed ones stop
+// and their series are deleted. After Run has returned it closes the
+// prepared scrapers and changes nothing.
+func (p *Prepared) Commit() {
+	m := p.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped {
+		p.Discard()
+		return
 	}
 	for name, t := range m.targets {
-		if want[name] == nil || built[name] != nil {
+		if p.want[name] == nil || p.built[name] != nil {
 			m.stop(t)
 			m.metrics.forget(name)
 			delete(m.targets, name)
 		}
 	}
-	for name, s := range built {
-		c := want[name]
+	for name, s := range p.built {
+		c := p.want[name]
 		t := &target{name: name, cfg: *c, scraper: s, interval: time.Duration(c.Interval)}
 		if t.interval <= 0 { // not validated; a ticker panics on it
 			t.interval = time.Duration(config.DefaultServerMetricsConfig.Interval)
@@ -129,7 +166,6 @@ func (m *Manager) Apply(cfg *config.Config) error {
 			m.start(t)
 		}
 	}
-	return nil
 }
 
 // Run scrapes the targets until ctx is done, then stops every scrape loop

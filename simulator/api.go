@@ -232,7 +232,8 @@ func (s *Simulator) serveCompletion(w http.ResponseWriter, r *http.Request, chat
 	rs := &reply{
 		sim: s, w: w, chat: chat, src: src, prompt: p, n: n, finish: finish, plan: plan,
 		id: s.ids.Add(1), created: time.Now().Unix(),
-		usage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
+		usage:     req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
+		requestID: r.Header.Get("X-Request-Id"),
 	}
 	if req.Stream {
 		rs.stream(ctx)

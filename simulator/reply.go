@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -25,6 +26,9 @@ type reply struct {
 	id      uint64
 	created int64
 	usage   bool
+	// requestID is the client's X-Request-Id, for the debug log of each
+	// reply's timings: the ground truth a prober's trace is checked against.
+	requestID string
 }
 
 func (rp *reply) idString() string {
@@ -130,6 +134,7 @@ func (rp *reply) stream(ctx context.Context) {
 
 	ph := rp.src.phases()
 	timings := newTimings(ph, rp.prompt.tokens, rp.n)
+	rp.logTimings(timings)
 	fin := &chunk{ID: id, Object: rp.object(), Created: rp.created, Model: rp.sim.cfg.Model,
 		Choices: []choice{{FinishReason: &rp.finish}}}
 	if rp.chat {
@@ -151,6 +156,17 @@ func (rp *reply) stream(ctx context.Context) {
 		_, _ = io.WriteString(w, "data: [DONE]\n\n")
 	}
 	flush()
+}
+
+// logTimings logs a reply's timings at debug level, by the client's
+// request id (which a prober's trace id is): `sloprober sim
+// --log.level=debug` shows the truth beside each trace.
+func (rp *reply) logTimings(t *Timings) {
+	if !rp.sim.logger.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	rp.sim.logger.Debug("Reply timings", "request_id", rp.requestID, "queue_ms", t.QueueMS, "prompt_ms", t.PromptMS,
+		"predicted_ms", t.PredictedMS, "prompt_n", t.PromptN, "cache_n", t.CacheN, "predicted_n", t.PredictedN)
 }
 
 // midStreamFaults applies the faults planned for the middle of a stream. It

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/promslog"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/prober"
@@ -106,7 +107,7 @@ targets: [{name: sim, url: "%s/v1", model: sim-model}]
 scenarios: [{name: a, input_tokens: 8, output_tokens: 4}]
 canary: [{target: sim, scenario: a, rate: 100, arrival: constant}]
 tracing:
-  endpoint: %s
+  endpoint: "%s"
   client_type: %s
   insecure: true
   sampling_fraction: 1
@@ -120,6 +121,18 @@ tracing:
 // tracer's queue stays at its bound and drops the rest (counted), the
 // failed exports are counted, and the tracer stops within its timeouts.
 func TestCollectorDownOrSilent(t *testing.T) {
+	// The same load without tracing: the send lag tracing must not change.
+	base := func() time.Duration {
+		sim := simtest.Start(t, "slots: 0\nfixed: {ttft: 1ms, itl: 1ms}\n")
+		cfg, err := config.Load(fmt.Appendf(nil, deadCollectorConfig, sim.URL, "", config.TracingClientGRPC), false)
+		require.NoError(t, err)
+		rec := newRecorder(250)
+		m := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
+		require.NoError(t, m.ApplyConfig(cfg, nil))
+		<-rec.reached
+		m.Stop(time.Second)
+		return rec.p99()
+	}()
 	for _, tc := range []struct{ name, client string }{
 		{"refused grpc", config.TracingClientGRPC}, {"silent grpc", config.TracingClientGRPC}, {"silent http", config.TracingClientHTTP},
 	} {
@@ -159,7 +172,7 @@ func TestCollectorDownOrSilent(t *testing.T) {
 			rec.mu.Unlock()
 			require.Zero(t, late+full, "no arrival dropped late or for a full load")
 			require.LessOrEqual(t, scheduled-sent, 1, "every arrival was sent but one due as the load stopped")
-			require.Less(t, rec.p99(), 10*time.Millisecond, "send lag P99 stays under the prober's own limit")
+			require.Less(t, rec.p99(), base+10*time.Millisecond, "send lag P99 unchanged (%s without tracing), within 10 ms", base)
 
 			queued := counter(t, reg, "sloprober_tracing_requests_queued_total")
 			dropped := counter(t, reg, "sloprober_tracing_requests_dropped_total")
@@ -188,4 +201,60 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// tracedResult is a finished, head-sampled request of target sim.
+func tracedResult(i int) (*prober.Result, *prober.Measurement) {
+	var tid trace.TraceID
+	tid[0], tid[15] = byte(i>>8), byte(i)|1
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled})
+	now := time.Now()
+	r := &prober.Result{Target: "sim", Scenario: "a", Test: "canary", Scheduled: now, Sent: now, Ended: 10 * time.Millisecond,
+		Chunks: []time.Duration{5 * time.Millisecond, 9 * time.Millisecond}, StatusCode: 200, Done: true, Outcome: prober.OutcomeOK, SpanContext: sc}
+	m := prober.Measure(r, nil)
+	m.Split = prober.SplitPhases(r, config.TimingSources)
+	return r, &m
+}
+
+// TestStopBounded: with a full queue and a collector that never answers,
+// Stop returns within the export timeout, dropping (and counting) what it
+// could not send.
+func TestStopBounded(t *testing.T) {
+	cfg, err := config.Load(fmt.Appendf(nil, `
+targets: [{name: sim, url: "http://127.0.0.1:1/v1", model: m}]
+tracing: {endpoint: %q, insecure: true, timeout: 1s, queue_size: 2048}
+`, silentAddr(t)), false)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	tr := tracing.New(promslog.NewNopLogger(), tracing.NewMetrics(reg), "test")
+	require.NoError(t, tr.ApplyConfig(cfg))
+	obs := tr.Observe(prober.LoadInfo{})
+	for i := range 2048 {
+		obs.Finished(tracedResult(i))
+	}
+	start := time.Now()
+	tr.Stop()
+	require.Less(t, time.Since(start), 2*time.Second, "Stop is bounded by the export timeout, not a timeout per batch")
+	require.Positive(t, counter(t, reg, "sloprober_tracing_requests_dropped_total"))
+}
+
+// TestReloadsLeakNothing: fifty reloads to other collectors within a
+// second, then tracing off and Stop: every exporter built is shut down,
+// including those the builder never used.
+func TestReloadsLeakNothing(t *testing.T) {
+	before := runtime.NumGoroutine()
+	tr := tracing.New(promslog.NewNopLogger(), tracing.NewMetrics(prometheus.NewRegistry()), "test")
+	for i := range 50 {
+		cfg, err := config.Load(fmt.Appendf(nil, "targets: []\ntracing: {endpoint: \"127.0.0.1:%d\", insecure: true, timeout: 200ms}\n", 1+i), false)
+		require.NoError(t, err)
+		require.NoError(t, tr.ApplyConfig(cfg))
+	}
+	off, err := config.Load([]byte("targets: []\n"), false)
+	require.NoError(t, err)
+	require.NoError(t, tr.ApplyConfig(off))
+	tr.Stop()
+	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= before+2 }, 10*time.Second, 20*time.Millisecond,
+		"goroutines left: %d before, %d after", before, runtime.NumGoroutine())
+	// A reload after Stop builds nothing that stays.
+	require.NoError(t, tr.ApplyConfig(off))
 }

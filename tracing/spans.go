@@ -45,48 +45,69 @@ func (probeIDs) NewSpanID(context.Context, trace.TraceID) trace.SpanID {
 	return sid
 }
 
-// emit builds the spans of one finished request, on its real timeline.
-func emit(tr trace.Tracer, ti targetInfo, j *job) {
-	r, m := j.r, &j.m
-	start := r.Sent
-	end := start.Add(r.Ended)
-	ctx := context.WithValue(context.Background(), idsKey{}, r.SpanContext)
-	ctx, span := tr.Start(ctx, ti.operation+" "+ti.model,
-		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithTimestamp(start),
-		trace.WithAttributes(attributes(ti, r, m)...),
-	)
-	if len(r.Chunks) > 0 {
-		span.AddEvent(eventFirstToken, trace.WithTimestamp(start.Add(r.Chunks[0])))
+// newJob copies what the spans of a finished request need.
+func newJob(ti targetInfo, r *prober.Result, m *prober.Measurement, maxITL time.Duration, hasMaxITL bool) *job {
+	if ti.operation == "" { // a target removed by a reload while the request ran
+		ti.operation, ti.model, ti.provider = operations["chat"], r.Model, defaultProvider
 	}
-	if j.hasMaxITL {
-		stalls := 0
-		prev := time.Duration(-1)
-		for i, at := range r.Chunks {
-			if prev >= 0 && at-prev > j.maxITL {
-				if stalls++; stalls <= maxStallEvents {
-					span.AddEvent(eventStall, trace.WithTimestamp(start.Add(at)), trace.WithAttributes(
-						keyStallGap.Float64((at-prev).Seconds()), keyStallIndex.Int(i)))
+	j := &job{
+		name:       ti.operation + " " + ti.model,
+		sc:         r.SpanContext,
+		start:      r.Sent,
+		end:        r.Sent.Add(r.Ended),
+		attrs:      attributes(ti, r, m),
+		firstToken: -1,
+		phases:     m.Split.Phases,
+		failed:     r.Outcome != prober.OutcomeOK,
+	}
+	if j.failed {
+		j.errMsg = r.Error()
+	}
+	if len(r.Chunks) > 0 {
+		j.firstToken = r.Chunks[0]
+	}
+	if hasMaxITL {
+		for i := 1; i < len(r.Chunks); i++ {
+			if gap := r.Chunks[i] - r.Chunks[i-1]; gap > maxITL {
+				if j.stallCount++; j.stallCount <= maxStallEvents {
+					j.stalls = append(j.stalls, stall{at: r.Chunks[i], gap: gap, index: i})
 				}
 			}
-			prev = at
 		}
-		if stalls > 0 {
-			span.SetAttributes(keyStallsCount.Int(stalls))
+		if j.stallCount > 0 {
+			j.attrs = append(j.attrs, keyStallsCount.Int(j.stallCount))
 		}
 	}
-	for _, p := range m.Split.Phases {
+	return j
+}
+
+// emit builds the spans of one finished request, on its real timeline.
+func emit(tr trace.Tracer, j *job) {
+	ctx := context.WithValue(context.Background(), idsKey{}, j.sc)
+	ctx, span := tr.Start(ctx, j.name,
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithTimestamp(j.start),
+		trace.WithAttributes(j.attrs...),
+	)
+	if j.firstToken >= 0 {
+		span.AddEvent(eventFirstToken, trace.WithTimestamp(j.start.Add(j.firstToken)))
+	}
+	for _, st := range j.stalls {
+		span.AddEvent(eventStall, trace.WithTimestamp(j.start.Add(st.at)), trace.WithAttributes(
+			keyStallGap.Float64(st.gap.Seconds()), keyStallIndex.Int(st.index)))
+	}
+	for _, p := range j.phases {
 		_, child := tr.Start(ctx, p.Phase,
 			trace.WithSpanKind(trace.SpanKindInternal),
-			trace.WithTimestamp(start.Add(p.Start)),
+			trace.WithTimestamp(j.start.Add(p.Start)),
 			trace.WithAttributes(keySource.String(p.Source)),
 		)
-		child.End(trace.WithTimestamp(start.Add(p.End)))
+		child.End(trace.WithTimestamp(j.start.Add(p.End)))
 	}
-	if r.Outcome != prober.OutcomeOK {
-		span.SetStatus(codes.Error, r.Error())
+	if j.failed {
+		span.SetStatus(codes.Error, j.errMsg)
 	}
-	span.End(trace.WithTimestamp(end))
+	span.End(trace.WithTimestamp(j.end))
 }
 
 // attributes are the CLIENT span's attributes.

@@ -216,18 +216,33 @@ func (d *daemon) reload() error {
 		return errStopping
 	}
 	cfg, err := d.source.load(d.simURL + "/v1")
+	// What can fail is built first (clients of the engines' metrics and
+	// the trace exporter: a TLS file missing), and committed with the
+	// loads once the manager knows nothing can: a failed reload changes
+	// nothing.
+	var engines *servermetrics.Prepared
+	var tracer *tracing.Prepared
 	if err == nil {
-		// The engine metrics and the tracer first: a client that cannot be
-		// built (a TLS file missing) fails the reload before any load
-		// changes.
-		err = d.engines.Apply(cfg)
+		engines, err = d.engines.Prepare(cfg)
 	}
 	if err == nil {
-		err = d.tracer.ApplyConfig(cfg)
+		if tracer, err = d.tracer.Prepare(cfg); err != nil {
+			engines.Discard()
+		}
 	}
 	if err == nil {
-		d.manager.SetTracing(cfg.Tracing.Enabled(), cfg.Tracing.SamplingFraction)
-		err = d.manager.ApplyConfig(cfg, func() { d.metrics.ApplyConfig(cfg) })
+		committed := false
+		err = d.manager.ApplyConfig(cfg, func() {
+			d.metrics.ApplyConfig(cfg)
+			engines.Commit()
+			tracer.Commit()
+			d.manager.SetTracing(cfg.Tracing.Enabled(), cfg.Tracing.SamplingFraction)
+			committed = true
+		})
+		if !committed {
+			engines.Discard()
+			tracer.Discard()
+		}
 	}
 	if err == nil {
 		err = d.tests.ApplyConfig(cfg)

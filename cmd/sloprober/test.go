@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -145,9 +146,30 @@ func progressLine(p capacity.Progress) string {
 // nil (the drain waits for the test's own requests only).
 func engineQueue(cfg *config.Config, engines *servermetrics.Manager) func(target string) capacity.QueueProbe {
 	return func(target string) capacity.QueueProbe {
-		if t := cfg.Target(target); t == nil || t.ServerMetrics == nil {
+		t := cfg.Target(target)
+		if t == nil || t.ServerMetrics == nil {
 			return nil
 		}
-		return engines.Queue(target)
+		return &engineQueueProbe{engines: engines, target: target, fresh: engines.Queue(target), maxAge: time.Duration(t.ServerMetrics.Interval)}
 	}
+}
+
+// engineQueueProbe reads an engine's queue depth: a drain check scrapes
+// afresh (it must see the queue as it is now), a window's sampling takes
+// the daemon's last regular scrape when it is at most an interval old, so
+// that a test does not add a read a second to the engine's /metrics.
+type engineQueueProbe struct {
+	engines *servermetrics.Manager
+	target  string
+	fresh   *servermetrics.Queue
+	maxAge  time.Duration
+}
+
+func (p *engineQueueProbe) Waiting(ctx context.Context) (int, error) {
+	if capacity.Sampling(ctx) {
+		if s, ok := p.engines.Latest(p.target); ok && s.Waiting != nil && time.Since(s.Time) <= p.maxAge {
+			return int(math.Round(*s.Waiting)), nil
+		}
+	}
+	return p.fresh.Waiting(ctx)
 }
