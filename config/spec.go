@@ -50,6 +50,11 @@ type LoadSpec struct {
 	MaxRate float64
 	// Paused is a load that sends nothing but keeps its series.
 	Paused bool
+	// Shard is this process's part of an open-loop load (the canary's,
+	// when sloprober runs as several shards): its arrivals are those of
+	// the whole schedule that fall to it, and its rates (ScenarioRates,
+	// PeakRate) its share.
+	Shard Shard
 }
 
 // ScenarioSpec is one scenario of a load with its labels and weight.
@@ -73,7 +78,8 @@ func (s *LoadSpec) Keys() []Key {
 
 // ScenarioRates splits the load's intended rate over its scenarios by
 // weight, in the order of Scenarios: a mix of 3 req/s weighted 2:1 is 2 and
-// 1 req/s. A closed-loop load has no intended rate: all zero.
+// 1 req/s; on shard i/3, a third of that. A closed-loop load has no
+// intended rate: all zero.
 func (s *LoadSpec) ScenarioRates() []float64 {
 	rates := make([]float64, len(s.Scenarios))
 	if s.Closed() || s.Paused {
@@ -84,7 +90,7 @@ func (s *LoadSpec) ScenarioRates() []float64 {
 		sum += sc.Weight
 	}
 	for i, sc := range s.Scenarios {
-		rates[i] = s.Rate * sc.Weight / sum
+		rates[i] = s.Rate * s.Shard.Share() * sc.Weight / sum
 	}
 	return rates
 }
@@ -108,9 +114,9 @@ func (s *LoadSpec) ScenarioClients() []float64 {
 	return clients
 }
 
-// PeakRate is the most requests a second the load may send: its rate, or
-// the cap of a closed-loop load; 0 while paused. It is what counts against
-// global.max_rate.
+// PeakRate is the most requests a second the load may send: its rate (its
+// shard's share), or the cap of a closed-loop load; 0 while paused. It is
+// what counts against global.max_rate, which caps each process.
 func (s *LoadSpec) PeakRate() float64 {
 	switch {
 	case s.Paused:
@@ -118,7 +124,7 @@ func (s *LoadSpec) PeakRate() float64 {
 	case s.Closed():
 		return s.MaxRate
 	}
-	return s.Rate
+	return s.Rate * s.Shard.Share()
 }
 
 // MaxInFlight is the load's cap on requests in flight: its target's

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sloprober/sloprober/config"
@@ -51,6 +52,8 @@ type Manager struct {
 	// tracing is the head sampling of probes' trace context, nil while
 	// tracing is off (SetTracing).
 	tracing tracingState
+	// shard is this process's part of the canary loads (SetShard).
+	shard atomic.Pointer[config.Shard]
 
 	mu     sync.Mutex
 	limits Limits
@@ -94,7 +97,12 @@ func NewManager(logger *slog.Logger, factory ObserverFactory, userAgent string) 
 // to be usable and before any load changes: the exporter sets up its
 // metrics there.
 func (m *Manager) ApplyConfig(cfg *config.Config, prepare func()) error {
-	return m.apply(CanaryOwner, cfg.CanaryLoads(), &configUpdate{
+	specs := cfg.CanaryLoads()
+	shard := m.Shard()
+	for i := range specs {
+		specs[i].Shard = shard
+	}
+	return m.apply(CanaryOwner, specs, &configUpdate{
 		limits:  Limits{MaxRate: cfg.Global.MaxRate, MaxInFlight: cfg.Global.MaxInFlight},
 		targets: cfg.Targets,
 		prepare: prepare,
@@ -503,6 +511,20 @@ func (m *Manager) closeUnused() {
 			delete(m.open, tc)
 		}
 	}
+}
+
+// SetShard makes this process shard s of the canary loads from the next
+// ApplyConfig on: it sends the arrivals of each canary load that fall to
+// it, and its caps apply to its share. Loads of other owners (a test run)
+// are not split.
+func (m *Manager) SetShard(s config.Shard) { m.shard.Store(&s) }
+
+// Shard returns the shard SetShard set, the whole load by default.
+func (m *Manager) Shard() config.Shard {
+	if s := m.shard.Load(); s != nil {
+		return *s
+	}
+	return config.Shard{}
 }
 
 // UserAgent is the User-Agent of the manager's probes, for a test's own

@@ -248,6 +248,45 @@ func (m *mixArrivals) Next() Arrival {
 	return a
 }
 
+// shardSalt is the decision of unitFloat that picks an arrival's shard.
+const shardSalt = 0x5ead
+
+// shardArrivals are the arrivals of a load that fall to one shard: every
+// shard computes the same whole schedule (epoch-anchored, seeded from the
+// load) and keeps the arrivals whose draw on (seed, Seq) falls in its
+// share, so N shards together send each arrival of it exactly once, and
+// each sends a random 1/N of it: Poisson at rate/N for a Poisson load. A
+// shard of constant arrivals sees uneven gaps; the shards together send
+// the constant schedule.
+type shardArrivals struct {
+	base     Arrivals
+	seed     uint64
+	index, n int
+}
+
+// NewShardArrivals returns the arrivals of base that fall to shard (base
+// itself when the load is not split).
+func NewShardArrivals(base Arrivals, seed uint64, shard config.Shard) Arrivals {
+	if !shard.Sharded() {
+		return base
+	}
+	return &shardArrivals{base: base, seed: seed, index: shard.Index, n: shard.Count}
+}
+
+func (s *shardArrivals) Next() Arrival {
+	for {
+		a := s.base.Next()
+		if a.Due.IsZero() || shardOf(s.seed, a.Seq, s.n) == s.index {
+			return a // a zero Due is the end of a finite schedule (a replay that does not loop)
+		}
+	}
+}
+
+// shardOf is the shard of n an arrival falls to.
+func shardOf(seed, seq uint64, n int) int {
+	return min(int(unitFloat(seed, seq, shardSalt)*float64(n)), n-1)
+}
+
 // unitFloat is a uniform draw from [0, 1) determined by its arguments: one
 // decision (salt) of one arrival (seq) of one load (seed). It hashes them
 // with SplitMix64's finalizer, so it allocates nothing.
@@ -287,6 +326,11 @@ func conversationStarts(spec *config.LoadSpec, turns []int) []float64 {
 // seed is the load's (Seed of its name), so its phase and draws are the
 // same after a restart or rate change and on every replica.
 func arrivalsFor(spec *config.LoadSpec, turns []int, seed uint64, now time.Time) Arrivals {
+	return NewShardArrivals(wholeArrivals(spec, turns, seed, now), seed, spec.Shard)
+}
+
+// wholeArrivals are the arrivals of the whole load, every shard's.
+func wholeArrivals(spec *config.LoadSpec, turns []int, seed uint64, now time.Time) Arrivals {
 	if r := spec.Replay; spec.Arrival == config.ArrivalReplay && r != nil {
 		return NewReplayArrivals(r.Trace, r.Speed, r.Loops(), now)
 	}

@@ -131,6 +131,7 @@ var knownMetrics = map[string]bool{
 	"sloprober_calibration_frozen":                           false,
 	"sloprober_calibration_rejected_total":                   false,
 	"sloprober_config_last_reload_successful":                false,
+	"sloprober_shard_count":                                  false,
 	"sloprober_config_last_reload_success_timestamp_seconds": false,
 	"sloprober_build_info":                                   false,
 

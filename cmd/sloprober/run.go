@@ -156,6 +156,7 @@ type runCommand struct {
 	keepAge   *model.Duration
 	testAPI   *bool
 	instance  *string
+	shard     *string
 }
 
 func newRunCommand(app *kingpin.Application) *runCommand {
@@ -175,6 +176,7 @@ func newRunCommand(app *kingpin.Application) *runCommand {
 	c.keepRuns = c.cmd.Flag("storage.retention.runs", "How many runs of each test are kept (0: no limit).").Default("100").Int()
 	c.keepAge = new(model.Duration)
 	c.cmd.Flag("storage.retention.age", "How long runs are kept after they ended (0: no limit).").Default("90d").SetValue((*modelDurationValue)(c.keepAge))
+	c.shard = c.cmd.Flag("shard", "This process's part of the canary loads, i/N: N processes with shards 0/N to N-1/N together send every canary load exactly once, each its share (intended rate and caps per share); step and soak tests run on shard 0 only. ordinal/N takes i from the host name's last -<number> (a StatefulSet pod's ordinal).").Default("0/1").String()
 	c.instance = c.cmd.Flag("tracing.instance", "The service.instance.id of the spans sloprober exports (default: the host name); tracing itself is configured in the configuration file's tracing section.").Default("").String()
 	c.testAPI = c.cmd.Flag("web.enable-test-api", "Enable the test API's POST endpoints: start and abort test runs (the GET endpoints are always on).").Default("false").Bool()
 	return c
@@ -190,6 +192,7 @@ type daemon struct {
 	tests   *testrun.Service
 	tracer  *tracing.Tracer
 	engines *servermetrics.Manager
+	shard   config.Shard
 
 	reloadMu sync.Mutex
 	cfg      atomic.Pointer[config.Config]
@@ -245,7 +248,15 @@ func (d *daemon) reload() error {
 		}
 	}
 	if err == nil {
-		err = d.tests.ApplyConfig(cfg)
+		tests := cfg
+		if d.shard.Index != 0 {
+			// Step and soak tests run on shard 0 only: the others
+			// keep no schedule and start nothing.
+			noTests := *cfg
+			noTests.Tests = nil
+			tests = &noTests
+		}
+		err = d.tests.ApplyConfig(tests)
 	}
 	if err != nil && d.stopping.Load() {
 		// The manager refused it because it is stopping: not a bad
@@ -274,13 +285,28 @@ func (c *runCommand) run(logger *slog.Logger) int {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		versioncollector.NewCollector("sloprober"),
 	)
-	d := &daemon{logger: logger, source: c.config, metrics: exporter.NewMetrics(reg)}
+	shard, err := config.ParseShard(*c.shard, config.Hostname())
+	if err != nil {
+		logger.Error("Bad --shard", "err", err)
+		return 1
+	}
+	shardCount := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sloprober_shard_count",
+		Help: "Shards the canary loads are split over (--shard i/N): N. Fewer instances reporting than this value means a shard is missing."})
+	shardIndex := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sloprober_shard_index", Help: "This process's shard (--shard i/N): i."})
+	shardCount.Set(float64(max(shard.Count, 1)))
+	shardIndex.Set(float64(shard.Index))
+	reg.MustRegister(shardCount, shardIndex)
+	d := &daemon{logger: logger, source: c.config, metrics: exporter.NewMetrics(reg), shard: shard}
 	d.metrics.SetRemovedSeriesTTL(*c.removed)
 	recent := exporter.NewRecent(20)
 	recorder := capacity.NewRecorder()
 	d.tracer = tracing.New(logger, tracing.NewMetrics(reg), *c.instance)
 	defer d.tracer.Stop() // after the drain: the last requests' spans are flushed
 	d.manager = prober.NewManager(logger, prober.Fanout(d.metrics, recent, recorder, d.tracer), userAgent())
+	d.manager.SetShard(shard)
+	if shard.Sharded() {
+		logger.Info("Sending a share of every canary load", "shard", shard.String(), "share", shard.Share(), "tests", shard.Index == 0)
+	}
 	store, serr := runstore.Open(*c.storage, runstore.Retention{MaxRuns: *c.keepRuns, MaxAge: time.Duration(*c.keepAge)}, logger)
 	if serr != nil {
 		logger.Error("Error opening the storage of test runs", "path", *c.storage, "err", serr)
@@ -437,7 +463,7 @@ func (c *runCommand) run(logger *slog.Logger) int {
 			}
 		})
 	}
-	err := g.Run()
+	err = g.Run()
 	var sigErr run.SignalError
 	if err != nil && !errors.As(err, &sigErr) {
 		logger.Error("sloprober stopped", "err", err)
