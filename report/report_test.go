@@ -167,3 +167,23 @@ func TestNotConcluded(t *testing.T) {
 		require.NoError(t, sch.Validate(v), verdict)
 	}
 }
+
+// TestEngineQueue: the engine's own queue depth of a level's window (from
+// its metrics) is in the Markdown levels table and in the JSON report,
+// which the schema takes.
+func TestEngineQueue(t *testing.T) {
+	run := load(t, "step-run.json")
+	run.Sweep[0].EngineQueue = &capacity.EngineQueue{Samples: 30, Mean: 3.25, Max: 7}
+	r := report.Build(run, "")
+	var md bytes.Buffer
+	require.NoError(t, report.WriteMarkdown(&md, r))
+	require.Contains(t, md.String(), "engine queue: mean 3.2, max 7")
+	b, err := json.Marshal(r)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"engine_queue":{"samples":30,"mean":3.25,"max":7}`)
+	sch, err := jsonschema.NewCompiler().Compile(filepath.Join("schema", "report.json"))
+	require.NoError(t, err)
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	require.NoError(t, err)
+	require.NoError(t, sch.Validate(v))
+}
