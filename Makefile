@@ -40,6 +40,7 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+	cd deploy && $(GO) vet ./...
 
 # The rules' end-to-end test runs Prometheus and sloprober for a minute; it
 # runs after the other packages, so that it does not compete for the CPU with
@@ -47,6 +48,7 @@ vet:
 unit: $(PROMTOOL) $(JAEGER) prometheus chromium
 	PROMTOOL=$(PROMTOOL) JAEGER=$(JAEGER) $(GO) test -race -count=1 $$($(GO) list ./... | grep -v /rules$$)
 	PROMTOOL=$(PROMTOOL) JAEGER=$(JAEGER) $(GO) test -race -count=1 ./rules/
+	cd deploy && GO=$(GO) PROMTOOL=$(PROMTOOL) $(GO) test -race -count=1 ./...
 
 ## fuzz: run every fuzz target for FUZZTIME (default 20000x: executions, a few seconds) each
 FUZZTIME ?= 20000x
@@ -74,6 +76,44 @@ jaeger: $(JAEGER)
 # refuses; building the tool from the tools module is the way round that.
 $(JAEGER): tools/go.mod tools/go.sum
 	cd tools && $(GO) build -o $(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
+
+# The container image (Dockerfile). IMAGE is its tag; GO_IMAGE the build
+# stage's base (pin a digest here: GO_IMAGE=golang:1.26-bookworm@sha256:...);
+# CONTAINER_BUILDER docker, podman or buildah (default: the first of them on
+# the PATH that answers `info`). The version build args are those of `build`.
+IMAGE             ?= sloprober:$(VERSION)
+GO_IMAGE          ?= golang:1.26-bookworm
+CONTAINER_BUILDER ?=
+
+.PHONY: image demo
+
+## image: build the container image $(IMAGE); without a working docker, podman or buildah, say so and exit 0
+image:
+	@builder='$(CONTAINER_BUILDER)'; \
+	if [ -z "$$builder" ]; then \
+	  for b in docker podman buildah; do \
+	    command -v $$b >/dev/null 2>&1 || continue; \
+	    if timeout 20 $$b info >/dev/null 2>&1; then builder=$$b; break; fi; \
+	    echo "make image: $$b is on the PATH but \`$$b info\` fails (no daemon or no permission): skipping it"; \
+	  done; \
+	fi; \
+	if [ -z "$$builder" ]; then \
+	  echo "make image: no working container builder (docker, podman or buildah): $(IMAGE) not built."; \
+	  echo "make image: the Dockerfile and the binary it builds are checked without one by the deploy module's tests (make unit)."; \
+	  exit 0; \
+	fi; \
+	case "$$builder" in buildah) sub=bud ;; *) sub=build ;; esac; \
+	set -x; \
+	"$$builder" $$sub -f Dockerfile -t '$(IMAGE)' \
+	  --build-arg GO_IMAGE='$(GO_IMAGE)' \
+	  --build-arg VERSION='$(VERSION)' --build-arg REVISION='$(REVISION)' \
+	  --build-arg BRANCH='$(BRANCH)' --build-arg BUILDUSER='$(BUILDUSER)' \
+	  --build-arg BUILDDATE='$(BUILDDATE)' \
+	  .
+
+## demo: the compose stack (deploy/compose) as processes here: simulator, sloprober, Prometheus, Grafana if installed; Ctrl-C stops it
+demo: build prometheus
+	SLOPROBER_BIN=./$(BINARY) scripts/demo.sh
 
 ## run: start the daemon on its embedded default: probing a built-in simulator, /metrics on :9477
 run: build

@@ -34,6 +34,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	benchCmd := newBenchCommand(app)
 	testCmd := newTestCommand(app)
 	reportCmd := newReportCommand(app)
+	health := newHealthcheckCommand(app)
 
 	cmd, err := app.Parse(args)
 	if err != nil {
@@ -60,6 +61,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return reportCmd.runShow(stdout, stderr)
 	case reportCmd.compare.FullCommand():
 		return reportCmd.runCompare(stdout, stderr)
+	case health.cmd.FullCommand():
+		return health.run(stderr)
 	}
 	return 0
 }
