@@ -313,6 +313,17 @@ func serve(h func() http.Handler) func(e *env) *hostile.Server {
 	return func(e *env) *hostile.Server { return e.start(h()) }
 }
 
+// requireClientSplit checks an ok result whose server timings must not be
+// used: its phases are the client's own, rejected naming the sources the
+// client's clock contradicted.
+func requireClientSplit(t *testing.T, r *prober.Result, rejected []string) {
+	t.Helper()
+	requireOutcome(t, r, prober.OutcomeOK)
+	s := prober.SplitPhases(r, config.TimingSources)
+	require.True(t, s.ClientOnly(), "%+v", s.Phases)
+	require.Equal(t, rejected, s.Rejected)
+}
+
 func serveLiar(l func() *hostile.Liar) func(e *env) *hostile.Server {
 	return func(e *env) *hostile.Server { return e.start(l()) }
 }
@@ -381,12 +392,19 @@ func TestClient(t *testing.T) {
 					require.GreaterOrEqual(t, m.OutputTokens, 0)
 				}
 			}},
+		// Timings that are no times, or more time than the request took:
+		// the phase split is the client's own, nothing taken from them.
 		{name: "timings_missing", start: serveLiar(hostile.TimingsMissing),
-			check: func(t *testing.T, _ *env, rs []*prober.Result) { requireOutcome(t, rs[0], prober.OutcomeOK) }},
+			check: func(t *testing.T, _ *env, rs []*prober.Result) { requireClientSplit(t, rs[0], nil) }},
 		{name: "timings_absurd", start: serveLiar(hostile.TimingsAbsurd),
-			check: func(t *testing.T, _ *env, rs []*prober.Result) { requireOutcome(t, rs[0], prober.OutcomeOK) }},
+			check: func(t *testing.T, _ *env, rs []*prober.Result) { requireClientSplit(t, rs[0], nil) }},
 		{name: "timings_overflow", start: serveLiar(hostile.TimingsOverflow),
-			check: func(t *testing.T, _ *env, rs []*prober.Result) { requireOutcome(t, rs[0], prober.OutcomeOK) }},
+			check: func(t *testing.T, _ *env, rs []*prober.Result) { requireClientSplit(t, rs[0], nil) }},
+		{name: "timings_beyond_the_client", start: serveLiar(func() *hostile.Liar {
+			return &hostile.Liar{Timings: `{"queue_ms":5000,"prompt_n":100,"prompt_ms":100,"predicted_n":64,"predicted_ms":640}`}
+		}), check: func(t *testing.T, _ *env, rs []*prober.Result) {
+			requireClientSplit(t, rs[0], []string{config.SourceTimings})
+		}},
 
 		// Streams that never end, or are too big.
 		{name: "tokens_forever", start: serve(hostile.TokensForever),
