@@ -4,10 +4,10 @@ import (
 	"context"
 	"log/slog"
 	"reflect"
-	"sync"
 	"time"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/internal/ratelog"
 )
 
 // LoadStatus is what the manager tells about a running load.
@@ -41,7 +41,7 @@ type load struct {
 	scen     []*scenarioRun // by Arrival.Scenario
 	infos    []LoadInfo
 	obs      []Observer
-	failures failureLog
+	failures *ratelog.Limiter // failed requests logged, at most one a failureLogInterval
 
 	run  runner // nil while paused
 	stop context.CancelFunc
@@ -50,7 +50,8 @@ type load struct {
 
 // newLoad prepares the load of a spec on a target's client; start runs it.
 func (m *Manager) newLoad(owner string, spec config.LoadSpec, c *targetClient) *load {
-	l := &load{spec: spec, owner: owner, name: spec.Name(), client: c, global: m.global, tracing: &m.tracing, logger: m.logger, factory: m.factory}
+	l := &load{spec: spec, owner: owner, name: spec.Name(), client: c, global: m.global, tracing: &m.tracing, logger: m.logger, factory: m.factory,
+		failures: ratelog.New(failureLogInterval)}
 	l.setInfos()
 	for i, s := range spec.Scenarios {
 		l.scen = append(l.scen, newScenarioRun(s.ScenarioConfig, l.infos[i].Key))
@@ -217,7 +218,7 @@ func (l *load) request(ctx context.Context, a Arrival, started func(time.Time), 
 		l.run.Later(next)
 	}
 	if r.Outcome != OutcomeOK && r.Outcome != OutcomeCancelled && r.Outcome != OutcomeShutdown {
-		l.failures.log(l.logger, k, r)
+		l.logFailure(k, r)
 	}
 }
 
@@ -228,30 +229,16 @@ func NewRequest(s *config.ScenarioConfig, k config.Key, cal *Calibrator) *Reques
 	return newScenarioRun(*s, k).request(Arrival{Due: now, Seq: uint64(now.UnixNano())}, cal)
 }
 
+// logFailure logs a failed request of the load, at most one a
+// failureLogInterval, with the number left out since the last one.
+func (l *load) logFailure(k config.Key, r *Result) {
+	if ok, skipped := l.failures.Allow(time.Now()); ok {
+		l.logger.Warn("Probe request failed", "load", k.String(), "outcome", r.Outcome, "err", r.Error(),
+			"request_id", r.RequestID, "failures_not_logged", skipped)
+	}
+}
+
 // failureLogInterval is the least time between two logged failures of a
 // load: a target failing every request at 50 req/s logs one line every 10s,
 // not 500.
 const failureLogInterval = 10 * time.Second
-
-// failureLog logs the failed requests of a load, at most one a
-// failureLogInterval, with the number left out since the last one.
-type failureLog struct {
-	mu      sync.Mutex
-	last    time.Time
-	skipped int
-}
-
-func (f *failureLog) log(logger *slog.Logger, k config.Key, r *Result) {
-	f.mu.Lock()
-	now := time.Now()
-	if !f.last.IsZero() && now.Sub(f.last) < failureLogInterval {
-		f.skipped++
-		f.mu.Unlock()
-		return
-	}
-	skipped := f.skipped
-	f.last, f.skipped = now, 0
-	f.mu.Unlock()
-	logger.Warn("Probe request failed", "load", k.String(), "outcome", r.Outcome, "err", r.Error(),
-		"request_id", r.RequestID, "failures_not_logged", skipped)
-}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/internal/ratelog"
 )
 
 func TestSynthesizePrompt(t *testing.T) {
@@ -45,14 +46,14 @@ func TestFailureLogRateLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var buf bytes.Buffer
 		logger := slog.New(slog.NewTextHandler(&buf, nil))
-		var f failureLog
+		f := &load{logger: logger, failures: ratelog.New(failureLogInterval)}
 		r := &Result{Outcome: OutcomeHTTP5xx, StatusCode: 503, RequestID: "abc"}
 		k := config.Key{Target: "t", Scenario: "s", Test: "canary"}
 		for range 100 { // 10 req/s for 10s
-			f.log(logger, k, r)
+			f.logFailure(k, r)
 			time.Sleep(100 * time.Millisecond)
 		}
-		f.log(logger, k, r)
+		f.logFailure(k, r)
 		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 		require.Len(t, lines, 2)
 		require.Contains(t, lines[0], `msg="Probe request failed" load=t/s/canary outcome=http_5xx err="HTTP 503" request_id=abc failures_not_logged=0`)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/internal/ratelog"
 )
 
 // Errors of Queue.Waiting.
@@ -59,7 +60,7 @@ type target struct {
 	// The loop goroutine's own.
 	lastEnd time.Time
 	down    bool
-	log     logLimiter
+	log     *ratelog.Limiter // at most one warning a LogEvery
 }
 
 // NewManager returns a manager that records into metrics. Targets are
@@ -157,7 +158,7 @@ func (p *Prepared) Commit() {
 	}
 	for name, s := range p.built {
 		c := p.want[name]
-		t := &target{name: name, cfg: *c, scraper: s, interval: time.Duration(c.Interval)}
+		t := &target{name: name, cfg: *c, scraper: s, interval: time.Duration(c.Interval), log: ratelog.New(LogEvery)}
 		if t.interval <= 0 { // not validated; a ticker panics on it
 			t.interval = time.Duration(config.DefaultServerMetricsConfig.Interval)
 		}
@@ -328,7 +329,7 @@ func (m *Manager) scrape(ctx context.Context, t *target) {
 		m.metrics.fail(t.name, reason, seconds)
 		t.latest.Store(nil)
 		t.down = true
-		if ok, suppressed := t.log.allow(t.lastEnd); ok {
+		if ok, suppressed := t.log.Allow(t.lastEnd); ok {
 			m.logger.Warn("Scraping the engine's metrics failed", "target", t.name, "url", config.RedactURL(t.cfg.URL),
 				"reason", reason, "err", err, "suppressed", suppressed)
 		}
@@ -336,14 +337,14 @@ func (m *Manager) scrape(ctx context.Context, t *target) {
 		m.metrics.observe(t.name, snap, seconds)
 		t.latest.Store(&snap)
 		if len(snap.Rejected) > 0 {
-			if ok, suppressed := t.log.allow(t.lastEnd); ok {
+			if ok, suppressed := t.log.Allow(t.lastEnd); ok {
 				m.logger.Warn("Rejected values of the engine's metrics", "target", t.name, "engine", snap.Engine,
 					"metrics", snap.Rejected, "suppressed", suppressed)
 			}
 		}
 		if t.down {
 			t.down = false
-			if ok, suppressed := t.log.allow(t.lastEnd); ok {
+			if ok, suppressed := t.log.Allow(t.lastEnd); ok {
 				m.logger.Info("Scraping the engine's metrics works again", "target", t.name, "engine", snap.Engine, "suppressed", suppressed)
 			}
 		}
@@ -351,23 +352,4 @@ func (m *Manager) scrape(ctx context.Context, t *target) {
 	if m.onScrape != nil {
 		m.onScrape(t.name, snap, err)
 	}
-}
-
-// logLimiter lets one log line through every LogEvery, and counts the
-// ones it holds back.
-type logLimiter struct {
-	last       time.Time
-	suppressed int
-}
-
-// allow reports whether to log now, and how many lines were suppressed
-// since the last one logged.
-func (l *logLimiter) allow(now time.Time) (bool, int) {
-	if !l.last.IsZero() && now.Sub(l.last) < LogEvery {
-		l.suppressed++
-		return false, 0
-	}
-	n := l.suppressed
-	l.last, l.suppressed = now, 0
-	return true, n
 }

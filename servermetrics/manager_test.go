@@ -483,28 +483,6 @@ func TestQueue(t *testing.T) {
 	require.Equal(t, ReasonHTTP, Reason(err))
 }
 
-func TestLogLimiter(t *testing.T) {
-	var l logLimiter
-	t0 := time.Unix(1_000_000, 0)
-	for _, step := range []struct {
-		at         time.Duration
-		ok         bool
-		suppressed int
-	}{
-		{0, true, 0},
-		{time.Second, false, 0},
-		{30 * time.Second, false, 0},
-		{LogEvery, true, 2},
-		{LogEvery + time.Second, false, 0},
-		{3 * LogEvery, true, 1},
-		{5 * LogEvery, true, 0},
-	} {
-		ok, n := l.allow(t0.Add(step.at))
-		require.Equal(t, step.ok, ok, "at %s", step.at)
-		require.Equal(t, step.suppressed, n, "at %s", step.at)
-	}
-}
-
 // Queue satisfies capacity.QueueProbe (not imported: capacity is the
 // consumer).
 var _ interface {

@@ -44,6 +44,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/internal/ratelog"
 	"github.com/sloprober/sloprober/prober"
 )
 
@@ -93,11 +94,9 @@ type Tracer struct {
 	stopOnce sync.Once
 	done     chan struct{}
 
-	errMu        sync.Mutex
-	lastErrLog   time.Time
-	errSkipped   int
-	lastDropLog  time.Time
-	dropsSkipped int
+	// errLog and dropLog hold the export errors and the drops logged to
+	// one line each an errorLogInterval.
+	errLog, dropLog *ratelog.Limiter
 }
 
 // tracerState is an installed configuration: the tracer whose spans the
@@ -166,6 +165,8 @@ func New(logger *slog.Logger, metrics *Metrics, instance string) *Tracer {
 		cfg:      config.DefaultTracingConfig,
 		jobs:     make(chan *job, config.MaxTracingQueue),
 		done:     make(chan struct{}),
+		errLog:   ratelog.New(errorLogInterval),
+		dropLog:  ratelog.New(errorLogInterval),
 	}
 	t.targets.Store(&map[string]targetInfo{})
 	t.limit.Store(int64(config.DefaultTracingConfig.QueueSize))
@@ -407,26 +408,16 @@ func (t *Tracer) close(parent context.Context, st *tracerState) {
 // once an errorLogInterval.
 func (t *Tracer) drop() {
 	t.metrics.dropped.Inc()
-	t.errMu.Lock()
-	defer t.errMu.Unlock()
-	if time.Since(t.lastDropLog) < errorLogInterval {
-		t.dropsSkipped++
-		return
+	if ok, skipped := t.dropLog.Allow(time.Now()); ok {
+		t.logger.Warn("Dropping spans: the export queue is full (tracing.queue_size) or tracing stopped", "drops_not_logged", skipped)
 	}
-	t.logger.Warn("Dropping spans: the export queue is full (tracing.queue_size) or tracing stopped", "drops_not_logged", t.dropsSkipped)
-	t.lastDropLog, t.dropsSkipped = time.Now(), 0
 }
 
 // logExportError logs a failed export, at most once an errorLogInterval.
 func (t *Tracer) logExportError(err error, spans int) {
-	t.errMu.Lock()
-	defer t.errMu.Unlock()
-	if time.Since(t.lastErrLog) < errorLogInterval {
-		t.errSkipped++
-		return
+	if ok, skipped := t.errLog.Allow(time.Now()); ok {
+		t.logger.Warn("Error exporting spans", "err", err, "spans", spans, "errors_not_logged", skipped)
 	}
-	t.logger.Warn("Error exporting spans", "err", err, "spans", spans, "errors_not_logged", t.errSkipped)
-	t.lastErrLog, t.errSkipped = time.Now(), 0
 }
 
 // errorLogInterval is the least time between two logged export errors: a
