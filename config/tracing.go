@@ -11,6 +11,7 @@ import (
 
 	commoncfg "github.com/prometheus/common/config"
 	"github.com/prometheus/common/model"
+	"golang.org/x/net/http/httpguts"
 )
 
 // Phases are the parts a probe's time is split into (sloprober_phase_duration_seconds's
@@ -227,7 +228,7 @@ func (v *validation) validateTracing(t *TracingConfig) {
 		v.bad(key+".headers", "must have at most %d headers, got %d", MaxTracingHeaders, len(t.Headers))
 	}
 	for _, h := range slices.Sorted(maps.Keys(t.Headers)) {
-		if !validHeaderName(h) {
+		if !httpguts.ValidHeaderFieldName(h) {
 			v.bad(key+".headers", "%q is not a valid header name", h)
 		}
 	}
@@ -243,19 +244,6 @@ func (v *validation) validateTracing(t *TracingConfig) {
 	if err := t.TLSConfig.Validate(); err != nil {
 		v.bad(key+".tls_config", "%v", err)
 	}
-}
-
-// validHeaderName reports whether h is a token (RFC 9110 field-name).
-func validHeaderName(h string) bool {
-	if h == "" {
-		return false
-	}
-	for _, c := range h {
-		if c > 126 || c <= 32 || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, c) {
-			return false
-		}
-	}
-	return true
 }
 
 func (v *validation) validateTiming(key string, t *TimingConfig) {
@@ -288,9 +276,9 @@ func (v *validation) validateTiming(key string, t *TimingConfig) {
 	}
 	jsonField := func(s string) bool { return s != "" && len(s) <= MaxNameBytes }
 	check("timings", t.Timings, jsonField)
-	check("server_timing", t.ServerTiming, validHeaderName)
+	check("server_timing", t.ServerTiming, httpguts.ValidHeaderFieldName)
 	check("headers", t.Headers, func(h string) bool {
-		return validHeaderName(h) && http.CanonicalHeaderKey(h) != "Server-Timing"
+		return httpguts.ValidHeaderFieldName(h) && http.CanonicalHeaderKey(h) != "Server-Timing"
 	})
 }
 

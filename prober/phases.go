@@ -174,13 +174,13 @@ func SplitPhases(r *Result, sources []string) Split {
 	picks := pickReports(r.Reported, sources, s.Rejected)
 	ok, sum := fits(picks)
 	for !ok {
-		last := ""
+		lastSource := ""
 		for _, p := range picks {
-			if last == "" || slices.Index(sources, p.source) > slices.Index(sources, last) {
-				last = p.source
+			if lastSource == "" || slices.Index(sources, p.source) > slices.Index(sources, lastSource) {
+				lastSource = p.source
 			}
 		}
-		s.reject(last)
+		s.reject(lastSource)
 		picks = pickReports(r.Reported, sources, s.Rejected)
 		ok, sum = fits(picks)
 	}
@@ -188,8 +188,9 @@ func SplitPhases(r *Result, sources []string) Split {
 	start := max(ttft-sum, 0) // where the reported phases begin
 	_, queueKnown := picks[config.PhaseQueue]
 	fb := r.Trace.FirstByte
+	reported := slices.ContainsFunc(pre, func(ph string) bool { _, ok := picks[ph]; return ok })
 	switch {
-	case len(picksBefore(picks, pre)) == 0:
+	case !reported:
 		// The client's view only.
 		if fb > 0 && ttft-fb >= headersHeld {
 			s.add(config.PhaseNetwork, 0, fb, SourceClient)
@@ -216,8 +217,8 @@ func SplitPhases(r *Result, sources []string) Split {
 		// From the first token, unless that would end after the response
 		// did: then it ends with the response (and began before the first
 		// token reached the client).
-		start := min(ttft, max(r.Ended-d.dur, 0))
-		s.add(config.PhaseDecode, start, start+d.dur, d.source)
+		from := min(ttft, max(r.Ended-d.dur, 0))
+		s.add(config.PhaseDecode, from, from+d.dur, d.source)
 	} else if len(r.Chunks) >= 2 {
 		s.add(config.PhaseDecode, ttft, last, SourceClient)
 	}
@@ -252,17 +253,6 @@ func pickReports(reported []ReportedPhase, sources, rejected []string) map[strin
 		}
 	}
 	return picks
-}
-
-// picksBefore returns the phases of pre that have a pick.
-func picksBefore[V any](picks map[string]V, pre []string) []string {
-	var out []string
-	for _, ph := range pre {
-		if _, ok := picks[ph]; ok {
-			out = append(out, ph)
-		}
-	}
-	return out
 }
 
 // add appends a phase unless it is empty. A zero-length reported phase
