@@ -425,7 +425,7 @@ func proberHealth(w windowData) *ProberHealth {
 func sloAttainment(spec *config.LoadSpec, missed map[string]int, counted int) map[string]float64 {
 	out := map[string]float64{}
 	for _, s := range spec.Scenarios {
-		for _, slo := range s.SLO.List() {
+		for _, slo := range s.SLOs() {
 			out[slo.Name] = 1 - ratio(missed[slo.Name], counted)
 		}
 	}

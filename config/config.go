@@ -139,13 +139,18 @@ type TargetConfig struct {
 	// URL is the OpenAI base URL; /chat/completions, /completions and
 	// /models are appended.
 	URL string `yaml:"url"`
-	// API is chat or completions.
+	// API is chat, completions, responses (OpenAI's Responses API) or
+	// messages (Anthropic's Messages API).
 	API   string `yaml:"api"`
 	Model string `yaml:"model"`
 	// Timeout bounds a whole request, connection set-up included.
 	Timeout model.Duration `yaml:"timeout"`
 	// MaxInFlight bounds the requests in flight of each load on this target.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// IdentityHeader names a response header that says which model or
+	// build served the reply (e.g. x-model-version), exported with the
+	// reply's model and system_fingerprint (sloprober_target_served_info).
+	IdentityHeader string `yaml:"identity_header,omitempty"`
 	// MaxTokensField is the request field the output length is sent in:
 	// max_tokens or max_completion_tokens.
 	MaxTokensField string `yaml:"max_tokens_field"`
@@ -232,6 +237,9 @@ type ScenarioConfig struct {
 	// unknown keys).
 	IgnoreEOS bool      `yaml:"ignore_eos"`
 	SLO       SLOConfig `yaml:"slo"`
+	// Check is an optional quality check every reply must pass, counted
+	// as an SLO named after it (json_schema, known_answer, tool_call).
+	Check *CheckConfig `yaml:"check,omitempty"`
 	// Objective is the share of requests that must be good, for burn-rate
 	// alerts.
 	Objective float64 `yaml:"objective"`
@@ -301,6 +309,9 @@ type SLOConfig struct {
 	TPOT   *model.Duration `yaml:"tpot,omitempty"`
 	E2E    *model.Duration `yaml:"e2e,omitempty"`
 	MaxITL *model.Duration `yaml:"max_itl,omitempty"`
+	// TTFA bounds the time to the first answer token: the first content
+	// or tool-call delta, after any reasoning.
+	TTFA *model.Duration `yaml:"ttfa,omitempty"`
 }
 
 // LoadConfig is one open-loop load: requests of one scenario, or of a
@@ -428,22 +439,41 @@ func (c *Config) ScenarioRates(l *LoadConfig) []float64 {
 
 // SLO is one configured threshold.
 type SLO struct {
-	Name      string // the slo label value: ttft, tpot, e2e or max_itl
+	Name      string // the slo label value: ttft, tpot, e2e, max_itl or ttfa
 	Threshold time.Duration
 }
 
+// APIs are the target APIs sloprober speaks: OpenAI's chat completions,
+// completions and Responses APIs, and Anthropic's Messages API.
+var APIs = []string{"chat", "completions", "responses", "messages"}
+
 // SLONames lists every SLO in the order they are checked and reported.
-var SLONames = []string{"ttft", "tpot", "e2e", "max_itl"}
+var SLONames = []string{"ttft", "tpot", "e2e", "max_itl", "ttfa"}
 
 // List returns the SLOs that are set, in the order of SLONames.
 func (s SLOConfig) List() []SLO {
 	var out []SLO
-	for i, d := range []*model.Duration{s.TTFT, s.TPOT, s.E2E, s.MaxITL} {
+	for i, d := range []*model.Duration{s.TTFT, s.TPOT, s.E2E, s.MaxITL, s.TTFA} {
 		if d != nil {
 			out = append(out, SLO{Name: SLONames[i], Threshold: time.Duration(*d)})
 		}
 	}
 	return out
+}
+
+// SLOs returns the scenario's SLOs: the latency bounds that are set (in
+// the order of SLONames), then its quality check's, with no threshold.
+func (s *ScenarioConfig) SLOs() []SLO {
+	out := s.SLO.List()
+	if name := s.Check.Name(); name != "" {
+		out = append(out, SLO{Name: name})
+	}
+	return out
+}
+
+// IsQuality reports whether an SLO is a quality check's.
+func (s SLO) IsQuality() bool {
+	return s.Name == CheckJSONSchema || s.Name == CheckKnownAnswer || s.Name == CheckToolCall
 }
 
 // Target returns the target of that name, or nil.

@@ -75,7 +75,7 @@ func TestLoadFileErrors(t *testing.T) {
 global.max_in_flight: must be between 1 and 100000, got -1
 targets[0].name: must match [a-zA-Z0-9_-]+, got "my target"
 targets[0].url: scheme must be http or https, got "ftp://127.0.0.1/v1"
-targets[0].api: must be chat or completions, got "responses"
+targets[0].api: must be one of chat, completions, responses, messages, got "grpc"
 targets[0].model: must not be empty
 targets[0].timeout: must be positive, got 0s
 targets[0].max_in_flight: must be between 1 and 100000, got 0
@@ -344,12 +344,12 @@ scenarios[0].cancel.share: must be between 0 and 1, got -1
 scenarios[0].cancel.after: must be positive, got 0s
 scenarios[2].lengths_from: format: must be one of azure, mooncake, jsonl, got "csv"
 canary[0]: set either scenario or mix, not both
-canary[0]: scenario "b" has conversations, which need a chat target; target "local" has api completions
+canary[0]: scenario "b" has conversations, which need a chat, responses or messages target; target "local" has api completions
 canary[0]: scenario "b" cancels after 2s, which must be less than target "local"'s timeout 1s
 canary[1].mix.c: weight must be positive, got 0
 canary[1].mix: unknown scenario "zz"
 canary[1].burstiness: applies to arrival: gamma only
-canary[1]: scenario "b" has conversations, which need a chat target; target "local" has api completions
+canary[1]: scenario "b" has conversations, which need a chat, responses or messages target; target "local" has api completions
 canary[1]: scenario "b" cancels after 2s, which must be less than target "local"'s timeout 1s
 canary[1]: canary[0] and canary[1] both produce target="local" scenario="b" test="canary"
 canary[2].replay: the trace sets the arrivals: leave out rate, arrival and burstiness

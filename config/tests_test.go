@@ -192,7 +192,7 @@ tests[0].mix.quit: weight must be positive, got +Inf
 tests[0].mix.short: weight must be positive, got NaN
 tests[0].mix: unknown scenario "zz"`},
 		{"conversation on completions", "\n  - {name: s, kind: step, target: legacy, mix: {talk: 1, chat: 1}}",
-			`tests[0]: scenario "talk" has conversations, which need a chat target; target "legacy" has api completions`},
+			`tests[0]: scenario "talk" has conversations, which need a chat, responses or messages target; target "legacy" has api completions`},
 		{"cancel after timeout", "\n  - {name: s, kind: soak, target: legacy, scenario: quit, rate: 1, duration: 1h}",
 			`tests[0]: scenario "quit" cancels after 2s, which must be less than target "legacy"'s timeout 2s`},
 		{"replay of a missing file", "\n  - " + step + ", replay: {file: t.jsonl, format: jsonl}}", "tests[0].replay: file: open t.jsonl: no such file or directory"},

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/robfig/cron/v3"
 	"go.yaml.in/yaml/v2"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/sloprober/sloprober/simulator"
 	"github.com/sloprober/sloprober/workload"
@@ -35,11 +36,15 @@ func (c *Config) Validate() error {
 	return c.validate(nil)
 }
 
+// readsFiles: validate was given the trace errors of Parse, which reads
+// files; Validate reads none (a check's files were read by Parse).
+func (v *validation) readsFiles() bool { return v.readErrs != nil }
+
 // validate checks the configuration section by section, in the order of
 // the file, and reports each error of readErrs at its key among them. It
 // returns all the errors, joined.
 func (c *Config) validate(readErrs traceErrors) error {
-	v := &validation{readErrs: readErrs}
+	v := &validation{readErrs: readErrs, dir: c.dir}
 	v.validateGlobal(c.Global)
 	v.validateTargets(c.Targets)
 	v.validateScenarios(c.Scenarios)
@@ -56,6 +61,7 @@ type validation struct {
 	readErrs  traceErrors
 	targets   map[string]*TargetConfig
 	scenarios map[string]*ScenarioConfig
+	dir       string // the configuration file's, for a check's files
 }
 
 // bad adds the error "key: message", clipped to maxErrorBytes.
@@ -104,8 +110,8 @@ func (v *validation) validateTarget(key string, t *TargetConfig) {
 	if err := validateURL(t.URL); err != nil {
 		v.bad(key+".url", "%v, got %q", err, RedactURL(t.URL))
 	}
-	if t.API != "chat" && t.API != "completions" {
-		v.bad(key+".api", "must be chat or completions, got %q", t.API)
+	if !slices.Contains(APIs, t.API) {
+		v.bad(key+".api", "must be one of %s, got %q", strings.Join(APIs, ", "), t.API)
 	}
 	if t.Model == "" {
 		v.bad(key+".model", "must not be empty")
@@ -119,6 +125,9 @@ func (v *validation) validateTarget(key string, t *TargetConfig) {
 	}
 	if t.MaxInFlight <= 0 || t.MaxInFlight > MaxInFlightLimit {
 		v.bad(key+".max_in_flight", "must be between 1 and %d, got %d", MaxInFlightLimit, t.MaxInFlight)
+	}
+	if t.IdentityHeader != "" && !httpguts.ValidHeaderFieldName(t.IdentityHeader) {
+		v.bad(key+".identity_header", "must be a header name, got %q", t.IdentityHeader)
 	}
 	if t.MaxTokensField != "max_tokens" && t.MaxTokensField != "max_completion_tokens" {
 		v.bad(key+".max_tokens_field", "must be max_tokens or max_completion_tokens, got %q", t.MaxTokensField)
@@ -220,6 +229,7 @@ func (v *validation) validateScenario(key string, s *ScenarioConfig) {
 			v.bad(key+".slo."+slo.Name, "must be positive, got %s", model.Duration(slo.Threshold))
 		}
 	}
+	v.validateCheck(key, s, v.dir)
 }
 
 // validateCanary checks the canary loads against the targets and scenarios
@@ -363,8 +373,11 @@ func (v *validation) validateLoadScenarios(i int, key string, l *LoadConfig, t *
 // name) of the load or test at key: conversations need the chat API, and a
 // cancellation must come before the target's timeout.
 func (v *validation) validateScenarioOnTarget(key, name string, s *ScenarioConfig, t *TargetConfig) {
-	if s.Conversation != nil && t.API != "chat" {
-		v.bad(key, "scenario %q has conversations, which need a chat target; target %q has api %s", name, t.Name, t.API)
+	if s.Check != nil && s.Check.ToolCall != nil && t.API == "completions" {
+		v.bad(key, "scenario %q has a tool_call check, which needs a chat, responses or messages target; target %q has api %s", name, t.Name, t.API)
+	}
+	if s.Conversation != nil && t.API == "completions" {
+		v.bad(key, "scenario %q has conversations, which need a chat, responses or messages target; target %q has api %s", name, t.Name, t.API)
 	}
 	if s.Cancel != nil && s.Cancel.After >= t.Timeout {
 		v.bad(key, "scenario %q cancels after %s, which must be less than target %q's timeout %s", name, s.Cancel.After, t.Name, t.Timeout)

@@ -38,20 +38,20 @@ var (
 )
 
 // sloMetric maps an SLO to the histogram whose layout gets its threshold.
-var sloMetric = map[string]string{"ttft": "ttft", "tpot": "tpot", "e2e": "e2e", "max_itl": "itl"}
+var sloMetric = map[string]string{"ttft": "ttft", "tpot": "tpot", "e2e": "e2e", "max_itl": "itl", "ttfa": "ttfa"}
 
 // histograms is one set of histogram vectors with their classic layouts.
 type histograms struct {
-	ttft, tpot, itl, e2e, lag, in, out, phase *prometheus.HistogramVec
+	ttft, ttfa, tpot, itl, e2e, lag, in, out, phase *prometheus.HistogramVec
 }
 
 func (h *histograms) all() []*prometheus.HistogramVec {
-	return []*prometheus.HistogramVec{h.ttft, h.tpot, h.itl, h.e2e, h.lag, h.in, h.out, h.phase}
+	return []*prometheus.HistogramVec{h.ttft, h.ttfa, h.tpot, h.itl, h.e2e, h.lag, h.in, h.out, h.phase}
 }
 
 // layouts returns the classic layouts of the histograms for a set of SLOs.
 func layouts(scenarios []*config.ScenarioConfig) map[string][]float64 {
-	l := map[string][]float64{"ttft": ttftBuckets, "tpot": tpotBuckets, "itl": itlBuckets, "e2e": e2eBuckets}
+	l := map[string][]float64{"ttft": ttftBuckets, "ttfa": ttftBuckets, "tpot": tpotBuckets, "itl": itlBuckets, "e2e": e2eBuckets}
 	for _, s := range scenarios {
 		for _, slo := range s.SLO.List() {
 			name := sloMetric[slo.Name]
@@ -80,6 +80,7 @@ func newHistograms(l map[string][]float64) *histograms {
 	}
 	return &histograms{
 		ttft: h("time_to_first_token_seconds", "Time from sending a request to the first chunk carrying generated text (TTFT).", l["ttft"]),
+		ttfa: h("time_to_first_answer_token_seconds", "Time from sending a request to the first chunk carrying answer text (content or a tool call) after any reasoning (TTFA); equal to TTFT without reasoning.", l["ttfa"]),
 		tpot: h("time_per_output_token_seconds", "Time per output token after the first, (tN - t1) / (N - 1), of ok requests (TPOT).", l["tpot"]),
 		itl:  h("inter_token_latency_seconds", "Gaps between consecutive chunks carrying generated text (ITL), one observation per gap.", l["itl"]),
 		e2e:  h("request_duration_seconds", "Time from sending a request to its last token, of ok requests (E2E).", l["e2e"]),
@@ -99,6 +100,7 @@ type Metrics struct {
 	reg prometheus.Registerer
 
 	scheduled, sent, good, inputTokens, outputTokens, goodOutputTokens, outputChunks *prometheus.CounterVec
+	reasoningTokens                                                                  *prometheus.CounterVec
 	dropped, finished, responses, sloMissed, fallbacks, mismatches                   *prometheus.CounterVec
 	inFlight, intendedRate, intendedConcurrency, objective, sloThreshold             *prometheus.GaugeVec
 	targetInfo, costPerHour                                                          *prometheus.GaugeVec
@@ -147,6 +149,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		outputTokens:     counter("output_tokens_total", "Output tokens received."),
 		goodOutputTokens: counter("good_output_tokens_total", "Output tokens of good requests."),
 		outputChunks:     counter("output_chunks_total", "Chunks carrying generated text."),
+		reasoningTokens:  counter("reasoning_tokens_total", "Output tokens the server counted as reasoning (usage's reasoning_tokens, where sent); within output_tokens_total."),
 		fallbacks:        counter("token_count_fallbacks_total", "ok replies without usage, whose token count fell back to an estimate, by kind (input, output).", "kind"),
 		mismatches:       counter("length_mismatches_total", "Server-counted lengths off the request, by kind (input, output).", "kind"),
 		inFlight:         gauge("requests_in_flight", "Requests in flight.", loadLabels...),
@@ -172,7 +175,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.hist = newHistograms(m.layout)
 	reg.MustRegister(m.scheduled, m.dropped, m.sent, m.finished, m.responses, m.good, m.sloMissed,
-		m.inputTokens, m.outputTokens, m.goodOutputTokens, m.outputChunks, m.fallbacks, m.mismatches,
+		m.inputTokens, m.outputTokens, m.goodOutputTokens, m.outputChunks, m.reasoningTokens, m.fallbacks, m.mismatches,
 		m.inFlight, m.intendedRate, m.intendedConcurrency, m.objective, m.sloThreshold, m.targetInfo, m.costPerHour,
 		m.reloadSuccess, m.reloadTimestamp, m.calFrozen, m.calRejected)
 	for _, h := range m.hist.all() {
@@ -321,6 +324,7 @@ func (m *Metrics) Observe(info prober.LoadInfo) prober.Observer {
 		outputTokens:     m.outputTokens.WithLabelValues(lv...),
 		goodOutputTokens: m.goodOutputTokens.WithLabelValues(lv...),
 		outputChunks:     m.outputChunks.WithLabelValues(lv...),
+		reasoningTokens:  m.reasoningTokens.WithLabelValues(lv...),
 		inFlight:         m.inFlight.WithLabelValues(lv...),
 		dropped:          map[prober.DropReason]prometheus.Counter{},
 		finished:         map[prober.Outcome]prometheus.Counter{},
@@ -335,7 +339,9 @@ func (m *Metrics) Observe(info prober.LoadInfo) prober.Observer {
 	}
 	for _, slo := range info.SLOs {
 		s.missed[slo.Name] = m.sloMissed.WithLabelValues(append(lv, slo.Name)...)
-		m.sloThreshold.WithLabelValues(append(lv, slo.Name)...).Set(slo.Threshold.Seconds())
+		if !slo.IsQuality() { // a quality check has no threshold
+			m.sloThreshold.WithLabelValues(append(lv, slo.Name)...).Set(slo.Threshold.Seconds())
+		}
 	}
 	s.inputFallbacks = m.fallbacks.WithLabelValues(append(lv, "input")...)
 	s.outputFallbacks = m.fallbacks.WithLabelValues(append(lv, "output")...)
@@ -403,7 +409,7 @@ func (m *Metrics) deleteSeries(k config.Key) {
 		DeletePartialMatch(prometheus.Labels) int
 	}{
 		m.scheduled, m.dropped, m.sent, m.finished, m.responses, m.good, m.sloMissed, m.inputTokens,
-		m.outputTokens, m.goodOutputTokens, m.outputChunks, m.fallbacks, m.mismatches,
+		m.outputTokens, m.goodOutputTokens, m.outputChunks, m.reasoningTokens, m.fallbacks, m.mismatches,
 		m.inFlight, m.intendedRate, m.intendedConcurrency, m.objective, m.sloThreshold,
 	} {
 		v.DeletePartialMatch(match)
@@ -419,6 +425,7 @@ type series struct {
 	labels []string
 
 	scheduled, sent, good, inputTokens, outputTokens, goodOutputTokens, outputChunks prometheus.Counter
+	reasoningTokens                                                                  prometheus.Counter
 	inputFallbacks, outputFallbacks, inputMismatches, outputMismatches               prometheus.Counter
 	inFlight                                                                         prometheus.Gauge
 	dropped                                                                          map[prober.DropReason]prometheus.Counter
@@ -432,13 +439,14 @@ type series struct {
 }
 
 type seriesHistograms struct {
-	ttft, tpot, itl, e2e, lag, in, out prometheus.Observer
-	phase                              map[string]prometheus.Observer
+	ttft, ttfa, tpot, itl, e2e, lag, in, out prometheus.Observer
+	phase                                    map[string]prometheus.Observer
 }
 
 func (s *series) resolveHistograms(h *histograms) {
 	s.hist.Store(&seriesHistograms{
 		ttft:  h.ttft.WithLabelValues(s.labels...),
+		ttfa:  h.ttfa.WithLabelValues(s.labels...),
 		tpot:  h.tpot.WithLabelValues(s.labels...),
 		itl:   h.itl.WithLabelValues(s.labels...),
 		e2e:   h.e2e.WithLabelValues(s.labels...),
@@ -496,6 +504,9 @@ func (s *series) Finished(r *prober.Result, m *prober.Measurement) {
 	if m.HasTTFT {
 		observe(h.ttft, m.TTFT.Seconds(), ex)
 	}
+	if m.HasTTFA {
+		observe(h.ttfa, m.TTFA.Seconds(), ex)
+	}
 	if m.HasITL {
 		// The exemplar goes with the longest gap only: a trace is worth
 		// finding from the stall it explains, and one exemplar per
@@ -530,6 +541,7 @@ func (s *series) Finished(r *prober.Result, m *prober.Measurement) {
 	if m.HasOutput {
 		h.out.Observe(float64(m.OutputTokens))
 		s.outputTokens.Add(float64(m.OutputTokens))
+		s.reasoningTokens.Add(float64(m.ReasoningTokens))
 	}
 	s.outputChunks.Add(float64(len(r.Chunks)))
 	if m.InputFallback {

@@ -102,6 +102,12 @@ func (r *Recent) add(k config.Key, res *prober.Result, m *prober.Measurement) {
 		Time: res.Sent, RequestID: res.RequestID, Outcome: res.Outcome, Status: res.StatusCode,
 		Tokens: m.OutputTokens, Good: m.Good, Missed: m.Missed, Error: boundError(res.Error()),
 	}
+	if c := res.Check; c != nil && !c.Passed {
+		// A reply that failed its quality check is ok but not good: the
+		// page says why, with the start of the reply (both bounded and
+		// printable; the page escapes them).
+		rr.Error = boundError(c.Name + " check failed: " + c.Reason + "; reply: " + c.Excerpt)
+	}
 	if m.HasTTFT {
 		rr.TTFT = m.TTFT
 	}

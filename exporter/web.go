@@ -243,7 +243,7 @@ h2{margin-top:1.5em}
 <tr><th>target</th><th>scenario</th><th>test</th><th>arrival</th><th>intended rate</th><th>in flight</th><th>finished</th><th>good</th><th>SLOs</th></tr>
 {{range .Loads}}<tr><td>{{.Target}}</td><td>{{.Scenario}}</td><td>{{.Test}}</td><td>{{.Arrival}}</td>
 <td>{{if .Enabled}}{{.Rate}} req/s{{else}}paused{{end}}</td><td>{{.InFlight}}</td><td>{{.Total}}</td><td>{{pct .Good .Total}}</td>
-<td>{{range .SLOs}}{{.Name}} &le; {{ms .Threshold}} {{end}}</td></tr>
+<td>{{range .SLOs}}{{if .IsQuality}}{{.Name}} check {{else}}{{.Name}} &le; {{ms .Threshold}} {{end}}{{end}}</td></tr>
 {{else}}<tr><td colspan="9">No loads configured.</td></tr>{{end}}
 </table>
 {{if .Reports}}<h2>Test runs</h2>

@@ -34,7 +34,7 @@ func BenchmarkReadStream(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
 		r := &Result{Chunks: make([]time.Duration, 0, n)}
-		readStream(io.NopCloser(bytes.NewReader(data)), r, now, nil, LimitsFor(n))
+		readStream(&chatAPI, io.NopCloser(bytes.NewReader(data)), r, now, nil, LimitsFor(n))
 		if len(r.Chunks) != n || !r.Done {
 			b.Fatalf("read %d chunks", len(r.Chunks))
 		}
@@ -63,7 +63,7 @@ func TestReadStreamAllocsPerChunk(t *testing.T) {
 		start := time.Now()
 		return testing.AllocsPerRun(50, func() {
 			r := &Result{Chunks: make([]time.Duration, 0, n)}
-			readStream(io.NopCloser(bytes.NewReader(data)), r, func() time.Duration { return time.Since(start) }, nil, LimitsFor(n))
+			readStream(&chatAPI, io.NopCloser(bytes.NewReader(data)), r, func() time.Duration { return time.Since(start) }, nil, LimitsFor(n))
 		})
 	}
 	if a20, a200 := allocs(20), allocs(200); a200 != a20 {

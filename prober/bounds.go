@@ -1,6 +1,8 @@
 package prober
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -153,13 +155,22 @@ func boundMessage(s string) string {
 // "vllm/0.11.0" or a fingerprint, not for a page of text.
 const MaxIdentityBytes = 128
 
-// boundIdentity makes what a server says of itself safe to keep and show:
-// valid UTF-8, one line of printable characters, at most MaxIdentityBytes.
+// boundIdentity makes what a server says of itself safe to keep, show
+// and use as a label value: valid UTF-8, one line of printable characters,
+// at most MaxIdentityBytes. A longer statement keeps its start and a hash
+// of the whole ("~" and 8 hex digits), so two that differ only beyond the
+// bound stay apart (an identity change is still seen).
 func boundIdentity(s string) string {
-	if len(s) > 4*MaxIdentityBytes {
-		s = s[:4*MaxIdentityBytes]
+	b := boundMessage(s[:min(len(s), 4*MaxIdentityBytes)])
+	if len(b) <= MaxIdentityBytes && len(s) <= 4*MaxIdentityBytes {
+		return b
 	}
-	return Truncate(boundMessage(s), MaxIdentityBytes)
+	sum := sha256.Sum256([]byte(s))
+	cut := min(len(b), MaxIdentityBytes-9)
+	for cut > 0 && !utf8.RuneStart(b[cut]) {
+		cut--
+	}
+	return b[:cut] + "~" + hex.EncodeToString(sum[:4])
 }
 
 // Truncate cuts s to at most n bytes at a rune boundary, ending it in

@@ -16,26 +16,43 @@ import (
 // encoding/json decode per chunk cost about 3 µs and several allocations,
 // a quarter of the prober's CPU at 50,000 chunks/s.
 type chunk struct {
-	text     bool   // some choice carries generated text
-	finish   []byte // the last non-empty finish_reason
-	usage    bool
-	prompt   int
-	complete int
-	cached   int
-	// hasCached: usage.prompt_tokens_details.cached_tokens was sent.
-	hasCached bool
-	timings   []byte // the raw "timings" object
-	errRaw    []byte // the raw "error" value, when not null
-	object    []byte // "object" (a string's raw contents)
-	message   []byte // "message"
-	simTS     int64
+	text bool // some choice carries generated text: content, reasoning or a tool call
+	// answer: the generated text includes answer text (content, or a
+	// tool call's name or arguments), not only reasoning.
+	answer bool
+	// done: the event ends the stream (the Responses API's
+	// response.completed, the Messages API's message_stop); chat and
+	// completions streams end with "data: [DONE]" instead.
+	done   bool
+	finish []byte // the last non-empty finish_reason
+	// The usage counts the event reports, each with whether it was sent:
+	// the Messages API sends the prompt's in message_start and the
+	// output's in message_delta.
+	prompt, complete, cached, reasoning             int
+	hasPrompt, hasComplete, hasCached, hasReasoning bool
+	timings                                         []byte // the raw "timings" object
+	errRaw                                          []byte // the raw "error" value, when not null
+	object                                          []byte // "object" (a string's raw contents)
+	message                                         []byte // "message"
+	simTS                                           int64
 	// model and fingerprint are the reply's "model" and
 	// "system_fingerprint" (raw string contents): who the server says
 	// it is, for a report's test object.
 	model, fingerprint []byte
 	// contents are the raw (still escaped) delta.content and text strings,
-	// for a conversation's reply; only collected when asked for.
+	// for a conversation's reply or a quality check; only collected when
+	// asked for.
 	contents [][]byte
+	// calls are the tool-call deltas (raw strings), likewise.
+	calls []toolDelta
+}
+
+// toolDelta is one piece of a tool call: its index in the reply (the
+// API's index of the call or of its output item or content block), and a
+// piece of its name or arguments.
+type toolDelta struct {
+	index      int64
+	name, args []byte
 }
 
 var errChunkSyntax = errors.New("invalid JSON")
@@ -51,7 +68,7 @@ type chunkParser struct {
 // parseChunk parses data into c. With contents, the content strings of the
 // choices are kept.
 func parseChunk(data []byte, c *chunk, contents bool) error {
-	*c = chunk{contents: c.contents[:0]}
+	*c = chunk{contents: c.contents[:0], calls: c.calls[:0]}
 	p := chunkParser{b: data, c: c, contents: contents}
 	p.ws()
 	if err := p.object(p.top); err != nil {
@@ -336,7 +353,6 @@ func (p *chunkParser) top(key []byte) error {
 		if !p.is('{') {
 			return p.skip()
 		}
-		p.c.usage = true
 		return p.object(p.usage)
 	case "timings":
 		raw, err := p.raw()
@@ -395,6 +411,8 @@ func (p *chunkParser) choice(key []byte) error {
 			switch string(k) {
 			case "content", "reasoning_content", "reasoning":
 				return p.textField(string(k) == "content")
+			case "tool_calls":
+				return p.toolCalls()
 			}
 			return p.skip()
 		})
@@ -413,47 +431,117 @@ func (p *chunkParser) choice(key []byte) error {
 	return p.skip()
 }
 
-// textField parses a string (or null) of generated text.
+// textField parses a string (or null) of generated text: answer text
+// (content) or reasoning.
 func (p *chunkParser) textField(isContent bool) error {
 	if !p.is('"') {
 		return p.skip()
 	}
 	s, err := p.str()
-	if len(s) > 0 {
-		p.c.text = true
-		if p.contents && isContent {
-			p.c.contents = append(p.c.contents, s)
-		}
-	}
+	p.generated(s, isContent, isContent)
 	return err
 }
 
-func (p *chunkParser) usage(key []byte) error {
-	var err error
-	var v int64
-	switch string(key) {
-	case "prompt_tokens":
-		v, err = p.integer()
-		p.c.prompt = reportedCount(v)
-	case "completion_tokens":
-		v, err = p.integer()
-		p.c.complete = reportedCount(v)
-	case "prompt_tokens_details":
+// generated notes a delta of generated text s: answer text or not, kept
+// for the reply when keep (and contents are asked for).
+func (p *chunkParser) generated(s []byte, answer, keep bool) {
+	if len(s) == 0 {
+		return
+	}
+	p.c.text = true
+	p.c.answer = p.c.answer || answer
+	if p.contents && keep {
+		p.c.contents = append(p.c.contents, s)
+	}
+}
+
+// toolCalls parses a chat delta's tool_calls: a call's name or a piece of
+// its arguments is generated answer text, as content is (the contract's
+// "Amendments": a tool-call-only reply carried generated text).
+func (p *chunkParser) toolCalls() error {
+	if !p.is('[') {
+		return p.skip()
+	}
+	return p.array(func() error {
 		if !p.is('{') {
 			return p.skip()
 		}
-		return p.object(func(k []byte) error {
-			if string(k) == "cached_tokens" {
+		var d toolDelta
+		err := p.object(func(k []byte) error {
+			switch string(k) {
+			case "index":
 				v, err := p.integer()
-				p.c.cached, p.c.hasCached = reportedCount(v), true
+				d.index = v
 				return err
+			case "function":
+				return p.objectField(func(k []byte) error {
+					switch string(k) {
+					case "name":
+						return p.stringInto(&d.name)
+					case "arguments":
+						return p.stringInto(&d.args)
+					}
+					return p.skip()
+				})
 			}
 			return p.skip()
 		})
-	default:
+		p.toolCall(d)
+		return err
+	})
+}
+
+// toolCall notes a tool-call delta: its name or arguments are generated
+// answer text; it is kept when contents are asked for.
+func (p *chunkParser) toolCall(d toolDelta) {
+	p.generated(d.name, true, false)
+	p.generated(d.args, true, false)
+	if p.contents && (len(d.name) > 0 || len(d.args) > 0) {
+		p.c.calls = append(p.c.calls, d)
+	}
+}
+
+// usage parses a usage object of any of the APIs: chat's prompt_tokens,
+// completion_tokens and their details, the Responses API's input_tokens and
+// output_tokens and theirs. (The Messages API's, whose input excludes the
+// cached part, has its own: messagesUsage.)
+func (p *chunkParser) usage(key []byte) error {
+	switch string(key) {
+	case "prompt_tokens", "input_tokens":
+		return p.count(&p.c.prompt, &p.c.hasPrompt)
+	case "completion_tokens", "output_tokens":
+		return p.count(&p.c.complete, &p.c.hasComplete)
+	case "prompt_tokens_details", "input_tokens_details":
+		return p.details("cached_tokens", &p.c.cached, &p.c.hasCached)
+	case "completion_tokens_details", "output_tokens_details":
+		return p.details("reasoning_tokens", &p.c.reasoning, &p.c.hasReasoning)
+	}
+	return p.skip()
+}
+
+// count parses a token count a server reported into v (reportedCount's
+// bounds) and notes that it was sent; a null or a value of another type
+// counts as not sent.
+func (p *chunkParser) count(v *int, sent *bool) error {
+	if c := p.peek(); c != '-' && (c < '0' || c > '9') {
 		return p.skip()
 	}
+	n, err := p.integer()
+	*v, *sent = reportedCount(n), true
 	return err
+}
+
+// details parses a usage details object for its count named key.
+func (p *chunkParser) details(key string, v *int, sent *bool) error {
+	if !p.is('{') {
+		return p.skip()
+	}
+	return p.object(func(k []byte) error {
+		if string(k) == key {
+			return p.count(v, sent)
+		}
+		return p.skip()
+	})
 }
 
 // errorMessage returns the message of an error in the chunk, or "": an

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -20,25 +21,32 @@ func TestParseChunk(t *testing.T) {
 		want       chunk
 		err        bool
 	}{
-		{name: "content", data: typicalChunk, want: chunk{text: true, object: []byte("chat.completion.chunk"), model: []byte("m")}},
+		{name: "content", data: typicalChunk, want: chunk{text: true, answer: true, object: []byte("chat.completion.chunk"), model: []byte("m")}},
 		{name: "identity", data: `{"model":"Qwen\/Qwen3-8B","system_fingerprint":"fp_44709d6fcb","choices":[]}`,
 			want: chunk{model: []byte(`Qwen\/Qwen3-8B`), fingerprint: []byte("fp_44709d6fcb")}},
 		{name: "identity not strings", data: `{"model":7,"system_fingerprint":null,"choices":[]}`, want: chunk{}},
 		{name: "identity repeated", data: `{"model":"a","model":7,"system_fingerprint":"x","system_fingerprint":"y"}`, want: chunk{fingerprint: []byte("y")}},
 		{name: "role only", data: `{"choices":[{"delta":{"role":"assistant","content":""}}]}`, want: chunk{}},
 		{name: "null content", data: `{"choices":[{"delta":{"content":null,"tool_calls":[{"id":"x"}]}}]}`, want: chunk{}},
+		{name: "tool call name", data: `{"choices":[{"delta":{"content":null,"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}}]}`,
+			want: chunk{text: true, answer: true}},
+		{name: "tool call arguments", data: `{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"ci"}}]}}]}`, want: chunk{text: true, answer: true}},
+		{name: "tool call empty", data: `{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":""}},7,{"function":null}]}}]}`, want: chunk{}},
 		{name: "reasoning", data: `{"choices":[{"delta":{"reasoning_content":"hm"}}]}`, want: chunk{text: true}},
 		{name: "reasoning (alt)", data: `{"choices":[{"delta":{"reasoning":"hm"}}]}`, want: chunk{text: true}},
-		{name: "completions text", data: `{"choices":[{"text":"a\"b","finish_reason":"length"}]}`, want: chunk{text: true, finish: []byte("length")}},
-		{name: "escaped text", data: `{"choices":[{"delta":{"content":"\u00e9\n"}}]}`, want: chunk{text: true}},
+		{name: "completions text", data: `{"choices":[{"text":"a\"b","finish_reason":"length"}]}`, want: chunk{text: true, answer: true, finish: []byte("length")}},
+		{name: "escaped text", data: `{"choices":[{"delta":{"content":"\u00e9\n"}}]}`, want: chunk{text: true, answer: true}},
 		{name: "usage only", data: `{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":4}}}`,
-			want: chunk{usage: true, prompt: 12, complete: 3, cached: 4, hasCached: true}},
-		{name: "usage null", data: `{"choices":[{"delta":{"content":"x"}}],"usage":null}`, want: chunk{text: true}},
+			want: chunk{prompt: 12, complete: 3, cached: 4, hasPrompt: true, hasComplete: true, hasCached: true}},
+		{name: "usage reasoning", data: `{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":300,"completion_tokens_details":{"reasoning_tokens":250}}}`,
+			want: chunk{prompt: 12, complete: 300, reasoning: 250, hasPrompt: true, hasComplete: true, hasReasoning: true}},
+		{name: "usage nulls", data: `{"choices":[],"usage":{"prompt_tokens":null,"completion_tokens":"3","prompt_tokens_details":null}}`, want: chunk{}},
+		{name: "usage null", data: `{"choices":[{"delta":{"content":"x"}}],"usage":null}`, want: chunk{text: true, answer: true}},
 		{name: "timings", data: `{"choices":[],"timings":{"prompt_ms":1.5e0,"predicted_n":3}}`, want: chunk{timings: []byte(`{"prompt_ms":1.5e0,"predicted_n":3}`)}},
 		{name: "error", data: `{"error":{"message":"boom","code":503}}`, want: chunk{errRaw: []byte(`{"message":"boom","code":503}`)}},
-		{name: "error null", data: `{"error":null,"choices":[{"delta":{"content":"x"}}]}`, want: chunk{text: true}},
-		{name: "stamp", data: `{"sim_ts":1795994575123456789,"choices":[{"delta":{"content":"x"}}]}`, want: chunk{text: true, simTS: 1795994575123456789}},
-		{name: "whitespace", data: " {\n \"choices\" : [ { \"delta\" : { \"content\" : \"x\" } } ] } \n", want: chunk{text: true}},
+		{name: "error null", data: `{"error":null,"choices":[{"delta":{"content":"x"}}]}`, want: chunk{text: true, answer: true}},
+		{name: "stamp", data: `{"sim_ts":1795994575123456789,"choices":[{"delta":{"content":"x"}}]}`, want: chunk{text: true, answer: true, simTS: 1795994575123456789}},
+		{name: "whitespace", data: " {\n \"choices\" : [ { \"delta\" : { \"content\" : \"x\" } } ] } \n", want: chunk{text: true, answer: true}},
 		{name: "deep unknown", data: `{"x":[1,-2.5e-3,true,false,null,{"a":[[]]},"s"],"choices":[]}`, want: chunk{}},
 		{name: "truncated", data: `{"choices":[{"delta":{"content":"`, err: true},
 		{name: "trailing garbage", data: typicalChunk + `x`, err: true},
@@ -87,15 +95,15 @@ func TestParseChunkAllocs(t *testing.T) {
 
 // referenceChunk is what encoding/json reads of a chunk.
 type referenceChunk struct {
-	valid, text                bool
+	valid, text, answer        bool
 	finish, model, fingerprint string
 	simTS                      int64
 }
 
 // reference decodes a chunk with encoding/json, keys matched exactly.
 func reference(data []byte) referenceChunk {
-	valid, text, finish, simTS := referenceFields(data)
-	r := referenceChunk{valid: valid, text: text, finish: finish, simTS: simTS}
+	valid, text, answer, finish, simTS := referenceFields(data)
+	r := referenceChunk{valid: valid, text: text, answer: answer, finish: finish, simTS: simTS}
 	var m map[string]any
 	if valid && json.Unmarshal(data, &m) == nil {
 		r.model, _ = m["model"].(string)
@@ -104,7 +112,7 @@ func reference(data []byte) referenceChunk {
 	return r
 }
 
-func referenceFields(data []byte) (valid bool, text bool, finish string, simTS int64) {
+func referenceFields(data []byte) (valid, text, answer bool, finish string, simTS int64) {
 	var m map[string]any
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
@@ -112,7 +120,7 @@ func referenceFields(data []byte) (valid bool, text bool, finish string, simTS i
 	// but `data: null` is no chunk (protocol_error), as for any other
 	// non-object.
 	if !json.Valid(data) || d.Decode(&m) != nil || m == nil {
-		return false, false, "", 0
+		return false, false, false, "", 0
 	}
 	choices, _ := m["choices"].([]any)
 	for _, ch := range choices {
@@ -121,10 +129,21 @@ func referenceFields(data []byte) (valid bool, text bool, finish string, simTS i
 		for _, k := range []string{"content", "reasoning_content", "reasoning"} {
 			if s, _ := delta[k].(string); s != "" {
 				text = true
+				answer = answer || k == "content"
+			}
+		}
+		calls, _ := delta["tool_calls"].([]any)
+		for _, call := range calls {
+			call, _ := call.(map[string]any)
+			fn, _ := call["function"].(map[string]any)
+			for _, k := range []string{"name", "arguments"} {
+				if s, _ := fn[k].(string); s != "" {
+					text, answer = true, true
+				}
 			}
 		}
 		if s, _ := obj["text"].(string); s != "" {
-			text = true
+			text, answer = true, true
 		}
 		if s, _ := obj["finish_reason"].(string); s != "" {
 			finish = s
@@ -133,7 +152,7 @@ func referenceFields(data []byte) (valid bool, text bool, finish string, simTS i
 	if n, ok := m["sim_ts"].(json.Number); ok {
 		simTS, _ = n.Int64()
 	}
-	return true, text, finish, simTS
+	return true, text, answer, finish, simTS
 }
 
 // FuzzParseChunk compares parseChunk with encoding/json: the same inputs
@@ -157,7 +176,7 @@ func FuzzParseChunk(f *testing.F) {
 		var c chunk
 		err := parseChunk(data, &c, false)
 		ref := reference(data)
-		valid, text, finish, simTS := ref.valid, ref.text, ref.finish, ref.simTS
+		valid, text, answer, finish, simTS := ref.valid, ref.text, ref.answer, ref.finish, ref.simTS
 		if !valid {
 			if err == nil && json.Valid(data) {
 				t.Fatalf("accepted a top level that is not an object: %q", data)
@@ -170,11 +189,68 @@ func FuzzParseChunk(f *testing.F) {
 		if err != nil {
 			t.Fatalf("rejected valid JSON %q: %v", data, err)
 		}
-		if c.text != text || decodeString(c.finish) != finish || (simTS != 0 && c.simTS != simTS) {
-			t.Fatalf("%q: got text %v finish %q sim_ts %d, encoding/json says %v %q %d", data, c.text, c.finish, c.simTS, text, finish, simTS)
+		if c.text != text || c.answer != answer || decodeString(c.finish) != finish || (simTS != 0 && c.simTS != simTS) {
+			t.Fatalf("%q: got text %v answer %v finish %q sim_ts %d, encoding/json says %v %v %q %d",
+				data, c.text, c.answer, c.finish, c.simTS, text, answer, finish, simTS)
 		}
 		if decodeString(c.model) != ref.model || decodeString(c.fingerprint) != ref.fingerprint {
 			t.Fatalf("%q: got model %q fingerprint %q, encoding/json says %q %q", data, c.model, c.fingerprint, ref.model, ref.fingerprint)
+		}
+	})
+}
+
+// FuzzParseEvents checks the Responses and Messages API parsers against
+// encoding/json: the same inputs are valid JSON objects, answer text is
+// generated text, and the text they keep for a reply is what encoding/json
+// reads of the answer's delta.
+func FuzzParseEvents(f *testing.F) {
+	files, _ := filepath.Glob("testdata/streams/*.sse")
+	for _, file := range files {
+		b, _ := os.ReadFile(file)
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "data:"); ok {
+				f.Add([]byte(strings.TrimSpace(d)))
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var m map[string]any
+		valid := json.Valid(data) && json.Unmarshal(data, &m) == nil && m != nil
+		for name, parse := range map[string]func(string, []byte, *chunk, bool) error{
+			"responses": parseResponsesEvent, "messages": parseMessagesEvent,
+		} {
+			var c chunk
+			err := parse("", data, &c, true)
+			if valid != (err == nil) {
+				t.Fatalf("%s: %q: valid JSON object %v, parse error %v", name, data, valid, err)
+			}
+			if err != nil {
+				continue
+			}
+			if c.answer && !c.text {
+				t.Fatalf("%s: %q: answer text that is not generated text", name, data)
+			}
+			var kept strings.Builder
+			for _, s := range c.contents {
+				kept.WriteString(unquote(s))
+			}
+			var want string
+			switch typ, _ := m["type"].(string); {
+			case name == "responses" && (typ == "response.output_text.delta" || typ == "response.refusal.delta"):
+				want, _ = m["delta"].(string)
+			case name == "messages" && typ == "content_block_delta":
+				if d, _ := m["delta"].(map[string]any); d["type"] == "text_delta" {
+					want, _ = d["text"].(string)
+				}
+			}
+			if !utf8.ValidString(want) || strings.Contains(want, "\ufffd") {
+				continue // encoding/json replaces invalid UTF-8; the reply keeps the server's bytes
+			}
+			if kept.String() != want {
+				t.Fatalf("%s: %q: kept %q, encoding/json reads %q", name, data, kept.String(), want)
+			}
 		}
 	})
 }

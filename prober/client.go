@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptrace"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +43,7 @@ const drainTimeout = 100 * time.Millisecond
 // Client sends probe requests to one target over keep-alive connection pools.
 type Client struct {
 	target   *config.TargetConfig
+	api      *wireAPI
 	timing   *timingMap
 	endpoint string
 	http     *http.Client   // the first pool; also for /tokenize
@@ -57,7 +60,7 @@ const idlePerPool = 1000
 // NewClient builds the client of a target for up to maxStreams concurrent
 // requests; userAgent is sent on every request.
 func NewClient(t *config.TargetConfig, userAgent string, maxStreams int) (*Client, error) {
-	c := &Client{target: t, timing: newTimingMap(t.TimingOf())}
+	c := &Client{target: t, api: apiOf(t.API), timing: newTimingMap(t.TimingOf())}
 	for range poolsFor(maxStreams) {
 		rt, err := commoncfg.NewRoundTripperFromConfig(t.HTTPClientConfig, "sloprober_"+t.Name, commoncfg.WithUserAgent(userAgent))
 		if err != nil {
@@ -67,11 +70,7 @@ func NewClient(t *config.TargetConfig, userAgent string, maxStreams int) (*Clien
 		c.pools = append(c.pools, hc)
 	}
 	c.http = c.pools[0]
-	path := "/chat/completions"
-	if t.API == "completions" {
-		path = "/completions"
-	}
-	c.endpoint = strings.TrimSuffix(t.URL, "/") + path
+	c.endpoint = strings.TrimSuffix(t.URL, "/") + c.api.path
 	return c, nil
 }
 
@@ -132,6 +131,10 @@ type Request struct {
 	// CutToContext: the workload asked for more input than the target's
 	// context holds with the output; the prompt was cut to fit.
 	CutToContext bool
+	// Check is the scenario's quality check of this request: its
+	// question follows the filler, its fields go in the body, and the
+	// reply is judged into Result.Check.
+	Check *CheckRequest
 
 	// Skip, when set, ends the request before it is sent, with this
 	// cause (ErrConversationFull): Do reports it as the outcome of the
@@ -150,22 +153,14 @@ type Request struct {
 }
 
 // body encodes the request for the target's API. It always streams and asks
-// for usage (stream_options.include_usage); ignore_eos is sent only when set,
-// since hosted APIs reject unknown keys.
+// for usage (chat's stream_options.include_usage; the Responses and
+// Messages APIs always send it); ignore_eos is sent only when set, since
+// hosted APIs reject unknown keys.
 func (c *Client) body(req *Request) ([]byte, error) {
-	b := map[string]any{
-		"model":                 c.target.Model,
-		"stream":                true,
-		"stream_options":        map[string]any{"include_usage": true},
-		c.target.MaxTokensField: req.OutputTokens,
-	}
-	switch {
-	case c.target.API == "completions":
-		b["prompt"] = req.Prompt
-	case req.Messages != nil:
-		b["messages"] = req.Messages
-	default:
-		b["messages"] = []Message{{Role: "user", Content: req.Prompt}}
+	b := c.api.body(c.target, req)
+	b["model"], b["stream"] = c.target.Model, true
+	if req.Check != nil {
+		maps.Copy(b, req.Check.fields(c.target.API))
 	}
 	if req.IgnoreEOS {
 		b["ignore_eos"] = true
@@ -189,7 +184,10 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 	r.RequestID = req.ID
 	r.InputTokens, r.OutputTokens, r.IgnoreEOS = req.InputTokens, req.OutputTokens, req.IgnoreEOS
 	r.InputBase = req.InputBase
-	defer func() { r.Outcome = Classify(r) }()
+	defer func() {
+		r.Outcome = Classify(r)
+		r.Check = req.Check.Judge(r)
+	}()
 
 	markSent := func() {
 		r.Sent = time.Now()
@@ -223,6 +221,9 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "text/event-stream")
 	hreq.Header.Set(RequestIDHeader, req.ID)
+	if c.api.header != nil {
+		c.api.header(c.target, hreq.Header)
+	}
 	if req.SpanContext.IsValid() {
 		r.SpanContext = req.SpanContext
 		hreq.Header.Set("Traceparent", traceparent(req.SpanContext))
@@ -255,6 +256,11 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 	if v := resp.Header.Get("Server"); v != "" {
 		r.ServerHeader = boundIdentity(v)
 	}
+	if h := c.target.IdentityHeader; h != "" {
+		if v := resp.Header.Get(h); v != "" {
+			r.IdentityHeader = boundIdentity(v)
+		}
+	}
 	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
 		r.ProtocolErr = fmt.Sprintf("redirect (HTTP %d) to %q not followed: a probe sends its POST to the configured URL only",
 			resp.StatusCode, boundMessage(config.RedactURL(resp.Header.Get("Location"))))
@@ -275,7 +281,7 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 		defer func() { r.Reply = reply.String() }()
 	}
 	limited := &limitedBody{r: resp.Body, limit: limits.Bytes}
-	readStream(readCloser{limited, resp.Body}, r, func() time.Duration { return time.Since(r.Sent) }, reply, limits)
+	readStream(c.api, readCloser{limited, resp.Body}, r, func() time.Duration { return time.Since(r.Sent) }, reply, limits)
 	if r.timingsRaw != nil {
 		c.timing.fromTimings(r.timingsRaw, r)
 		r.timingsRaw = nil
@@ -291,17 +297,33 @@ type readCloser struct {
 	io.Closer
 }
 
-// readStream reads an SSE completion stream into r. now returns the current
+// readStream reads an SSE stream of the API into r. now returns the current
 // offset from t0; it is read in this goroutine the moment an event has been
-// parsed. The generated text goes to reply when it is not nil. After [DONE]
-// the rest of the body is drained for at most drainTimeout, so the
-// connection can be reused. The stream is cut (stream_error) beyond the
-// text chunks and events of limits; the bytes are bounded by the caller.
-func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *strings.Builder, limits StreamLimits) {
+// parsed. The answer's text goes to reply when it is not nil. After the
+// stream's end ([DONE], or the API's end event) the rest of the body is
+// drained for at most drainTimeout, so the connection can be reused. The
+// stream is cut (stream_error) beyond the text chunks and events of limits;
+// the bytes are bounded by the caller.
+func readStream(api *wireAPI, body io.ReadCloser, r *Result, now func() time.Duration, reply *strings.Builder, limits StreamLimits) {
 	sr := newSSEReader(body)
 	replyLimit := maxReplyBytes(r.OutputTokens)
+	r.FirstAnswer, r.end = -1, api.end
 	var c chunk
 	events := 0
+	calls := toolCalls{limit: replyLimit}
+	if reply != nil {
+		defer func() { r.ToolCalls = calls.list() }()
+	}
+	var drain *time.Timer
+	defer func() {
+		if drain != nil {
+			drain.Stop()
+		}
+	}()
+	done := func() {
+		r.Done = true
+		drain = time.AfterFunc(drainTimeout, func() { _ = body.Close() })
+	}
 	for {
 		ev, err := sr.next()
 		if err != nil {
@@ -319,16 +341,14 @@ func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *
 		}
 		at := now()
 		if r.Done {
-			continue // nothing counts after [DONE]
+			continue // nothing counts after the end
 		}
 		if events++; events > limits.Events {
 			r.StreamErr = fmt.Sprintf("%v: more than %d SSE events", errStreamCut, limits.Events)
 			return
 		}
 		if string(ev.Data) == "[DONE]" {
-			r.Done = true
-			t := time.AfterFunc(drainTimeout, func() { _ = body.Close() })
-			defer t.Stop()
+			done()
 			continue
 		}
 		if ev.Name == "error" {
@@ -337,7 +357,7 @@ func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *
 			}
 			continue
 		}
-		if err := parseChunk(ev.Data, &c, reply != nil); err != nil {
+		if err := api.parse(ev.Name, ev.Data, &c, reply != nil); err != nil {
 			if r.ProtocolErr == "" {
 				r.ProtocolErr = fmt.Sprintf("chunk is not valid JSON: %v: %s", err, boundMessage(excerpt(ev.Data, 80)))
 			}
@@ -355,6 +375,9 @@ func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *
 					errStreamCut, limits.TextChunks, r.OutputTokens)
 				return
 			}
+			if c.answer && r.FirstAnswer < 0 {
+				r.FirstAnswer = len(r.Chunks)
+			}
 			r.Chunks = append(r.Chunks, at)
 			if c.simTS != 0 {
 				r.Stamps = append(r.Stamps, c.simTS)
@@ -365,6 +388,7 @@ func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *
 						reply.WriteString(t)
 					}
 				}
+				calls.add(c.calls)
 			}
 		}
 		if len(c.finish) > 0 {
@@ -376,13 +400,8 @@ func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *
 		if r.SystemFingerprint == "" && len(c.fingerprint) > 0 {
 			r.SystemFingerprint = boundIdentity(decodeString(c.fingerprint))
 		}
-		if c.usage {
-			u := &Usage{PromptTokens: c.prompt, CompletionTokens: c.complete}
-			if c.hasCached {
-				n := c.cached // c is reused for the next event
-				u.CachedTokens = &n
-			}
-			r.Usage = u
+		if c.hasPrompt || c.hasComplete || c.hasCached || c.hasReasoning {
+			r.Usage = mergeUsage(r.Usage, &c)
 		}
 		if c.timings != nil {
 			var t ServerTimings
@@ -391,7 +410,76 @@ func readStream(body io.ReadCloser, r *Result, now func() time.Duration, reply *
 			}
 			r.timingsRaw = append(r.timingsRaw[:0], c.timings...)
 		}
+		if c.done {
+			done()
+		}
 	}
+}
+
+// toolCalls gathers a reply's tool calls from their deltas, by index, at
+// most MaxToolCalls, their text within limit bytes in all.
+type toolCalls struct {
+	limit, size int
+	index       []int64
+	calls       []ToolCall
+	names, args []strings.Builder
+}
+
+func (t *toolCalls) add(deltas []toolDelta) {
+	for _, d := range deltas {
+		i := slices.Index(t.index, d.index)
+		if i < 0 {
+			if len(t.index) >= MaxToolCalls {
+				continue
+			}
+			i = len(t.index)
+			t.index = append(t.index, d.index)
+			t.names = append(t.names, strings.Builder{})
+			t.args = append(t.args, strings.Builder{})
+		}
+		for _, piece := range []struct {
+			b   *strings.Builder
+			raw []byte
+		}{{&t.names[i], d.name}, {&t.args[i], d.args}} {
+			if s := unquote(piece.raw); t.size+len(s) <= t.limit {
+				piece.b.WriteString(s)
+				t.size += len(s)
+			}
+		}
+	}
+}
+
+// list returns the calls in the order they began.
+func (t *toolCalls) list() []ToolCall {
+	var out []ToolCall
+	for i := range t.index {
+		out = append(out, ToolCall{Name: t.names[i].String(), Arguments: t.args[i].String()})
+	}
+	return out
+}
+
+// mergeUsage adds the counts an event reported to u (nil: none before): a
+// count sent again replaces the earlier one. The Messages API reports the
+// prompt's count and the output's in different events.
+func mergeUsage(u *Usage, c *chunk) *Usage {
+	if u == nil {
+		u = &Usage{}
+	}
+	if c.hasPrompt {
+		u.PromptTokens = c.prompt
+	}
+	if c.hasComplete {
+		u.CompletionTokens = c.complete
+	}
+	if c.hasCached {
+		n := c.cached // c is reused for the next event
+		u.CachedTokens = &n
+	}
+	if c.hasReasoning {
+		n := c.reasoning
+		u.ReasoningTokens = &n
+	}
+	return u
 }
 
 // describeConnectError shortens the errors of a failed connection.

@@ -66,7 +66,7 @@ func (l *load) setInfos() {
 	l.infos = make([]LoadInfo, 0, len(l.spec.Scenarios))
 	for i, s := range l.spec.Scenarios {
 		l.infos = append(l.infos, LoadInfo{Key: s.Key, Rate: rates[i], Clients: clients[i], Arrival: l.spec.Arrival,
-			SLOs: s.SLO.List(), Objective: s.Objective})
+			SLOs: s.SLOs(), Objective: s.Objective})
 	}
 }
 

@@ -27,6 +27,8 @@ type Measurement struct {
 
 	TTFT      time.Duration // t1 - t0
 	HasTTFT   bool          // received a token, not cancelled
+	TTFA      time.Duration // time to first answer token: the first content or tool-call chunk (after any reasoning) - t0
+	HasTTFA   bool          // received an answer token, not cancelled
 	E2E       time.Duration // tN - t0
 	HasE2E    bool          // ok, with a token
 	TPOT      time.Duration // (tN - t1) / (N - 1)
@@ -35,14 +37,22 @@ type Measurement struct {
 	HasMaxITL bool          // ok, at least 2 chunks
 	HasITL    bool          // the gaps of Chunks are observed: not cancelled
 
-	OutputTokens   int  // N: usage, else the chunk count
-	HasOutput      bool // received tokens
-	OutputFallback bool // an ok reply without usage: N is the chunk count
-	InputTokens    int  // usage, else the workload's estimate
-	InputFallback  bool // an ok reply without usage
+	// ReasoningTokens are the output tokens the server counted as
+	// reasoning (usage's reasoning_tokens; within OutputTokens), 0 when
+	// not reported.
+	ReasoningTokens int
+	OutputTokens    int  // N: usage, else the chunk count
+	HasOutput       bool // received tokens
+	OutputFallback  bool // an ok reply without usage: N is the chunk count
+	InputTokens     int  // usage, else the workload's estimate
+	InputFallback   bool // an ok reply without usage
 
 	InputMismatch  bool // server-counted input off the request beyond InputWithinTolerance
 	OutputMismatch bool // ok output longer than requested, or shorter although ignore_eos was sent
+
+	// CheckPassed: the reply passed the scenario's quality check
+	// (Result.Check); a reply without a verdict did not.
+	CheckPassed bool
 
 	// Counted: in the attainment denominator (sent - cancelled - shutdown).
 	Counted bool
@@ -76,6 +86,12 @@ func Measure(r *Result, slos []config.SLO) Measurement {
 		if !cancelled {
 			m.TTFT, m.HasTTFT = r.Chunks[0], true
 			m.HasITL = n >= 2
+			if r.FirstAnswer >= 0 && r.FirstAnswer < n {
+				m.TTFA, m.HasTTFA = r.Chunks[r.FirstAnswer], true
+			}
+		}
+		if r.Usage != nil && r.Usage.ReasoningTokens != nil {
+			m.ReasoningTokens = min(*r.Usage.ReasoningTokens, m.OutputTokens)
 		}
 	}
 	m.InputTokens = r.InputTokens
@@ -103,6 +119,7 @@ func Measure(r *Result, slos []config.SLO) Measurement {
 			(m.OutputTokens > r.OutputTokens || r.IgnoreEOS && m.OutputTokens < r.OutputTokens)
 	}
 
+	m.CheckPassed = r.Check != nil && r.Check.Passed
 	m.Counted = !cancelled && r.Outcome != OutcomeShutdown
 	if !m.Counted {
 		return m
@@ -120,17 +137,22 @@ func Measure(r *Result, slos []config.SLO) Measurement {
 }
 
 // metSLO checks one SLO of an ok request with text; a TPOT or max ITL that
-// cannot be measured (fewer than two chunks) counts as met.
+// cannot be measured (fewer than two chunks) counts as met, a reply with
+// no answer (reasoning only) misses ttfa.
 func metSLO(m *Measurement, slo config.SLO) bool {
 	switch slo.Name {
 	case "ttft":
 		return m.TTFT <= slo.Threshold
+	case "ttfa":
+		return m.HasTTFA && m.TTFA <= slo.Threshold
 	case "tpot":
 		return !m.HasTPOT || m.TPOT <= slo.Threshold
 	case "e2e":
 		return m.E2E <= slo.Threshold
 	case "max_itl":
 		return !m.HasMaxITL || m.MaxITL <= slo.Threshold
+	case config.CheckJSONSchema, config.CheckKnownAnswer, config.CheckToolCall:
+		return m.CheckPassed
 	}
 	return true
 }

@@ -148,7 +148,45 @@ func TestMeasure(t *testing.T) {
 			OutputTokens: 1, HasOutput: true, InputTokens: 592, InputMismatch: true, Counted: true, Good: true},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
+			// Without reasoning, the first answer token is the first token.
+			tc.want.TTFA, tc.want.HasTTFA = tc.want.TTFT, tc.want.HasTTFT
 			require.Equal(t, tc.want, Measure(&tc.r, tc.slos))
+		})
+	}
+}
+
+// TestMeasureAnswer: with reasoning first, the time to first answer token
+// is that of the first content or tool-call chunk; a reply that is all
+// reasoning has none and misses a ttfa SLO; reasoning tokens come from
+// usage, bounded by the output.
+func TestMeasureAnswer(t *testing.T) {
+	chunks := []time.Duration{ms(80), ms(100), ms(130), ms(140), ms(160)}
+	slos := []config.SLO{{Name: "ttft", Threshold: ms(100)}, {Name: "ttfa", Threshold: ms(135)}}
+	reasoning := func(n int) *int { return &n }
+	for _, tc := range []struct {
+		name      string
+		r         Result
+		ttfa      time.Duration
+		hasTTFA   bool
+		reasoning int
+		missed    []string
+	}{
+		{name: "answer after two reasoning chunks", r: Result{Outcome: OutcomeOK, Chunks: chunks, FirstAnswer: 2,
+			Usage: &Usage{CompletionTokens: 5, ReasoningTokens: reasoning(2)}}, ttfa: ms(130), hasTTFA: true, reasoning: 2},
+		{name: "answer too late", r: Result{Outcome: OutcomeOK, Chunks: chunks, FirstAnswer: 3}, ttfa: ms(140), hasTTFA: true, missed: []string{"ttfa"}},
+		{name: "reasoning only", r: Result{Outcome: OutcomeOK, Chunks: chunks, FirstAnswer: -1,
+			Usage: &Usage{CompletionTokens: 5, ReasoningTokens: reasoning(5)}}, reasoning: 5, missed: []string{"ttfa"}},
+		{name: "reasoning tokens beyond the output", r: Result{Outcome: OutcomeOK, Chunks: chunks, FirstAnswer: 1,
+			Usage: &Usage{CompletionTokens: 5, ReasoningTokens: reasoning(1 << 30)}}, ttfa: ms(100), hasTTFA: true, reasoning: 5},
+		{name: "index out of range", r: Result{Outcome: OutcomeOK, Chunks: chunks, FirstAnswer: 5}, missed: []string{"ttfa"}},
+		{name: "cancelled", r: Result{Outcome: OutcomeCancelled, Chunks: chunks, FirstAnswer: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := Measure(&tc.r, slos)
+			require.Equal(t, tc.hasTTFA, m.HasTTFA)
+			require.Equal(t, tc.ttfa, m.TTFA)
+			require.Equal(t, tc.reasoning, m.ReasoningTokens)
+			require.Equal(t, tc.missed, m.Missed)
 		})
 	}
 }

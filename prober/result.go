@@ -15,6 +15,7 @@
 package prober
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strconv"
@@ -81,8 +82,14 @@ type Usage struct {
 	PromptTokens     int
 	CompletionTokens int
 	// CachedTokens is nil when the server did not report it
-	// (usage.prompt_tokens_details.cached_tokens).
+	// (usage.prompt_tokens_details.cached_tokens, the Responses API's
+	// input_tokens_details.cached_tokens, the Messages API's
+	// cache_read_input_tokens).
 	CachedTokens *int
+	// ReasoningTokens, within CompletionTokens, is nil when the server did
+	// not report it (completion_tokens_details.reasoning_tokens, the
+	// Responses API's output_tokens_details.reasoning_tokens).
+	ReasoningTokens *int
 }
 
 // ServerTimings is the per-phase timing a server reported in a "timings"
@@ -131,8 +138,13 @@ type Result struct {
 	Sent  time.Time
 	Trace Trace
 	// Chunks are the arrival offsets of the chunks that carried generated
-	// text: Chunks[0] is t1 - t0, the last one tN - t0.
+	// text (content, reasoning or a tool call): Chunks[0] is t1 - t0, the
+	// last one tN - t0.
 	Chunks []time.Duration
+	// FirstAnswer is the index in Chunks of the first chunk that carried
+	// answer text (content or a tool call, not reasoning), -1 when none
+	// did: Chunks[FirstAnswer] is the time to first answer token.
+	FirstAnswer int
 	// Ended is when the response ended, completely or not.
 	Ended time.Duration
 	// Stamps are the server's write times (Unix ns) of the text chunks,
@@ -142,9 +154,9 @@ type Result struct {
 
 	StatusCode int
 	// Who the server says it is, bounded (MaxIdentityBytes): its Server
-	// header, and the first "model" and "system_fingerprint" of its
-	// reply. Empty when not sent.
-	ServerHeader, Model, SystemFingerprint string
+	// header, the first "model" and "system_fingerprint" of its reply,
+	// and the target's identity_header. Empty when not sent.
+	ServerHeader, Model, SystemFingerprint, IdentityHeader string
 
 	Usage   *Usage
 	Timings *ServerTimings
@@ -159,10 +171,19 @@ type Result struct {
 	SpanContext trace.SpanContext
 
 	FinishReason string
-	// Done is set when "data: [DONE]" was read.
+	// Done is set when the stream's end was read: "data: [DONE]", or the
+	// API's end event (response.completed, message_stop).
 	Done bool
-	// Reply is the generated text, kept only when the request asked for it.
+	end  string // that end, named in Error
+	// Reply is the answer's text (content, not reasoning), kept only when
+	// the request asked for it (a conversation, a quality check).
 	Reply string
+	// ToolCalls are the reply's tool calls, kept likewise: at most
+	// MaxToolCalls, their names and arguments within the reply's bound.
+	ToolCalls []ToolCall
+	// Check is the verdict of the scenario's quality check (nil without
+	// one, or for a request that ended before a reply).
+	Check *CheckVerdict
 
 	// Failure facts, from which Classify decides the outcome.
 	Cause       error  // why the request context ended before the response did, if it did
@@ -173,6 +194,26 @@ type Result struct {
 
 	Outcome Outcome
 }
+
+// ServedIdentity is who a reply said the target is: the model it names,
+// its system_fingerprint and the target's identity_header, each bounded.
+type ServedIdentity struct {
+	Model, Fingerprint, Header string
+}
+
+// Identity returns who the reply said the target is.
+func (r *Result) Identity() ServedIdentity {
+	return ServedIdentity{Model: r.Model, Fingerprint: r.SystemFingerprint, Header: r.IdentityHeader}
+}
+
+// ToolCall is one tool call of a reply, as streamed: the function's name
+// and its arguments (a JSON text, unparsed).
+type ToolCall struct {
+	Name, Arguments string
+}
+
+// MaxToolCalls bounds the tool calls kept of one reply.
+const MaxToolCalls = 16
 
 // Lag is t0 - ts: how late the request was sent.
 func (r *Result) Lag() time.Duration { return r.Sent.Sub(r.Scheduled) }
@@ -225,7 +266,7 @@ func (r *Result) Error() string {
 	case r.StreamErr != "":
 		return r.StreamErr
 	case !r.Done && r.StatusCode != 0:
-		return "stream ended without [DONE]"
+		return "stream ended without " + cmp.Or(r.end, "[DONE]")
 	}
 	return ""
 }

@@ -31,14 +31,95 @@ func (s splitReader) Read(p []byte) (int, error) {
 // advances 1ms every time it is read.
 func readRecorded(t *testing.T, data []byte, wrap func(io.Reader) io.Reader) *Result {
 	t.Helper()
+	return readRecordedAPI(t, &chatAPI, data, wrap, nil)
+}
+
+// readRecordedAPI reads a recorded stream of an API, keeping the reply's
+// text in reply when it is not nil.
+func readRecordedAPI(t *testing.T, api *wireAPI, data []byte, wrap func(io.Reader) io.Reader, reply *strings.Builder) *Result {
+	t.Helper()
 	r := &Result{StatusCode: 200}
 	tick := time.Duration(0)
-	readStream(io.NopCloser(wrap(bytes.NewReader(data))), r, func() time.Duration {
+	readStream(api, io.NopCloser(wrap(bytes.NewReader(data))), r, func() time.Duration {
 		tick += time.Millisecond
 		return tick
-	}, nil, LimitsFor(64))
+	}, reply, LimitsFor(64))
 	r.Outcome = Classify(r)
 	return r
+}
+
+// TestReadStreamAPIs reads recorded streams of each API: generated text of
+// every kind (reasoning, answer, tool calls) counts as chunks, the answer
+// starts at the first content or tool-call delta, usage merges across
+// events, each API's end event ends the stream and its error events are
+// stream errors.
+func TestReadStreamAPIs(t *testing.T) {
+	n := func(v int) *int { return &v }
+	for _, tc := range []struct {
+		file        string
+		api         *wireAPI
+		outcome     Outcome
+		chunks      int
+		firstAnswer int
+		usage       *Usage
+		finish      string
+		model       string
+		reply       string
+		calls       []ToolCall
+		errorHas    string
+	}{
+		{file: "reasoning.sse", api: &chatAPI, outcome: OutcomeOK, chunks: 3, firstAnswer: 2, reply: "Yes", finish: "stop", model: "m",
+			usage: &Usage{PromptTokens: 12, CompletionTokens: 3, CachedTokens: n(4)}},
+		{file: "chat_reasoning_tool_call.sse", api: &chatAPI, outcome: OutcomeOK, chunks: 5, firstAnswer: 2, finish: "tool_calls", model: "Qwen/Qwen3-8B",
+			calls: []ToolCall{{"get_weather", `{"city": "Paris"}`}},
+			usage: &Usage{PromptTokens: 12, CompletionTokens: 9, ReasoningTokens: n(5)}},
+		{file: "responses_text.sse", api: &responsesAPI, outcome: OutcomeOK, chunks: 3, firstAnswer: 0, reply: "Hello there!", finish: "completed", model: "gpt-4.1-mini-2025-04-14",
+			usage: &Usage{PromptTokens: 12, CompletionTokens: 3, CachedTokens: n(4), ReasoningTokens: n(0)}},
+		{file: "responses_reasoning_function_call.sse", api: &responsesAPI, outcome: OutcomeOK, chunks: 5, firstAnswer: 2, finish: "completed", model: "openai/gpt-oss-20b",
+			calls: []ToolCall{{"get_weather", `{"city":"Paris"}`}},
+			usage: &Usage{PromptTokens: 12, CompletionTokens: 9, CachedTokens: n(4), ReasoningTokens: n(5)}},
+		{file: "responses_incomplete.sse", api: &responsesAPI, outcome: OutcomeOK, chunks: 2, firstAnswer: 0, reply: "one two", finish: "max_output_tokens", model: "m",
+			usage: &Usage{PromptTokens: 12, CompletionTokens: 2}},
+		{file: "responses_failed.sse", api: &responsesAPI, outcome: OutcomeStreamError, chunks: 1, firstAnswer: 0, reply: "one", model: "m", errorHas: "error in stream: The model crashed."},
+		{file: "responses_error_type.sse", api: &responsesAPI, outcome: OutcomeStreamError, chunks: 1, firstAnswer: 0, reply: "one", errorHas: "error in stream: Too many tokens in flight."},
+		{file: "responses_no_end.sse", api: &responsesAPI, outcome: OutcomeStreamError, chunks: 2, firstAnswer: 0, reply: "one two", errorHas: "stream ended without response.completed"},
+		{file: "messages_text.sse", api: &messagesAPI, outcome: OutcomeOK, chunks: 3, firstAnswer: 0, reply: "Hello there!", finish: "end_turn", model: "claude-sonnet-4-5",
+			usage: &Usage{PromptTokens: 12, CompletionTokens: 3, CachedTokens: n(4)}},
+		{file: "messages_thinking_tool_use.sse", api: &messagesAPI, outcome: OutcomeOK, chunks: 5, firstAnswer: 2, finish: "tool_use", model: "claude-sonnet-4-5",
+			calls: []ToolCall{{"get_weather", `{"city": "Paris"}`}},
+			usage: &Usage{PromptTokens: 12, CompletionTokens: 9, CachedTokens: n(4)}},
+		{file: "messages_overloaded.sse", api: &messagesAPI, outcome: OutcomeStreamError, chunks: 1, firstAnswer: 0, reply: "Hel", model: "claude-sonnet-4-5",
+			usage: &Usage{PromptTokens: 12, CompletionTokens: 1}, errorHas: "error event in stream: Overloaded"},
+		{file: "messages_no_stop.sse", api: &messagesAPI, outcome: OutcomeStreamError, chunks: 1, firstAnswer: 0, reply: "Hel", finish: "end_turn", model: "claude-sonnet-4-5",
+			usage: &Usage{PromptTokens: 12, CompletionTokens: 1}, errorHas: "stream ended without message_stop"},
+		// A stream of another API read as chat: nothing in it is text,
+		// and it never ends.
+		{file: "messages_text.sse", api: &chatAPI, outcome: OutcomeStreamError, firstAnswer: -1, usage: &Usage{CompletionTokens: 3},
+			errorHas: "stream ended without [DONE]"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", "streams", tc.file))
+			require.NoError(t, err)
+			var reply strings.Builder
+			whole := readRecordedAPI(t, tc.api, data, func(r io.Reader) io.Reader { return r }, &reply)
+			require.Equal(t, tc.outcome, whole.Outcome, whole.Error())
+			require.Len(t, whole.Chunks, tc.chunks)
+			require.Equal(t, tc.firstAnswer, whole.FirstAnswer)
+			require.Equal(t, tc.usage, whole.Usage)
+			require.Equal(t, tc.finish, whole.FinishReason)
+			require.Equal(t, tc.model, whole.Model)
+			require.Equal(t, tc.reply, reply.String())
+			require.Equal(t, tc.calls, whole.ToolCalls)
+			if tc.errorHas != "" {
+				require.Contains(t, whole.Error(), tc.errorHas)
+			} else {
+				require.Empty(t, whole.Error())
+			}
+			var split strings.Builder
+			require.Equal(t, whole, readRecordedAPI(t, tc.api, data, iotest.OneByteReader, &split), "split at every byte")
+			require.Equal(t, reply.String(), split.String())
+		})
+	}
 }
 
 func TestReadStream(t *testing.T) {
@@ -173,7 +254,7 @@ func TestReadStreamBounds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			body := &limitedBody{r: &endless{frame: []byte(tc.frame)}, limit: limits.Bytes}
 			r := &Result{StatusCode: 200, OutputTokens: 64}
-			readStream(io.NopCloser(body), r, func() time.Duration { return time.Millisecond }, nil, limits)
+			readStream(&chatAPI, io.NopCloser(body), r, func() time.Duration { return time.Millisecond }, nil, limits)
 			r.Outcome = Classify(r)
 			require.Equal(t, OutcomeStreamError, r.Outcome, r.Error())
 			require.Contains(t, r.Error(), tc.errorHas)
@@ -195,7 +276,7 @@ func FuzzReadStream(f *testing.F) {
 		limits := LimitsFor(4)
 		r := &Result{StatusCode: 200, OutputTokens: 4}
 		body := &limitedBody{r: bytes.NewReader(data), limit: limits.Bytes}
-		readStream(io.NopCloser(body), r, func() time.Duration { return time.Millisecond }, &strings.Builder{}, limits)
+		readStream(&chatAPI, io.NopCloser(body), r, func() time.Duration { return time.Millisecond }, &strings.Builder{}, limits)
 		r.Outcome = Classify(r)
 		if len(r.Chunks) > limits.TextChunks {
 			t.Fatalf("%d chunks above the bound %d", len(r.Chunks), limits.TextChunks)

@@ -195,7 +195,7 @@ func (c *Client) tokenize(ctx context.Context, cal *Calibrator, info Calibration
 func (c *Client) tokenizeLlama(ctx context.Context, text string) (int, string, error) {
 	root := serverRoot(c.target.URL)
 	template := "none"
-	if c.target.API == "chat" {
+	if ChatLike(c.target.API) {
 		b, err := c.post(ctx, root+"/apply-template", map[string]any{"messages": []Message{{Role: "user", Content: text}}})
 		var out struct {
 			Prompt string `json:"prompt"`

@@ -54,12 +54,12 @@ const (
 type scenarioRun struct {
 	cfg  config.ScenarioConfig
 	key  config.Key
-	slos []config.SLO // cfg.SLO.List(), listed once
+	slos []config.SLO // cfg.SLOs(), listed once
 	seed uint64
 }
 
 func newScenarioRun(cfg config.ScenarioConfig, k config.Key) *scenarioRun {
-	return &scenarioRun{cfg: cfg, key: k, slos: cfg.SLO.List(), seed: Seed(k.Target, k.Scenario, k.Test)}
+	return &scenarioRun{cfg: cfg, key: k, slos: cfg.SLOs(), seed: Seed(k.Target, k.Scenario, k.Test)}
 }
 
 // turns returns the number of requests a conversation of the scenario makes.
@@ -138,6 +138,10 @@ func (s *scenarioRun) request(a Arrival, cal *Calibrator) *Request {
 		req.Prompt = SynthesizePrompt(s.seed, a.Seq, words)
 	}
 	req.Words, req.calibrate = words, !req.CutToContext
+	if s.cfg.Check != nil {
+		s.withCheck(req, rng)
+		return req
+	}
 	if s.cfg.Conversation != nil {
 		conv := &Conversation{ID: a.Seq, Turns: s.cfg.Conversation.Turns}
 		req.Messages = []Message{{Role: "user", Content: req.Prompt}}
@@ -145,6 +149,26 @@ func (s *scenarioRun) request(a Arrival, cal *Calibrator) *Request {
 		req.turn = &Turn{Conv: conv, N: 1}
 	}
 	return req
+}
+
+// withCheck makes req a request of the scenario's quality check: the
+// check's question follows the prompt, which is filler for the input
+// length (so latency and quality are measured on the same request), in a
+// message of its own before it (a system message; the Messages API's
+// system field), or before it in a completions prompt. Its words count
+// toward the input; it teaches calibration nothing, since its form is not
+// the calibrated one.
+func (s *scenarioRun) withCheck(req *Request, rng *rand.Rand) {
+	req.Check = checkRequest(s.cfg.Check, rng)
+	q := req.Check.Question
+	if qw := len(strings.Fields(q)); req.Words > qw+1 {
+		filler := strings.Fields(req.Prompt)
+		keep := max(len(filler)-qw, 1)
+		req.Prompt = strings.Join(filler[:keep], " ")
+		req.Words = keep + qw
+	}
+	req.Messages = []Message{{Role: "system", Content: req.Prompt}, {Role: "user", Content: q}}
+	req.KeepReply, req.calibrate = true, false
 }
 
 // usableContext is the part of a context of ctx tokens a request may

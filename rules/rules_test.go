@@ -99,14 +99,15 @@ func TestDashboards(t *testing.T) {
 // (engine metrics of a target without server_metrics, a test's capacity
 // before its first run), so names are checked here.
 var knownMetrics = map[string]bool{
-	"sloprober_time_to_first_token_seconds":   true,
-	"sloprober_time_per_output_token_seconds": true,
-	"sloprober_inter_token_latency_seconds":   true,
-	"sloprober_request_duration_seconds":      true,
-	"sloprober_schedule_lag_seconds":          true,
-	"sloprober_phase_duration_seconds":        true,
-	"sloprober_request_input_tokens":          true,
-	"sloprober_request_output_tokens":         true,
+	"sloprober_time_to_first_token_seconds":        true,
+	"sloprober_time_per_output_token_seconds":      true,
+	"sloprober_inter_token_latency_seconds":        true,
+	"sloprober_request_duration_seconds":           true,
+	"sloprober_schedule_lag_seconds":               true,
+	"sloprober_phase_duration_seconds":             true,
+	"sloprober_time_to_first_answer_token_seconds": true,
+	"sloprober_request_input_tokens":               true,
+	"sloprober_request_output_tokens":              true,
 
 	"sloprober_requests_scheduled_total":                     false,
 	"sloprober_requests_dropped_total":                       false,
@@ -128,6 +129,9 @@ var knownMetrics = map[string]bool{
 	"sloprober_slo_objective_ratio":                          false,
 	"sloprober_target_info":                                  false,
 	"sloprober_target_cost_per_hour":                         false,
+	"sloprober_target_served_info":                           false,
+	"sloprober_target_identity_changes_total":                false,
+	"sloprober_reasoning_tokens_total":                       false,
 	"sloprober_calibration_frozen":                           false,
 	"sloprober_calibration_rejected_total":                   false,
 	"sloprober_config_last_reload_successful":                false,

@@ -1,20 +1,18 @@
 package simulator
 
-// The OpenAI-compatible API: parsing requests, errors, /v1/models and /tokenize.
+// The OpenAI chat and completions APIs: parsing requests, errors, /v1/models and /tokenize.
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strconv"
+	"slices"
 	"strings"
-	"time"
 )
 
-// completionRequest is the part of an OpenAI request the simulator reads.
-// Unknown fields are ignored, as real servers do.
+// completionRequest is the part of an OpenAI chat or completions request
+// the simulator reads. Unknown fields are ignored, as real servers do.
 type completionRequest struct {
 	Model               string          `json:"model"`
 	Messages            []chatMessage   `json:"messages"`
@@ -27,14 +25,37 @@ type completionRequest struct {
 	} `json:"stream_options"`
 	IgnoreEOS bool `json:"ignore_eos"`
 	N         *int `json:"n"`
+	// Chat only: [{type: function, function: {name, description, parameters}}].
+	Tools []struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name       string          `json:"name"`
+			Parameters json.RawMessage `json:"parameters"`
+		} `json:"function"`
+	} `json:"tools"`
+	ToolChoice     json.RawMessage `json:"tool_choice"`
+	ResponseFormat *struct {
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Name   string          `json:"name"`
+			Schema json.RawMessage `json:"schema"`
+		} `json:"json_schema"`
+	} `json:"response_format"`
 }
 
 type chatMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+	// An assistant's earlier tool calls are part of the prompt too.
+	ToolCalls []struct {
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
 }
 
-// requestError is a client error, answered as an OpenAI error object.
+// requestError is a client error, answered as the API's error object.
 type requestError struct {
 	status int
 	param  string
@@ -47,8 +68,18 @@ func badRequest(param, format string, args ...any) *requestError {
 	return &requestError{status: http.StatusBadRequest, param: param, msg: fmt.Sprintf(format, args...)}
 }
 
-// texts returns the prompt text: each message's content for chat, the prompt
-// for completions.
+// statusOverloaded is Anthropic's "overloaded" status, which Go does not name.
+const statusOverloaded = 529
+
+func statusText(code int) string {
+	if code == statusOverloaded {
+		return "Overloaded"
+	}
+	return http.StatusText(code)
+}
+
+// texts returns the prompt text: each message's content (and earlier tool
+// calls) for chat, the prompt for completions.
 func (r *completionRequest) texts(chat bool) ([]string, error) {
 	if !chat {
 		if len(r.Prompt) == 0 || string(r.Prompt) == "null" {
@@ -74,18 +105,32 @@ func (r *completionRequest) texts(chat bool) ([]string, error) {
 		default:
 			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "messages[%d].role: unknown role %q", i, m.Role)
 		}
-		t, err := contentText(m.Content)
+		t, err := contentText(m.Content, "text")
 		if err != nil {
 			return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "messages[%d].content: %v", i, err)
 		}
 		texts = append(texts, t)
+		for _, c := range m.ToolCalls {
+			texts = append(texts, c.Function.Name, c.Function.Arguments)
+		}
 	}
 	return texts, nil
 }
 
-// contentText reads a message content: a string, null, or a list of parts of
-// which the text parts count.
-func contentText(raw json.RawMessage) (string, error) {
+// lastUser returns the text of the last user message, where a known-answer
+// question is looked for: the prompt, for completions.
+func lastUser(roles, texts []string) string {
+	for i := len(roles) - 1; i >= 0; i-- {
+		if roles[i] == "user" {
+			return texts[i]
+		}
+	}
+	return ""
+}
+
+// contentText reads a message content: a string, null, or a list of parts
+// of which the parts of the text types count; other parts are errors.
+func contentText(raw json.RawMessage, textTypes ...string) (string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", nil
 	}
@@ -102,7 +147,7 @@ func contentText(raw json.RawMessage) (string, error) {
 	}
 	var b strings.Builder
 	for _, p := range parts {
-		if p.Type != "text" {
+		if !slices.Contains(textTypes, p.Type) {
 			return "", fmt.Errorf("content part type %q is not supported", p.Type)
 		}
 		b.WriteString(p.Text)
@@ -116,6 +161,11 @@ func (r *completionRequest) maxTokens() (int, error) {
 	if r.MaxCompletionTokens != nil {
 		param, v = "max_completion_tokens", r.MaxCompletionTokens
 	}
+	return limit(param, v)
+}
+
+// limit checks an output limit named param; nil is none (0).
+func limit(param string, v *int) (int, error) {
 	if v == nil {
 		return 0, nil
 	}
@@ -125,129 +175,117 @@ func (r *completionRequest) maxTokens() (int, error) {
 	return *v, nil
 }
 
-// parse reads and checks a completion request. It returns the prompt, the
-// number of tokens to generate and the finish reason.
-func (s *Simulator) parse(body []byte, chat bool) (*completionRequest, prompt, int, string, error) {
-	var req completionRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, prompt{}, 0, "", badRequest("", "invalid JSON body: %v", err)
+// parseCompletion reads a chat or completions request. Tools and
+// response_format are read for chat only: the completions API has neither.
+func (s *Simulator) parseCompletion(body []byte, api apiKind) (*request, error) {
+	var cr completionRequest
+	if err := json.Unmarshal(body, &cr); err != nil {
+		return nil, badRequest("", "invalid JSON body: %v", err)
 	}
-	if req.Model != s.cfg.Model {
-		return nil, prompt{}, 0, "", &requestError{status: http.StatusNotFound, param: "model",
-			msg: fmt.Sprintf("The model `%s` does not exist.", req.Model)}
+	if !s.knownModel(cr.Model) {
+		return nil, &requestError{status: http.StatusNotFound, param: "model",
+			msg: fmt.Sprintf("The model `%s` does not exist.", cr.Model)}
 	}
-	if req.N != nil && *req.N != 1 {
-		return nil, prompt{}, 0, "", badRequest("n", "n must be 1, got %d", *req.N)
+	if cr.N != nil && *cr.N != 1 {
+		return nil, badRequest("n", "n must be 1, got %d", *cr.N)
 	}
-	texts, err := req.texts(chat)
+	chat := api == apiChat
+	texts, err := cr.texts(chat)
 	if err != nil {
-		return nil, prompt{}, 0, "", err
+		return nil, err
 	}
-	limit, err := req.maxTokens()
-	if err != nil {
-		return nil, prompt{}, 0, "", err
+	req := &request{api: api, texts: texts, stream: cr.Stream, ignoreEOS: cr.IgnoreEOS,
+		usage: cr.StreamOptions != nil && cr.StreamOptions.IncludeUsage}
+	if req.limit, err = cr.maxTokens(); err != nil {
+		return nil, err
 	}
-	p := s.tok.tokenize(texts, s.blockTokens)
-	room := s.cfg.MaxModelLen - p.tokens
-	if room < 1 || limit > room {
-		return nil, prompt{}, 0, "", badRequest("messages",
-			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the input, %d in the completion).",
-			s.cfg.MaxModelLen, p.tokens+max(limit, 1), p.tokens, max(limit, 1))
+	if !chat {
+		req.question = texts[0]
+		return req, nil
 	}
-	// The output ends at the limit, or where the sequence "emits EOS": a
-	// draw from output_tokens, unless ignore_eos asks to go on. Without a
-	// limit, ignore_eos runs to output_tokens.max.
-	n, finish := s.cfg.OutputTokens.Max, "length"
-	if !req.IgnoreEOS {
-		n, finish = s.lengths.sample(s.cfg.OutputTokens), "stop"
+	roles := make([]string, 0, len(texts))
+	for _, m := range cr.Messages {
+		roles = append(roles, m.Role)
+		for range m.ToolCalls {
+			roles = append(roles, "", "")
+		}
 	}
-	if limit > 0 && n >= limit {
-		n, finish = limit, "length"
+	req.question = lastUser(roles, texts)
+	for i, t := range cr.Tools {
+		param := fmt.Sprintf("tools[%d]", i)
+		if t.Type != "function" {
+			return nil, badRequest(param+".type", "%s.type must be \"function\", got %q", param, t.Type)
+		}
+		tl, err := newTool(t.Function.Name, t.Function.Parameters, param+".function.parameters")
+		if err != nil {
+			return nil, err
+		}
+		req.tools = append(req.tools, tl)
 	}
-	if n >= room {
-		n, finish = room, "length"
+	if req.choice, err = openAIToolChoice(cr.ToolChoice, false); err != nil {
+		return nil, err
 	}
-	return &req, p, n, finish, nil
+	if err := req.checkChoice("tool_choice"); err != nil {
+		return nil, err
+	}
+	if f := cr.ResponseFormat; f != nil {
+		switch f.Type {
+		case "text":
+		case "json_object":
+			req.format, _ = newFormat(nil, "")
+		case "json_schema":
+			if f.JSONSchema == nil || len(f.JSONSchema.Schema) == 0 {
+				return nil, badRequest("response_format.json_schema.schema", "response_format.json_schema.schema is required for type json_schema")
+			}
+			if req.format, err = newFormat(f.JSONSchema.Schema, "response_format.json_schema.schema"); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, badRequest("response_format.type", "response_format.type must be text, json_object or json_schema, got %q", f.Type)
+		}
+	}
+	return req, nil
 }
 
-func (s *Simulator) serveCompletion(w http.ResponseWriter, r *http.Request, chat bool) {
-	// The request's phases count from here: reading and parsing it is part
-	// of the time it waits, as in a real server.
-	arrived := time.Now()
-	if r.Method != http.MethodPost {
-		s.writeError(w, &requestError{status: http.StatusMethodNotAllowed, msg: "method " + r.Method + " is not allowed, use POST"})
-		return
+// openAIToolChoice reads an OpenAI tool_choice: "none", "auto",
+// "required", or a named function, {"type": "function", "function":
+// {"name": N}} in chat, {"type": "function", "name": N} in the Responses
+// API (flat). Absent is "auto", as OpenAI has it when tools are given.
+func openAIToolChoice(raw json.RawMessage, flat bool) (toolChoice, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return toolChoice{mode: "auto"}, nil
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err != nil {
-		s.writeError(w, badRequest("", "reading request body: %v", err))
-		return
-	}
-	req, p, n, finish, err := s.parse(body, chat)
-	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	ctx := r.Context()
-	plan := s.plan()
-	if plan.headerDelay > 0 {
-		s.stats.fault(faultHeaderDelay)
-		if !sleep(ctx, plan.headerDelay) {
-			return
+	var mode string
+	if json.Unmarshal(raw, &mode) == nil {
+		switch mode {
+		case "none", "auto", "required":
+			return toolChoice{mode: mode}, nil
 		}
-		// A slow gateway in front: not the engine's time. It reports its
-		// own time as a gateway would, in Server-Timing, so that the
-		// prober's gateway phase has a ground truth; the engine's phases
-		// (timings) count from here, so the two tile the request.
-		now := time.Now()
-		w.Header().Set("Server-Timing", "gateway;dur="+strconv.FormatFloat(ms(now.Sub(arrived)), 'f', 3, 64))
-		arrived = now
+		return toolChoice{}, badRequest("tool_choice", "tool_choice must be none, auto, required or a named function, got %q", mode)
 	}
-	if plan.status != 0 {
-		s.stats.fault(faultError)
-		if plan.status == http.StatusTooManyRequests {
-			w.Header().Set("Retry-After", "1")
-		}
-		s.writeError(w, &requestError{status: plan.status, msg: fmt.Sprintf("injected fault: %d %s", plan.status, http.StatusText(plan.status))})
-		return
+	var named struct {
+		Type     string `json:"type"`
+		Name     string `json:"name"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
 	}
-
-	var src tokenSource
-	if s.engine != nil {
-		seq := newSequence(ctx, arrived, p, n)
-		if err := s.engine.submit(seq); err != nil {
-			w.Header().Set("Retry-After", "1")
-			s.writeError(w, &requestError{status: http.StatusTooManyRequests, msg: fmt.Sprintf("the waiting queue is full (max_queue %d)", s.cfg.MaxQueue)})
-			return
-		}
-		defer s.engine.withdraw(seq)
-		src = seq
-	} else {
-		s.stats.running.Add(1)
-		defer s.stats.running.Add(-1)
-		fs := newFixedSource(arrived, time.Duration(s.cfg.Fixed.TTFT), time.Duration(s.cfg.Fixed.ITL), n, &s.faults)
-		s.stats.promptTokens.Add(int64(p.tokens))
-		src = fs
+	if json.Unmarshal(raw, &named) != nil || named.Type != "function" {
+		return toolChoice{}, badRequest("tool_choice", "tool_choice must be none, auto, required or {\"type\": \"function\", ...}")
 	}
-	rs := &reply{
-		sim: s, w: w, chat: chat, src: src, prompt: p, n: n, finish: finish, plan: plan,
-		id: s.ids.Add(1), created: time.Now().Unix(),
-		usage:     req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
-		requestID: r.Header.Get("X-Request-Id"),
+	name := named.Function.Name
+	if flat {
+		name = named.Name
 	}
-	if req.Stream {
-		rs.stream(ctx)
-	} else {
-		rs.whole(ctx)
+	if name == "" {
+		return toolChoice{}, badRequest("tool_choice", "tool_choice names no function")
 	}
+	return toolChoice{mode: "named", name: name}, nil
 }
 
-// writeError answers with an OpenAI error object; completion endpoints count it.
+// writeError answers with an OpenAI error object; generation endpoints count it.
 func (s *Simulator) writeError(w http.ResponseWriter, err error) {
-	var re *requestError
-	if !errors.As(err, &re) {
-		re = &requestError{status: http.StatusInternalServerError, msg: err.Error()}
-	}
+	re := asRequestError(err)
 	typ := "invalid_request_error"
 	switch {
 	case re.status == http.StatusNotFound:
@@ -269,6 +307,14 @@ func (s *Simulator) writeError(w http.ResponseWriter, err error) {
 	}})
 }
 
+func asRequestError(err error) *requestError {
+	var re *requestError
+	if !errors.As(err, &re) {
+		re = &requestError{status: http.StatusInternalServerError, msg: err.Error()}
+	}
+	return re
+}
+
 // writeJSON writes v with status 200.
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -282,10 +328,17 @@ func (s *Simulator) serveModels(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, &requestError{status: http.StatusMethodNotAllowed, msg: "use GET"})
 		return
 	}
-	writeJSON(w, map[string]any{"object": "list", "data": []any{map[string]any{
-		"id": s.cfg.Model, "object": "model", "created": s.started, "owned_by": "sloprober",
-		"root": s.cfg.Model, "max_model_len": s.cfg.MaxModelLen,
-	}}})
+	// The served name first; the configured one, which requests may
+	// still use, after it when an identity change made them differ.
+	served := s.identity.Load().Model
+	var data []any
+	for _, name := range slices.Compact([]string{served, s.cfg.Model}) {
+		data = append(data, map[string]any{
+			"id": name, "object": "model", "created": s.started, "owned_by": "sloprober",
+			"root": served, "max_model_len": s.cfg.MaxModelLen,
+		})
+	}
+	writeJSON(w, map[string]any{"object": "list", "data": data})
 }
 
 // serveTokenize answers POST /tokenize in vLLM's form.
@@ -299,7 +352,7 @@ func (s *Simulator) serveTokenize(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, badRequest("", "invalid JSON body: %v", err))
 		return
 	}
-	if req.Model != "" && req.Model != s.cfg.Model {
+	if req.Model != "" && !s.knownModel(req.Model) {
 		s.writeError(w, &requestError{status: http.StatusNotFound, param: "model", msg: fmt.Sprintf("The model `%s` does not exist.", req.Model)})
 		return
 	}

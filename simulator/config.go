@@ -14,10 +14,15 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/sloprober/sloprober/internal/strictyaml"
 )
@@ -88,6 +93,27 @@ type Config struct {
 	// in Unix nanoseconds, to every token chunk: the truth a client's
 	// timestamps are compared with by `sloprober bench`.
 	StampChunks bool `yaml:"stamp_chunks,omitempty" json:"stamp_chunks,omitempty"`
+	// ReasoningTokens, when set, is the length of the reasoning every reply
+	// of the chat, Responses and Messages APIs begins with, drawn per
+	// request. Reasoning tokens cost a decode step each, like any token,
+	// and count within the request's output limit (max_tokens,
+	// max_completion_tokens, max_output_tokens), as on vLLM, OpenAI and
+	// Anthropic: a small limit can leave no room for the answer. nil: no
+	// reasoning.
+	ReasoningTokens *Distribution `yaml:"reasoning_tokens,omitempty" json:"reasoning_tokens,omitempty"`
+	// Fingerprint is the system_fingerprint of chat and completions
+	// replies; empty: "fp_" and ten hex digits derived from Model, so it
+	// is stable across restarts. PUT /sim/identity changes it at run time.
+	Fingerprint string `yaml:"fingerprint,omitempty" json:"fingerprint,omitempty"`
+	// IdentityHeader, when set, is a header every /v1/ reply carries (a
+	// gateway's x-model-version, say); its value can change at run time.
+	IdentityHeader *HeaderConfig `yaml:"identity_header,omitempty" json:"identity_header,omitempty"`
+}
+
+// HeaderConfig is one HTTP response header.
+type HeaderConfig struct {
+	Name  string `yaml:"name" json:"name"`
+	Value string `yaml:"value" json:"value"`
 }
 
 // PrefillConfig: prefill time = Base + PerToken * uncached input tokens.
@@ -152,7 +178,9 @@ type TokenizerConfig struct {
 // PUT /sim/faults.
 type Faults struct {
 	// ErrorRate maps an HTTP status (400-599) to the share of requests
-	// answered with it before they reach the engine.
+	// answered with it before they reach the engine, in each API's error
+	// form; the Messages API answers 503 as Anthropic's overload, 529
+	// overloaded_error.
 	ErrorRate map[string]float64 `yaml:"error_rate,omitempty" json:"error_rate,omitempty"`
 	// ResetRate is the share of streams whose connection is reset (TCP RST)
 	// halfway through the output.
@@ -164,8 +192,28 @@ type Faults struct {
 	MalformedRate float64 `yaml:"malformed_rate" json:"malformed_rate"`
 	// MissingDoneRate is the share of streams that end without "data: [DONE]".
 	MissingDoneRate float64 `yaml:"missing_done_rate" json:"missing_done_rate"`
+	// StreamErrorRate is the share of streams that fail halfway with the
+	// API's in-stream error: a chunk {"error": {...}} (chat, completions),
+	// response.failed (Responses), an error event of type
+	// overloaded_error (Messages).
+	StreamErrorRate float64 `yaml:"stream_error_rate" json:"stream_error_rate"`
 	// HeaderDelay delays the response headers of every request.
 	HeaderDelay Duration `yaml:"header_delay" json:"header_delay"`
+	// WrongToolRate is the share of tool calls that are wrong: every
+	// other one, starting with the first, calls a name that is not among
+	// the request's tools; the others leave out a required argument
+	// (where the tool has none, they too call a wrong name).
+	WrongToolRate float64 `yaml:"wrong_tool_rate" json:"wrong_tool_rate"`
+	// InvalidJSONRate is the share of structured-output replies (a
+	// json_schema or json_object format) that are invalid: every other
+	// one, starting with the first, is truncated JSON (the document stops
+	// halfway, with a normal stop); the others are valid JSON without a
+	// required property (where the schema requires none, they too are
+	// truncated).
+	InvalidJSONRate float64 `yaml:"invalid_json_rate" json:"invalid_json_rate"`
+	// WrongAnswerRate is the share of known-answer questions answered
+	// wrong: off by 1 to 10, either way.
+	WrongAnswerRate float64 `yaml:"wrong_answer_rate" json:"wrong_answer_rate"`
 	// Degrade slows the engine down over time; nil: it does not.
 	Degrade *DegradeConfig `yaml:"degrade,omitempty" json:"degrade,omitempty"`
 }
@@ -330,6 +378,17 @@ func (c *Config) Validate() error {
 	if err := c.OutputTokens.validate(); err != nil {
 		errs = append(errs, fmt.Errorf("output_tokens.%w", err))
 	}
+	if c.ReasoningTokens != nil {
+		if err := c.ReasoningTokens.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("reasoning_tokens.%w", err))
+		}
+	}
+	if strings.IndexFunc(c.Fingerprint, unicode.IsControl) >= 0 {
+		errs = append(errs, fmt.Errorf("fingerprint: must not contain control characters, got %q", c.Fingerprint))
+	}
+	if h := c.IdentityHeader; h != nil {
+		errs = append(errs, h.validate("identity_header")...)
+	}
 	switch {
 	case c.Tokenizer.Words && c.Tokenizer.CharsPerToken != 0:
 		errs = append(errs, errors.New("tokenizer: set either chars_per_token or words, not both"))
@@ -398,6 +457,8 @@ func (f *Faults) validate(prefix string) []error {
 	for key, rate := range map[string]float64{
 		"reset_rate": f.ResetRate, "stall.rate": f.Stall.Rate,
 		"malformed_rate": f.MalformedRate, "missing_done_rate": f.MissingDoneRate,
+		"stream_error_rate": f.StreamErrorRate, "wrong_tool_rate": f.WrongToolRate,
+		"invalid_json_rate": f.InvalidJSONRate, "wrong_answer_rate": f.WrongAnswerRate,
 	} {
 		if !validRate(rate) {
 			bad(key, "must be between 0 and 1, got %g", rate)
@@ -429,6 +490,27 @@ func (f *Faults) validate(prefix string) []error {
 		}
 	}
 	return errs
+}
+
+// validate checks a header's name and value; errors name key.
+func (h *HeaderConfig) validate(key string) []error {
+	var errs []error
+	if !httpguts.ValidHeaderFieldName(h.Name) {
+		errs = append(errs, fmt.Errorf("%s.name: must be an HTTP header name, got %q", key, h.Name))
+	} else if reservedHeaders[http.CanonicalHeaderKey(h.Name)] {
+		errs = append(errs, fmt.Errorf("%s.name: %s is set by the simulator itself", key, h.Name))
+	}
+	if !httpguts.ValidHeaderFieldValue(h.Value) {
+		errs = append(errs, fmt.Errorf("%s.value: must be an HTTP header value, got %q", key, h.Value))
+	}
+	return errs
+}
+
+// reservedHeaders are headers the simulator sets on its replies, which an
+// identity header must not replace.
+var reservedHeaders = map[string]bool{
+	"Content-Type": true, "Content-Length": true, "Cache-Control": true, "Server": true,
+	"Server-Timing": true, "Retry-After": true, "Transfer-Encoding": true, "Connection": true,
 }
 
 func validRate(r float64) bool { return r >= 0 && r <= 1 && !math.IsNaN(r) }

@@ -15,7 +15,9 @@ func TestLoadFile(t *testing.T) {
 	want.PrefixCache = &PrefixCacheConfig{BlockTokens: 512, MaxBlocks: 65536}
 	want.Faults.ErrorRate = map[string]float64{"429": 0, "500": 0, "503": 0}
 	want.Faults.Degrade = &DegradeConfig{Per: Duration(time.Hour)}
-	require.Equal(t, want, *c, "testdata/full.yml spells out the defaults")
+	want.ReasoningTokens = &Distribution{Distribution: "fixed", Value: 256}
+	want.IdentityHeader = &HeaderConfig{Name: "x-model-version", Value: "1"}
+	require.Equal(t, want, *c, "testdata/full.yml spells out the defaults (and the blocks absent by default)")
 
 	c, err = Parse([]byte("slots: 0\nprefill: {per_token: 1us}\ntokenizer: {words: true}\n"))
 	require.NoError(t, err)
@@ -45,4 +47,32 @@ func TestLoadFileErrors(t *testing.T) {
 			require.EqualError(t, err, want)
 		})
 	}
+}
+
+// TestQualityConfigErrors: the keys of reasoning, identity and content
+// faults are checked strictly, and errors name the key and the value.
+func TestQualityConfigErrors(t *testing.T) {
+	for body, want := range map[string]string{
+		"reasoning_tokens: {distribution: fixed, value: 0}":          "reasoning_tokens.value: must be at least 1, got 0",
+		"reasoning_tokens: {distribution: zipf}":                     `reasoning_tokens.distribution: must be fixed, uniform or lognormal, got "zipf"`,
+		"reasoning_tokens: {distribution: uniform, min: 10, max: 5}": "reasoning_tokens.max: must be at least min (10), got 5",
+		"reasoning_tokens: {distribution: fixed, valeu: 3}":          "line 1: field valeu not found",
+		"fingerprint: \"fp_\\u0007\"":                                `fingerprint: must not contain control characters, got "fp_\a"`,
+		"identity_header: {name: \"x model\", value: v}":             `identity_header.name: must be an HTTP header name, got "x model"`,
+		"identity_header: {name: x-v, value: \"a\\nb\"}":             `identity_header.value: must be an HTTP header value, got "a\nb"`,
+		"identity_header: {name: content-type, value: x}":            "identity_header.name: content-type is set by the simulator itself",
+		"identity_header: {value: x}":                                `identity_header.name: must be an HTTP header name, got ""`,
+		"faults: {wrong_tool_rate: 1.5}":                             "faults.wrong_tool_rate: must be between 0 and 1, got 1.5",
+		"faults: {invalid_json_rate: -0.1}":                          "faults.invalid_json_rate: must be between 0 and 1, got -0.1",
+		"faults: {wrong_answer_rate: .nan}":                          "faults.wrong_answer_rate: must be between 0 and 1, got NaN",
+		"faults: {stream_error_rate: 2}":                             "faults.stream_error_rate: must be between 0 and 1, got 2",
+		"faults: {wrong_answers: 0.1}":                               "line 1: field wrong_answers not found",
+	} {
+		_, err := Parse([]byte(body))
+		require.EqualError(t, err, want, body)
+	}
+	f, err := ParseFaults([]byte(`{"wrong_tool_rate": 0.1, "invalid_json_rate": 0.2, "wrong_answer_rate": 0.3, "stream_error_rate": 0.4}`))
+	require.NoError(t, err)
+	require.Equal(t, Faults{WrongToolRate: 0.1, InvalidJSONRate: 0.2, WrongAnswerRate: 0.3, StreamErrorRate: 0.4,
+		Stall: StallConfig{Duration: DefaultConfig.Faults.Stall.Duration}}, f)
 }

@@ -35,6 +35,10 @@ type tokenSource interface {
 	wait(ctx context.Context, seen int) (produced int, ended bool, err error)
 	// phases may be called once wait has reported the end.
 	phases() phases
+	// cached is the number of prompt tokens served from the prefix cache;
+	// it may be called once wait has reported a token (the Messages API
+	// reports it in message_start, with the first token).
+	cached() int
 }
 
 // sequence is one request inside the engine. The engine goroutine writes
@@ -91,6 +95,11 @@ func (s *sequence) wait(ctx context.Context, seen int) (int, bool, error) {
 }
 
 func (s *sequence) phases() phases { return s.ph }
+
+// cached is written by the engine before it publishes the first token
+// through produced, and never again, so reading it after wait reported a
+// token does not race.
+func (s *sequence) cached() int { return s.ph.cached }
 
 // engine is the continuous-batching model: one loop admits waiting sequences
 // into free slots in FIFO order, prefills each admitted sequence alone (decode
@@ -382,3 +391,5 @@ func (f *fixedSource) wait(ctx context.Context, seen int) (int, bool, error) {
 }
 
 func (f *fixedSource) phases() phases { return f.ph }
+
+func (f *fixedSource) cached() int { return 0 } // no prefix cache without an engine

@@ -89,23 +89,28 @@ func scale(d time.Duration, f float64) time.Duration {
 
 // faultPlan is what will go wrong with one request.
 type faultPlan struct {
-	status                          int
-	reset, stall, malformed, noDone bool
-	stallFor, headerDelay           time.Duration
+	status                                       int
+	reset, stall, malformed, noDone, streamError bool
+	stallFor, headerDelay                        time.Duration
 }
 
-// plan draws a request's faults: five consecutive draws from the fault stream
-// per request, whatever the rates, so that a seed gives the same sequence of
-// decisions for the same rates.
+// plan draws a request's faults: five consecutive draws from the fault
+// stream per request, whatever the rates, so that a seed gives the same
+// sequence of decisions for the same rates; and one from a stream of its
+// own for the in-stream error, which came later, so that a seed still gives
+// the other faults the sequence it gave before there were stream errors.
 func (s *Simulator) plan() faultPlan {
 	f := s.faults.Load()
 	var u [5]float64
 	s.faultRand.float64s(u[:])
+	var e [1]float64
+	s.streamErrorRand.float64s(e[:])
 	p := faultPlan{
 		reset:       u[1] < f.ResetRate,
 		stall:       u[2] < f.Stall.Rate,
 		malformed:   u[3] < f.MalformedRate,
 		noDone:      u[4] < f.MissingDoneRate,
+		streamError: e[0] < f.StreamErrorRate,
 		stallFor:    time.Duration(f.Stall.Duration),
 		headerDelay: time.Duration(f.HeaderDelay),
 	}

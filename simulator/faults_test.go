@@ -414,3 +414,22 @@ func TestFaultsFor(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, put("?for=soon", `{}`))
 	require.Equal(t, http.StatusBadRequest, put("?for=-1s", `{}`))
 }
+
+// TestSeedFaultSequence: a seed gives the fault decisions it always gave.
+// Tests elsewhere probe the simulator at fixed rates for a few seconds, and
+// a changed sequence can leave a fault they expect out of their window: a
+// fault added later must draw from a stream of its own.
+func TestSeedFaultSequence(t *testing.T) {
+	s := startSim(t, fastSim+`
+seed: 1
+faults: {error_rate: {"400": 0.1}, stream_error_rate: 0.5, wrong_answer_rate: 0.5}
+reasoning_tokens: {distribution: fixed, value: 1}
+`)
+	var got []int
+	for i := range 60 {
+		if r := s.post(t, "/v1/chat/completions", chat("What is 1 + 1?", 2, true), nil); r.status == http.StatusBadRequest {
+			got = append(got, i)
+		}
+	}
+	require.Equal(t, []int{6, 19, 22, 26, 45, 54, 56}, got, "the requests seed 1 answers 400 at a rate of 0.1")
+}

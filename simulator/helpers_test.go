@@ -50,6 +50,7 @@ type event struct {
 // result is what a test client saw of one request.
 type result struct {
 	status  int
+	header  http.Header
 	sent    time.Time // just before the request was issued
 	headers time.Time // response headers read
 	events  []event
@@ -135,11 +136,20 @@ func (s *testSim) post(t *testing.T, path string, body any, onEvent func(event))
 
 func (s *testSim) postCtx(ctx context.Context, t *testing.T, path string, body any, onEvent func(event)) *result {
 	t.Helper()
+	return s.postHeaders(ctx, t, path, nil, body, onEvent)
+}
+
+// postHeaders is postCtx with request headers.
+func (s *testSim) postHeaders(ctx context.Context, t *testing.T, path string, header map[string]string, body any, onEvent func(event)) *result {
+	t.Helper()
 	b, err := json.Marshal(body)
 	require.NoError(t, err)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+path, bytes.NewReader(b))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
 	r := &result{sent: time.Now()}
 	resp, err := s.client.Do(req)
 	if err != nil {
@@ -148,7 +158,7 @@ func (s *testSim) postCtx(ctx context.Context, t *testing.T, path string, body a
 	}
 	defer resp.Body.Close()
 	r.headers = time.Now()
-	r.status = resp.StatusCode
+	r.status, r.header = resp.StatusCode, resp.Header
 	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		r.body, r.readErr = io.ReadAll(resp.Body)
 		return r

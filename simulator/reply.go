@@ -13,42 +13,84 @@ import (
 	"time"
 )
 
-// reply writes one completion, streaming or whole.
+// reply writes one reply, in the form of its API.
 type reply struct {
-	sim     *Simulator
-	w       http.ResponseWriter
-	chat    bool
-	src     tokenSource
-	prompt  prompt
-	n       int
-	finish  string
-	plan    faultPlan
-	id      uint64
+	sim    *Simulator
+	w      http.ResponseWriter
+	api    apiKind
+	req    *request
+	src    tokenSource
+	prompt prompt
+	out    *output
+	plan   faultPlan
+	ident  *identity // read once, so a reply says one thing throughout
+	enc    encoder
+	id     uint64
+	// created is the reply's Unix time, as the APIs report it.
 	created int64
-	usage   bool
 	// requestID is the client's X-Request-Id, for the debug log of each
 	// reply's timings: the ground truth a prober's trace is checked against.
 	requestID string
 }
 
-func (rp *reply) idString() string {
-	if rp.chat {
-		return "chatcmpl-sim-" + strconv.FormatUint(rp.id, 10)
-	}
-	return "cmpl-sim-" + strconv.FormatUint(rp.id, 10)
+// encoder writes one API's form of a reply's stream. Each method appends to
+// b and returns it; the reply writes and flushes.
+type encoder interface {
+	// start is what the stream begins with when the request is accepted,
+	// before any token exists (possibly nothing).
+	start(b []byte) []byte
+	// token is the events of token i (1-based).
+	token(b []byte, i int) []byte
+	// malformed is an event whose data is not valid JSON.
+	malformed(b []byte) []byte
+	// fail is the API's in-stream error, which ends the stream.
+	fail(b []byte) []byte
+	// end is what follows the last token: the finish, the usage with the
+	// timings, and, when done, the stream's end ([DONE], the Responses
+	// API's terminal event, message_stop).
+	end(b []byte, ph phases, t *Timings, done bool) []byte
 }
 
-func (rp *reply) object() string {
-	if rp.chat {
-		return "chat.completion.chunk"
+func newEncoder(rp *reply) encoder {
+	switch rp.api {
+	case apiResponses:
+		return newResponsesEncoder(rp)
+	case apiMessages:
+		return newMessagesEncoder(rp)
 	}
-	return "text_completion"
+	return newChatEncoder(rp)
 }
 
-// token returns the text of token i (1-based). Every token is one token for
-// the simulator's own tokenizer, so a reply sent back as history counts right.
-func (rp *reply) token(i int) string {
-	return rp.sim.vocab[(int(rp.id)*7+i)%len(rp.sim.vocab)]
+// piece returns what token i (1-based) is part of and its text. Reasoning
+// and filler are vocabulary tokens, each exactly one token for the
+// simulator's own tokenizer.
+func (rp *reply) piece(i int) (segment, string) {
+	o, vocab := rp.out, rp.sim.vocab
+	if i <= o.reasoning {
+		return segReasoning, vocab[(int(rp.id)*11+i)%len(vocab)]
+	}
+	seg := segText
+	if o.kind == kindToolCall {
+		seg = segToolArgs
+	}
+	if j := i - o.reasoning; j <= len(o.pieces) {
+		return seg, o.pieces[j-1]
+	}
+	return seg, vocab[(int(rp.id)*7+i)%len(vocab)]
+}
+
+// texts returns the reply's reasoning and answer as sent, for events that
+// repeat them whole.
+func (rp *reply) texts() (reasoning, answer string) {
+	var r, a strings.Builder
+	for i := 1; i <= rp.out.n; i++ {
+		if seg, t := rp.piece(i); seg == segReasoning {
+			r.WriteString(t)
+		} else {
+			a.WriteString(t)
+		}
+	}
+	return r.String(), a.String()
 }
 
 // countTokens accounts for tokens written in fixed mode (the engine counts its own).
@@ -77,16 +119,17 @@ func (rp *reply) produce(ctx context.Context, emit func(i int) bool, flush func(
 		}
 		flush()
 		if ended {
-			return seen, seen == rp.n
+			return seen, seen == rp.out.n
 		}
 	}
 }
 
-// stream writes the reply as server-sent events: for chat a role-only first
-// chunk as soon as the request is accepted (before it is queued, so that a
-// client that counts it as the first token sees a fake-fast TTFT), a chunk
-// per token, a finish chunk, a usage-only chunk when asked for, and
-// "data: [DONE]". The last chunk before [DONE] carries "timings".
+// stream writes the reply as server-sent events: what the API's stream
+// starts with as soon as the request is accepted (for chat, a role-only
+// chunk, sent before the request is queued, so that a client that counts it
+// as the first token sees a fake-fast TTFT), the events of each token as it
+// exists, then the finish, the usage and timings, and the stream's end.
+// Faults strike halfway through the output.
 func (rp *reply) stream(ctx context.Context) {
 	w, st := rp.w, rp.sim.stats
 	h := w.Header()
@@ -97,29 +140,14 @@ func (rp *reply) stream(ctx context.Context) {
 	rc := http.NewResponseController(w)
 	flush := func() { _ = rc.Flush() }
 
-	id := rp.idString()
-	// A token chunk is prefix [,"sim_ts":N] open token close.
-	prefix := `data: {"id":"` + id + `","object":"` + rp.object() + `","created":` +
-		strconv.FormatInt(rp.created, 10) + `,"model":` + rp.sim.modelJSON
-	head := prefix + `,"choices":[{"index":0,`
-	var open, close string
-	if rp.chat {
-		open, close = `,"choices":[{"index":0,"delta":{"content":"`, `"},"logprobs":null,"finish_reason":null}]}`+"\n\n"
-		_, _ = io.WriteString(w, head+`"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`+"\n\n")
+	buf := rp.enc.start(make([]byte, 0, 1024))
+	if len(buf) > 0 {
+		_, _ = w.Write(buf)
 		flush()
-	} else {
-		open, close = `,"choices":[{"index":0,"text":"`, `","logprobs":null,"finish_reason":null}]}`+"\n\n"
 	}
-
-	mid := (rp.n + 1) / 2
-	buf := make([]byte, 0, 512)
-	stamp := rp.sim.cfg.StampChunks
+	mid := (rp.out.n + 1) / 2
 	emit := func(i int) bool {
-		buf = append(buf[:0], prefix...)
-		if stamp {
-			buf = strconv.AppendInt(append(buf, `,"sim_ts":`...), time.Now().UnixNano(), 10)
-		}
-		buf = append(append(append(buf, open...), rp.token(i)...), close...)
+		buf = rp.enc.token(buf[:0], i)
 		if _, err := w.Write(buf); err != nil {
 			return false
 		}
@@ -133,29 +161,15 @@ func (rp *reply) stream(ctx context.Context) {
 	}
 
 	ph := rp.src.phases()
-	timings := newTimings(ph, rp.prompt.tokens, rp.n)
+	timings := newTimings(ph, rp.prompt.tokens, rp.out.n)
 	rp.logTimings(timings)
-	fin := &chunk{ID: id, Object: rp.object(), Created: rp.created, Model: rp.sim.cfg.Model,
-		Choices: []choice{{FinishReason: &rp.finish}}}
-	if rp.chat {
-		fin.Choices[0].Delta = &delta{}
-	} else {
-		fin.Choices[0].Text = new(string)
-	}
-	if rp.usage {
-		writeEvent(w, fin)
-		writeEvent(w, &chunk{ID: id, Object: rp.object(), Created: rp.created, Model: rp.sim.cfg.Model,
-			Choices: []choice{}, Usage: newUsage(rp.prompt.tokens, rp.n, ph.cached), Timings: timings})
-	} else {
-		fin.Timings = timings
-		writeEvent(w, fin)
-	}
 	if rp.plan.noDone {
 		st.fault(faultMissingDone)
-	} else {
-		_, _ = io.WriteString(w, "data: [DONE]\n\n")
 	}
+	buf = rp.enc.end(buf[:0], ph, timings, !rp.plan.noDone)
+	_, _ = w.Write(buf)
 	flush()
+	st.reply(rp.api, rp.out)
 }
 
 // logTimings logs a reply's timings at debug level, by the client's
@@ -169,13 +183,14 @@ func (rp *reply) logTimings(t *Timings) {
 		"predicted_ms", t.PredictedMS, "prompt_n", t.PromptN, "cache_n", t.CacheN, "predicted_n", t.PredictedN)
 }
 
-// midStreamFaults applies the faults planned for the middle of a stream. It
+// midStreamFaults applies the faults planned for the middle of a stream, in
+// this order: a malformed event, a stall, a reset, an in-stream error. It
 // reports false when the stream must stop.
 func (rp *reply) midStreamFaults(ctx context.Context, flush func()) bool {
 	st := rp.sim.stats
 	if rp.plan.malformed {
 		st.fault(faultMalformed)
-		_, _ = io.WriteString(rp.w, `data: {"id":"`+rp.idString()+`","choices":[{"index":0,"delta":{"content":"`+"\n\n")
+		_, _ = rp.w.Write(rp.enc.malformed(nil))
 	}
 	if rp.plan.stall {
 		st.fault(faultStall)
@@ -190,14 +205,19 @@ func (rp *reply) midStreamFaults(ctx context.Context, flush func()) bool {
 		resetConnection(rp.w)
 		return false
 	}
+	if rp.plan.streamError {
+		st.fault(faultStreamError)
+		_, _ = rp.w.Write(rp.enc.fail(nil))
+		flush()
+		return false
+	}
 	return true
 }
 
-// whole writes a non-streaming reply once the last token exists.
+// whole writes a non-streaming reply once the last token exists (chat and
+// completions; the other APIs stream only).
 func (rp *reply) whole(ctx context.Context) {
-	var text strings.Builder
-	emit := func(i int) bool { text.WriteString(rp.token(i)); return true }
-	if _, ok := rp.produce(ctx, emit, func() {}); !ok {
+	if _, ok := rp.produce(ctx, func(int) bool { return true }, func() {}); !ok {
 		return
 	}
 	st := rp.sim.stats
@@ -213,69 +233,16 @@ func (rp *reply) whole(ctx context.Context) {
 		return
 	}
 	ph := rp.src.phases()
-	object := "text_completion"
-	c := choice{FinishReason: &rp.finish}
-	if rp.chat {
-		object = "chat.completion"
-		c.Message = &delta{Role: "assistant", Content: text.String()}
-	} else {
-		s := text.String()
-		c.Text = &s
-	}
 	rp.w.Header().Set("Content-Type", "application/json")
 	rp.w.WriteHeader(http.StatusOK)
 	st.response(http.StatusOK)
 	if rp.plan.malformed {
 		st.fault(faultMalformed)
-		_, _ = io.WriteString(rp.w, `{"id":"`+rp.idString()+`","choices":[`)
+		_, _ = io.WriteString(rp.w, `{"id":"`+rp.chatID()+`","choices":[`)
 		return
 	}
-	_ = json.NewEncoder(rp.w).Encode(&chunk{
-		ID: rp.idString(), Object: object, Created: rp.created, Model: rp.sim.cfg.Model,
-		Choices: []choice{c}, Usage: newUsage(rp.prompt.tokens, rp.n, ph.cached),
-		Timings: newTimings(ph, rp.prompt.tokens, rp.n),
-	})
-}
-
-// chunk is a completion object, streamed or whole.
-type chunk struct {
-	ID      string   `json:"id"`
-	Object  string   `json:"object"`
-	Created int64    `json:"created"`
-	Model   string   `json:"model"`
-	Choices []choice `json:"choices"`
-	Usage   *Usage   `json:"usage,omitempty"`
-	Timings *Timings `json:"timings,omitempty"`
-}
-
-type choice struct {
-	Index        int     `json:"index"`
-	Delta        *delta  `json:"delta,omitempty"`
-	Message      *delta  `json:"message,omitempty"`
-	Text         *string `json:"text,omitempty"`
-	Logprobs     any     `json:"logprobs"`
-	FinishReason *string `json:"finish_reason"`
-}
-
-type delta struct {
-	Role    string `json:"role,omitempty"`
-	Content string `json:"content,omitempty"`
-}
-
-// Usage is the OpenAI usage object.
-type Usage struct {
-	PromptTokens        int `json:"prompt_tokens"`
-	CompletionTokens    int `json:"completion_tokens"`
-	TotalTokens         int `json:"total_tokens"`
-	PromptTokensDetails struct {
-		CachedTokens int `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-}
-
-func newUsage(prompt, completion, cached int) *Usage {
-	u := &Usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
-	u.PromptTokensDetails.CachedTokens = cached
-	return u
+	_ = json.NewEncoder(rp.w).Encode(rp.enc.(*chatEncoder).whole(ph, newTimings(ph, rp.prompt.tokens, rp.out.n)))
+	st.reply(rp.api, rp.out)
 }
 
 // Timings is the true time of each phase of a request, with llama.cpp's field
@@ -326,11 +293,37 @@ func newTimings(ph phases, promptTokens, n int) *Timings {
 	return t
 }
 
-func writeEvent(w io.Writer, v any) {
-	b, _ := json.Marshal(v)
-	_, _ = io.WriteString(w, "data: ")
-	_, _ = w.Write(b)
-	_, _ = io.WriteString(w, "\n\n")
+// appendData appends v as an SSE event without a name: "data: <JSON>".
+func appendData(b []byte, v any) []byte {
+	j, _ := json.Marshal(v)
+	b = append(b, "data: "...)
+	b = append(b, j...)
+	return append(b, "\n\n"...)
+}
+
+// appendEvent appends v as a named SSE event: "event: <name>", "data: <JSON>".
+func appendEvent(b []byte, name string, v any) []byte {
+	b = append(b, "event: "...)
+	b = append(b, name...)
+	b = append(b, '\n')
+	return appendData(b, v)
+}
+
+// appendStamp appends `,"sim_ts":<now in Unix ns>` when stamp_chunks asks.
+func (rp *reply) appendStamp(b []byte) []byte {
+	if !rp.sim.cfg.StampChunks {
+		return b
+	}
+	return strconv.AppendInt(append(b, `,"sim_ts":`...), time.Now().UnixNano(), 10)
+}
+
+// stamp returns the time to put in a "sim_ts" field, 0 (omitted) unless
+// stamp_chunks asks.
+func (rp *reply) stamp() int64 {
+	if !rp.sim.cfg.StampChunks {
+		return 0
+	}
+	return time.Now().UnixNano()
 }
 
 // sleep waits for d or until ctx is done, and reports whether d passed.

@@ -17,9 +17,10 @@ const (
 	faultMalformed   = "malformed"
 	faultMissingDone = "missing_done"
 	faultHeaderDelay = "header_delay"
+	faultStreamError = "stream_error"
 )
 
-var faultNames = []string{faultError, faultReset, faultStall, faultMalformed, faultMissingDone, faultHeaderDelay}
+var faultNames = []string{faultError, faultReset, faultStall, faultMalformed, faultMissingDone, faultHeaderDelay, faultStreamError}
 
 // stats are the simulator's own counters, served as JSON by GET /sim/stats
 // and as Prometheus metrics by /metrics.
@@ -33,6 +34,7 @@ type stats struct {
 	mu        sync.Mutex
 	responses map[int]int64    // by HTTP status
 	faults    map[string]int64 // by fault name
+	quality   [numAPIs]QualityStats
 }
 
 func newStats() *stats {
@@ -55,6 +57,81 @@ func (st *stats) fault(name string) {
 	st.mu.Unlock()
 }
 
+// reply counts a reply of api whose every token was sent: what it said,
+// and whether that was right. Replies cut short by a fault (reset, stream
+// error) or by their client are not counted: they have no answer to judge.
+func (st *stats) reply(api apiKind, o *output) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	q := &st.quality[api]
+	q.Replies++
+	if o.reasoning > 0 {
+		q.Reasoning++
+		q.ReasoningTokens += int64(o.reasoning)
+	}
+	// A content fault is counted as its kind; otherwise an answer the
+	// token limit cut short is counted as cut.
+	cut := o.cut() && o.fault == noContentFault
+	switch o.kind {
+	case kindToolCall:
+		q.ToolCalls++
+		q.WrongToolName += b2i(o.fault == faultWrongToolName)
+		q.MissingArgument += b2i(o.fault == faultMissingArgument)
+		q.ToolCallsCut += b2i(cut)
+		q.ToolCallsWrong += b2i(o.fault != noContentFault || cut)
+	case kindStructured:
+		q.Structured++
+		q.JSONTruncated += b2i(o.fault == faultJSONTruncated)
+		q.JSONMissingField += b2i(o.fault == faultJSONMissingField)
+		q.StructuredCut += b2i(cut)
+		q.StructuredInvalid += b2i(o.fault != noContentFault || cut)
+	case kindQuestion:
+		q.Questions++
+		q.WrongAnswer += b2i(o.fault == faultWrongAnswer)
+		q.AnswersCut += b2i(cut)
+		q.AnswersWrong += b2i(o.fault != noContentFault || cut)
+	}
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// QualityStats is the ground truth of what one API's replies said: a
+// prober's quality SLOs are checked against it. It counts replies whose
+// every token was sent; the ..._wrong and ..._invalid totals are the sums
+// of their kinds.
+type QualityStats struct {
+	Replies         int64 `json:"replies"`
+	Reasoning       int64 `json:"reasoning"`        // replies with reasoning
+	ReasoningTokens int64 `json:"reasoning_tokens"` // reasoning tokens sent
+	// ToolCalls are replies that call a tool; ToolCallsWrong those that
+	// call a name not among the tools, leave out a required argument, or
+	// whose arguments the token limit cut short.
+	ToolCalls       int64 `json:"tool_calls"`
+	ToolCallsWrong  int64 `json:"tool_calls_wrong"`
+	WrongToolName   int64 `json:"wrong_tool_name"`
+	MissingArgument int64 `json:"missing_argument"`
+	ToolCallsCut    int64 `json:"tool_calls_cut"`
+	// Structured are structured-output replies; StructuredInvalid those
+	// truncated by the fault, missing a required property, or cut short
+	// by the token limit.
+	Structured        int64 `json:"structured"`
+	StructuredInvalid int64 `json:"structured_invalid"`
+	JSONTruncated     int64 `json:"json_truncated"`
+	JSONMissingField  int64 `json:"json_missing_field"`
+	StructuredCut     int64 `json:"structured_cut"`
+	// Questions are known-answer questions answered; AnswersWrong those
+	// answered wrong on purpose or cut short by the token limit.
+	Questions    int64 `json:"questions"`
+	AnswersWrong int64 `json:"answers_wrong"`
+	WrongAnswer  int64 `json:"wrong_answer"`
+	AnswersCut   int64 `json:"answers_cut"`
+}
+
 // Stats is the body of GET /sim/stats.
 type Stats struct {
 	Running                 int64            `json:"running"`
@@ -65,6 +142,9 @@ type Stats struct {
 	CachedPromptTokensTotal int64            `json:"cached_prompt_tokens_total"`
 	GenerationTokensTotal   int64            `json:"generation_tokens_total"`
 	FaultsInjected          map[string]int64 `json:"faults_injected"`
+	// Quality is the ground truth of replies, by API: chat, completions,
+	// responses, messages.
+	Quality map[string]QualityStats `json:"quality"`
 }
 
 func (st *stats) snapshot() Stats {
@@ -76,6 +156,7 @@ func (st *stats) snapshot() Stats {
 		GenerationTokensTotal:   st.generationTokens.Load(),
 		Responses:               map[string]int64{},
 		FaultsInjected:          map[string]int64{},
+		Quality:                 map[string]QualityStats{},
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -85,6 +166,9 @@ func (st *stats) snapshot() Stats {
 	}
 	for f, n := range st.faults {
 		s.FaultsInjected[f] = n
+	}
+	for api, q := range st.quality {
+		s.Quality[apiNames[api]] = q
 	}
 	return s
 }
@@ -120,7 +204,7 @@ func newCollector(st *stats, model string, slots int, faults *atomic.Pointer[fau
 		generation:   d("vllm:generation_tokens_total", "Number of generation tokens processed."),
 		cacheQueries: d("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens."),
 		cacheHits:    d("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens."),
-		responses:    d("sloprober_sim_responses_total", "HTTP responses of the completion endpoints, by status code.", "code"),
+		responses:    d("sloprober_sim_responses_total", "HTTP responses of the generation endpoints, by status code.", "code"),
 		faults:       d("sloprober_sim_faults_injected_total", "Faults injected, by fault.", "fault"),
 		degradeFactor: d("sloprober_sim_degrade_factor",
 			"Factor by which the degrade fault currently stretches prefill time or decode step time (1: no degradation).", "phase"),

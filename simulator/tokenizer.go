@@ -51,6 +51,39 @@ func (t tokenizer) forEach(text string, fn func(tok string)) {
 	}
 }
 
+// pieces cuts generated text into the tokens it is sent in, keeping every
+// character: chars_per_token characters each, or, counting words, a word
+// with the whitespace after it (whitespace before the first word goes with
+// it). Each piece counts as one token and the pieces joined count as
+// len(pieces), so a reply sent back as history counts right.
+func (t tokenizer) pieces(text string) []string {
+	var out []string
+	start, n := 0, 0
+	if t.words {
+		word, seen := false, false
+		for i, r := range text {
+			space := unicode.IsSpace(r)
+			if !space && !word && seen {
+				out = append(out, text[start:i])
+				start = i
+			}
+			word, seen = !space, seen || !space
+		}
+	} else {
+		for i := range text {
+			if n == t.charsPerToken {
+				out = append(out, text[start:i])
+				start, n = i, 0
+			}
+			n++
+		}
+	}
+	if start < len(text) {
+		out = append(out, text[start:])
+	}
+	return out
+}
+
 // tokenID maps a token to a stable id, for POST /tokenize.
 func tokenID(tok string) int {
 	return int(fnvString(fnvOffset, tok) % 100000)

@@ -40,11 +40,19 @@ var (
 var operations = map[string]string{
 	"chat":        genai.GenAIOperationNameChat.Value.AsString(),
 	"completions": genai.GenAIOperationNameTextCompletion.Value.AsString(),
+	"responses":   genai.GenAIOperationNameChat.Value.AsString(),
+	"messages":    genai.GenAIOperationNameChat.Value.AsString(),
 }
 
 // defaultProvider is gen_ai.provider.name of a target whose metadata does
-// not name one (metadata key "provider"): sloprober speaks OpenAI's API.
-var defaultProvider = genai.GenAIProviderNameOpenAI.Value.AsString()
+// not name one (metadata key "provider"): the provider whose API the
+// target speaks, OpenAI's but for the Messages API.
+func defaultProvider(api string) string {
+	if api == "messages" {
+		return genai.GenAIProviderNameAnthropic.Value.AsString()
+	}
+	return genai.GenAIProviderNameOpenAI.Value.AsString()
+}
 
 // sloprober's own keys.
 const (
@@ -65,6 +73,12 @@ const (
 	keyStallIndex   = attribute.Key("sloprober.stall.chunk")
 	keyStallsCount  = attribute.Key("sloprober.stalls")
 	keyServerHeader = attribute.Key("sloprober.server")
+	keyTTFA         = attribute.Key("sloprober.time_to_first_answer_token")
+	keyReasoning    = attribute.Key("sloprober.usage.reasoning_tokens")
+	keyCheck        = attribute.Key("sloprober.check")
+	keyCheckPassed  = attribute.Key("sloprober.check.passed")
+	keyCheckReason  = attribute.Key("sloprober.check.reason")
+	keyFingerprint  = attribute.Key("sloprober.system_fingerprint")
 )
 
 // Verdicts (sloprober.verdict).
@@ -77,5 +91,7 @@ const (
 // Event names.
 const (
 	eventFirstToken = "first_token"
-	eventStall      = "stall"
+	// eventFirstAnswer marks the first answer token after reasoning.
+	eventFirstAnswer = "first_answer_token"
+	eventStall       = "stall"
 )

@@ -48,23 +48,27 @@ func (probeIDs) NewSpanID(context.Context, trace.TraceID) trace.SpanID {
 // newJob copies what the spans of a finished request need.
 func newJob(ti targetInfo, r *prober.Result, m *prober.Measurement, maxITL time.Duration, hasMaxITL bool) *job {
 	if ti.operation == "" { // a target removed by a reload while the request ran
-		ti.operation, ti.model, ti.provider = operations["chat"], r.Model, defaultProvider
+		ti.operation, ti.model, ti.provider = operations["chat"], r.Model, defaultProvider("chat")
 	}
 	j := &job{
-		name:       ti.operation + " " + ti.model,
-		sc:         r.SpanContext,
-		start:      r.Sent,
-		end:        r.Sent.Add(r.Ended),
-		attrs:      attributes(ti, r, m),
-		firstToken: -1,
-		phases:     m.Split.Phases,
-		failed:     r.Outcome != prober.OutcomeOK,
+		name:        ti.operation + " " + ti.model,
+		sc:          r.SpanContext,
+		start:       r.Sent,
+		end:         r.Sent.Add(r.Ended),
+		attrs:       attributes(ti, r, m),
+		firstToken:  -1,
+		firstAnswer: -1,
+		phases:      m.Split.Phases,
+		failed:      r.Outcome != prober.OutcomeOK,
 	}
 	if j.failed {
 		j.errMsg = r.Error()
 	}
 	if len(r.Chunks) > 0 {
 		j.firstToken = r.Chunks[0]
+	}
+	if m.HasTTFA && m.TTFA != m.TTFT {
+		j.firstAnswer = m.TTFA // after reasoning
 	}
 	if hasMaxITL {
 		for i := 1; i < len(r.Chunks); i++ {
@@ -91,6 +95,9 @@ func emit(tr trace.Tracer, j *job) {
 	)
 	if j.firstToken >= 0 {
 		span.AddEvent(eventFirstToken, trace.WithTimestamp(j.start.Add(j.firstToken)))
+	}
+	if j.firstAnswer >= 0 {
+		span.AddEvent(eventFirstAnswer, trace.WithTimestamp(j.start.Add(j.firstAnswer)))
 	}
 	for _, st := range j.stalls {
 		span.AddEvent(eventStall, trace.WithTimestamp(j.start.Add(st.at)), trace.WithAttributes(
@@ -140,6 +147,21 @@ func attributes(ti targetInfo, r *prober.Result, m *prober.Measurement) []attrib
 	}
 	if m.HasTTFT {
 		a = append(a, keyTimeToFirstChunk.Float64(m.TTFT.Seconds()))
+	}
+	if m.HasTTFA {
+		a = append(a, keyTTFA.Float64(m.TTFA.Seconds()))
+	}
+	if m.ReasoningTokens > 0 {
+		a = append(a, keyReasoning.Int(m.ReasoningTokens))
+	}
+	if r.SystemFingerprint != "" {
+		a = append(a, keyFingerprint.String(r.SystemFingerprint))
+	}
+	if c := r.Check; c != nil {
+		a = append(a, keyCheck.String(c.Name), keyCheckPassed.Bool(c.Passed))
+		if !c.Passed {
+			a = append(a, keyCheckReason.String(c.Reason))
+		}
 	}
 	if r.FinishReason != "" {
 		a = append(a, keyFinishReasons.StringSlice([]string{r.FinishReason}))

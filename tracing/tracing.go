@@ -137,11 +137,14 @@ type job struct {
 	start, end time.Time
 	attrs      []attribute.KeyValue
 	firstToken time.Duration // offset of t1; -1 without a token
-	stalls     []stall       // at most maxStallEvents
-	stallCount int
-	phases     []prober.PhaseSpan
-	failed     bool
-	errMsg     string
+	// firstAnswer is the offset of the first answer token when reasoning
+	// came before it; -1 otherwise.
+	firstAnswer time.Duration
+	stalls      []stall // at most maxStallEvents
+	stallCount  int
+	phases      []prober.PhaseSpan
+	failed      bool
+	errMsg      string
 }
 
 // stall is a gap between chunks above the scenario's max ITL.
@@ -476,7 +479,7 @@ func newClient(tc config.TracingConfig) (otlptrace.Client, error) {
 
 // describeTarget returns what the spans say about a target.
 func describeTarget(tc *config.TargetConfig) targetInfo {
-	ti := targetInfo{operation: operations[tc.API], model: tc.Model, provider: defaultProvider}
+	ti := targetInfo{operation: operations[tc.API], model: tc.Model, provider: defaultProvider(tc.API)}
 	if p := tc.Metadata["provider"]; p != "" {
 		ti.provider = p
 	}

@@ -61,6 +61,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		return reportCmd.runShow(stdout, stderr)
 	case reportCmd.compare.FullCommand():
 		return reportCmd.runCompare(stdout, stderr)
+	case reportCmd.canary.FullCommand():
+		return reportCmd.runCanary(stdout, stderr)
 	case health.cmd.FullCommand():
 		return health.run(stderr)
 	}

@@ -82,7 +82,7 @@ func (c *probeCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 	req := prober.NewRequest(s, config.Key{Target: t.Name, Scenario: s.Name, Test: "probe"}, cal)
 	r := &prober.Result{Target: t.Name, Scenario: s.Name, Test: "probe", Scheduled: time.Now()}
 	client.Do(context.Background(), req, r)
-	m := prober.Measure(r, s.SLO.List())
+	m := prober.Measure(r, s.SLOs())
 	m.Split = prober.SplitPhases(r, t.TimingOf().Sources)
 	cutTo := 0
 	if req.CutToContext {
@@ -277,10 +277,27 @@ func printTimeline(w io.Writer, t *config.TargetConfig, s *config.ScenarioConfig
 	p("measured:   %s, %s, %s, %s, output %d tokens%s",
 		show("TTFT", m.TTFT, m.HasTTFT), show("TPOT", m.TPOT, m.HasTPOT), show("E2E", m.E2E, m.HasE2E),
 		show("max ITL", m.MaxITL, m.HasMaxITL), m.OutputTokens, map[bool]string{true: " (chunk count: no usage)", false: ""}[m.OutputFallback])
-	for _, slo := range s.SLO.List() {
+	// Reasoning first: when the answer started, after how much thinking.
+	if m.HasTTFT && (!m.HasTTFA || m.TTFA != m.TTFT || m.ReasoningTokens > 0) {
+		before := r.FirstAnswer
+		if before < 0 || before > len(r.Chunks) {
+			before = len(r.Chunks)
+		}
+		p("answer:     %s, %d reasoning tokens, %d of %d chunks before the answer",
+			show("TTFA", m.TTFA, m.HasTTFA), m.ReasoningTokens, before, len(r.Chunks))
+	}
+	if req := r.Check; req != nil && !req.Passed {
+		p("check:      %s FAILED: %s", req.Name, printable(req.Reason))
+		p("reply:      %s", printable(req.Excerpt))
+	}
+	for _, slo := range s.SLOs() {
 		verdict := "met"
 		if slices.Contains(m.Missed, slo.Name) {
 			verdict = "MISSED"
+		}
+		if slo.IsQuality() {
+			p("slo %-8s %-13s %s", slo.Name, "check", verdict)
+			continue
 		}
 		p("slo %-8s <= %-10s %s", slo.Name, slo.Threshold, verdict)
 	}

@@ -302,7 +302,8 @@ func (c *runCommand) run(logger *slog.Logger) int {
 	recorder := capacity.NewRecorder()
 	d.tracer = tracing.New(logger, tracing.NewMetrics(reg), *c.instance)
 	defer d.tracer.Stop() // after the drain: the last requests' spans are flushed
-	d.manager = prober.NewManager(logger, prober.Fanout(d.metrics, recent, recorder, d.tracer), userAgent())
+	identity := exporter.NewIdentity(reg)
+	d.manager = prober.NewManager(logger, prober.Fanout(d.metrics, recent, identity, recorder, d.tracer), userAgent())
 	d.manager.SetShard(shard)
 	if shard.Sharded() {
 		logger.Info("Sending a share of every canary load", "shard", shard.String(), "share", shard.Share(), "tests", shard.Index == 0)

@@ -1,0 +1,115 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// checkConfig is a configuration with one scenario whose check section is
+// check, on a target of api.
+func checkConfig(api, check string) string {
+	return `
+targets: [{name: t, url: "http://127.0.0.1:1/v1", model: m, api: ` + api + `}]
+scenarios: [{name: s, check: ` + check + `}]
+canary: [{target: t, scenario: s, rate: 1}]
+`
+}
+
+func TestChecks(t *testing.T) {
+	dir := filepath.Join("testdata", "checks")
+	for _, tc := range []struct {
+		name, api, check string
+		err              string
+		assert           func(t *testing.T, c *CheckConfig)
+	}{
+		{name: "inline schema", api: "chat", check: `{json_schema: {schema: {type: object, properties: {"n": {type: integer}}}}}`,
+			assert: func(t *testing.T, c *CheckConfig) {
+				require.Equal(t, CheckJSONSchema, c.Name())
+				require.Equal(t, "answer", c.JSONSchema.Name)
+				require.True(t, c.JSONSchema.IsStrict())
+				require.Equal(t, map[string]any{"type": "object", "properties": map[string]any{"n": map[string]any{"type": "integer"}}}, c.JSONSchema.Doc)
+				require.NoError(t, c.JSONSchema.Compiled.Validate(map[string]any{}))
+			}},
+		{name: "schema file", api: "responses", check: `{json_schema: {schema_file: weather.schema.json, name: weather, strict: false}}`,
+			assert: func(t *testing.T, c *CheckConfig) {
+				require.False(t, c.JSONSchema.IsStrict())
+				require.Error(t, c.JSONSchema.Compiled.Validate(map[string]any{"city": "Paris"}))
+			}},
+		{name: "answers file", api: "messages", check: `{known_answer: {file: capitals.jsonl}}`,
+			assert: func(t *testing.T, c *CheckConfig) {
+				require.Len(t, c.KnownAnswer.Answers, 4)
+				require.False(t, c.KnownAnswer.UsesBuiltin())
+				require.True(t, c.KnownAnswer.Answers[1].Compiled.MatchString("It is Jupiter."))
+			}},
+		{name: "builtin answers", api: "completions", check: `{known_answer: {}}`,
+			assert: func(t *testing.T, c *CheckConfig) { require.True(t, c.KnownAnswer.UsesBuiltin()) }},
+		{name: "tools", api: "chat", check: `{tool_call: {prompt: "Weather?", tools: [{name: get_weather, parameters: {type: object}}, {name: get_time}]}}`,
+			assert: func(t *testing.T, c *CheckConfig) {
+				require.Equal(t, "auto", c.ToolCall.Choice)
+				require.Equal(t, "get_weather", c.ToolCall.ExpectedTool().Name)
+				require.Equal(t, map[string]any{"type": "object"}, c.ToolCall.Tools[1].Doc, "parameters default to any object")
+			}},
+
+		{name: "two checks", api: "chat", check: `{known_answer: {}, json_schema: {schema: {}}}`,
+			err: "scenarios[0].check: set exactly one of json_schema, known_answer and tool_call, got 2"},
+		{name: "no check", api: "chat", check: `{}`, err: "scenarios[0].check: set exactly one of json_schema, known_answer and tool_call, got 0"},
+		{name: "schema and file", api: "chat", check: `{json_schema: {schema: {}, schema_file: weather.schema.json}}`,
+			err: "scenarios[0].check.json_schema: set schema or schema_file, not both"},
+		{name: "bad schema", api: "chat", check: `{json_schema: {schema: {type: 7}}}`, err: "scenarios[0].check.json_schema.schema: "},
+		{name: "schema with a boolean key", api: "chat", check: `{json_schema: {schema: {type: object, properties: {n: {type: integer}}}}}`,
+			err: "scenarios[0].check.json_schema: a key must be a string, got false (bool): quote keys such as y, n, on, off"},
+		{name: "schema that is no object", api: "chat", check: `{json_schema: {schema: [1]}}`,
+			err: "scenarios[0].check.json_schema.schema: must be a JSON schema object, got []interface {}"},
+		{name: "remote ref", api: "chat", check: `{json_schema: {schema: {$ref: "http://127.0.0.1:1/schema.json"}}}`,
+			err: "a check's schema must be self-contained"},
+		{name: "missing schema file", api: "chat", check: `{json_schema: {schema_file: none.json}}`,
+			err: "scenarios[0].check.json_schema: schema_file: open testdata/checks/none.json: no such file or directory"},
+		{name: "bad answers file", api: "chat", check: `{known_answer: {file: bad_answers.jsonl}}`,
+			err: "scenarios[0].check.known_answer.file: testdata/checks/bad_answers.jsonl: line 2: set exactly one of exact, regex and number, got 2"},
+		{name: "no question", api: "chat", check: `{known_answer: {builtin: false}}`,
+			err: "scenarios[0].check.known_answer: builtin is false and no file is given: no question to ask"},
+		{name: "tool without prompt", api: "chat", check: `{tool_call: {tools: [{name: f}]}}`, err: "scenarios[0].check.tool_call.prompt: must not be empty"},
+		{name: "bad tool name", api: "chat", check: `{tool_call: {prompt: x, tools: [{name: "get weather"}]}}`,
+			err: `scenarios[0].check.tool_call.tools[0].name: must match ^[a-zA-Z0-9_-]{1,64}$, got "get weather"`},
+		{name: "duplicate tool", api: "chat", check: `{tool_call: {prompt: x, tools: [{name: f}, {name: f}]}}`,
+			err: `scenarios[0].check.tool_call.tools[1].name: duplicate tool name "f"`},
+		{name: "unknown expected tool", api: "chat", check: `{tool_call: {prompt: x, tools: [{name: f}], expect: g}}`,
+			err: `scenarios[0].check.tool_call.expect: names no tool of the check: "g"`},
+		{name: "bad tool choice", api: "chat", check: `{tool_call: {prompt: x, tools: [{name: f}], tool_choice: always}}`,
+			err: `scenarios[0].check.tool_call.tool_choice: must be one of auto, required, named, got "always"`},
+		{name: "tools on completions", api: "completions", check: `{tool_call: {prompt: x, tools: [{name: f}]}}`,
+			err: `canary[0]: scenario "s" has a tool_call check, which needs a chat, responses or messages target; target "t" has api completions`},
+		{name: "unknown key", api: "chat", check: `{known_answer: {answers: x}}`, err: "field answers not found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(checkConfig(tc.api, tc.check)), false, dir)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			tc.assert(t, c.Scenarios[0].Check)
+			// Validate again (a reload's check, a test's spec): no file
+			// is read and nothing changes.
+			require.NoError(t, c.Validate())
+			tc.assert(t, c.Scenarios[0].Check)
+			require.Equal(t, c.Scenarios[0].Check.Name(), c.Scenarios[0].SLOs()[0].Name)
+			require.True(t, c.Scenarios[0].SLOs()[0].IsQuality())
+		})
+	}
+}
+
+// TestCheckFileBound: a check's file beyond MaxCheckFileBytes is refused
+// without being read whole.
+func TestCheckFileBound(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "big.jsonl"))
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(MaxCheckFileBytes+1))
+	require.NoError(t, f.Close())
+	_, err = Parse([]byte(checkConfig("chat", `{known_answer: {file: big.jsonl}}`)), false, dir)
+	require.ErrorContains(t, err, "larger than 4194304 bytes")
+}
