@@ -115,6 +115,12 @@ image:
 demo: build prometheus
 	SLOPROBER_BIN=./$(BINARY) scripts/demo.sh
 
+.PHONY: deploy-generate
+
+## deploy-generate: write the copies of rules/, dashboards/, the default configuration and VERSION that deploy/kubernetes and deploy/helm hold (deploy's tests fail when one drifts)
+deploy-generate:
+	cd deploy && $(GO) run ./cmd/k8sgen
+
 ## run: start the daemon on its embedded default: probing a built-in simulator, /metrics on :9477
 run: build
 	./$(BINARY) run

@@ -289,3 +289,63 @@ func FuzzReadStream(f *testing.F) {
 		}
 	})
 }
+
+// TestSimulatorRecordings reads the simulator's recorded streams of every
+// API and case (simulator/testdata/streams, written by the simulator
+// itself): each ends as its case says, generated text of every kind is
+// counted, reasoning comes before the answer, and tool calls are kept.
+func TestSimulatorRecordings(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "simulator", "testdata", "streams", "*.sse"))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(files), 40)
+	apis := map[string]*wireAPI{"chat": &chatAPI, "completions": &completionsAPI, "responses": &responsesAPI, "messages": &messagesAPI}
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".sse")
+		t.Run(name, func(t *testing.T) {
+			apiName, kind, _ := strings.Cut(name, "-")
+			api := apis[apiName]
+			require.NotNil(t, api, "an API prefix")
+			data, err := os.ReadFile(file)
+			require.NoError(t, err)
+			var reply strings.Builder
+			r := readRecordedAPI(t, api, data, func(r io.Reader) io.Reader { return r }, &reply)
+			switch {
+			case kind == "malformed":
+				require.Equal(t, OutcomeProtocolError, r.Outcome, r.Error())
+				return
+			case kind == "stream-error" || kind == "missing-done":
+				require.Equal(t, OutcomeStreamError, r.Outcome, r.Error())
+				return
+			}
+			require.Equal(t, OutcomeOK, r.Outcome, r.Error())
+			require.NotEmpty(t, r.Chunks)
+			require.NotNil(t, r.Usage, "usage")
+			require.Positive(t, r.Usage.CompletionTokens)
+			// A chunk carries a token at least; a tool call's start event
+			// (the Responses API's output_item.added, the Messages API's
+			// content_block_start) carries its name, generated too.
+			require.LessOrEqual(t, len(r.Chunks), r.Usage.CompletionTokens+len(r.ToolCalls))
+			reasoning := strings.HasPrefix(kind, "reasoning")
+			switch {
+			case kind == "reasoning-length":
+				require.Equal(t, -1, r.FirstAnswer, "cut while reasoning: no answer")
+			case reasoning:
+				require.Positive(t, r.FirstAnswer, "the answer after the reasoning")
+			default:
+				require.Zero(t, r.FirstAnswer, "no reasoning: the first token is the answer's")
+			}
+			if reasoning && apiName != "messages" { // the Messages API reports no reasoning tokens
+				require.NotNil(t, r.Usage.ReasoningTokens)
+				require.Positive(t, *r.Usage.ReasoningTokens)
+			}
+			if strings.Contains(kind, "tool") || kind == "missing-argument" {
+				require.Len(t, r.ToolCalls, 1)
+				require.NotEmpty(t, r.ToolCalls[0].Name)
+				require.Empty(t, reply.String(), "a tool call is not reply text")
+			} else {
+				require.Empty(t, r.ToolCalls)
+				require.Equal(t, r.FirstAnswer >= 0, reply.Len() > 0, "reply text when there is an answer")
+			}
+		})
+	}
+}

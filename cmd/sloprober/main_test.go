@@ -401,11 +401,15 @@ func TestCheckConfig(t *testing.T) {
 	require.Equal(t, "FAILED: testdata/bad.yml: line 5: targets[0].timeout: not a valid duration string: \"-5s\"\n", stderr)
 
 	// The shipped examples are valid.
-	code, stdout, stderr = runCLI(t, "check", "config", "../../examples/production-like.yml")
-	require.Equal(t, 0, code, stderr)
-	require.Contains(t, stdout, "SUCCESS")
-	_, err := simulator.LoadFile("../../examples/sim-prefix-cache.yml")
-	require.NoError(t, err)
+	for _, f := range []string{"../../examples/production-like.yml", "../../examples/quality/sloprober.yml"} {
+		code, stdout, stderr = runCLI(t, "check", "config", f)
+		require.Equal(t, 0, code, stderr)
+		require.Contains(t, stdout, "SUCCESS")
+	}
+	for _, f := range []string{"../../examples/sim-prefix-cache.yml", "../../examples/quality/sim.yml"} {
+		_, err := simulator.LoadFile(f)
+		require.NoError(t, err, f)
+	}
 }
 
 func TestProbeCommand(t *testing.T) {
