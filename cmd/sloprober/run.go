@@ -29,12 +29,14 @@ import (
 	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/exporter"
+	"github.com/sloprober/sloprober/internal/proc"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/runstore"
 	"github.com/sloprober/sloprober/servermetrics"
 	"github.com/sloprober/sloprober/simulator"
 	"github.com/sloprober/sloprober/testrun"
 	"github.com/sloprober/sloprober/tracing"
+	"github.com/sloprober/sloprober/validity"
 )
 
 //go:embed default.yml
@@ -157,6 +159,7 @@ type runCommand struct {
 	testAPI   *bool
 	instance  *string
 	shard     *string
+	validity  validity.Config
 }
 
 func newRunCommand(app *kingpin.Application) *runCommand {
@@ -179,7 +182,22 @@ func newRunCommand(app *kingpin.Application) *runCommand {
 	c.shard = c.cmd.Flag("shard", "This process's part of the canary loads, i/N: N processes with shards 0/N to N-1/N together send every canary load exactly once, each its share (intended rate and caps per share); step and soak tests run on shard 0 only. ordinal/N takes i from the host name's last -<number> (a StatefulSet pod's ordinal).").Default("0/1").String()
 	c.instance = c.cmd.Flag("tracing.instance", "The service.instance.id of the spans sloprober exports (default: the host name); tracing itself is configured in the configuration file's tracing section.").Default("").String()
 	c.testAPI = c.cmd.Flag("web.enable-test-api", "Enable the test API's POST endpoints: start and abort test runs (the GET endpoints are always on).").Default("false").Bool()
+	addValidityFlags(c.cmd, &c.validity)
 	return c
+}
+
+// addValidityFlags adds the flags of the measurement-validity rule
+// (README, "Is the prober the problem?"), defaults validity.DefaultConfig.
+func addValidityFlags(cmd *kingpin.CmdClause, v *validity.Config) {
+	d := validity.DefaultConfig
+	dur := func(x time.Duration) string { return model.Duration(x).String() }
+	cmd.Flag("validity.window", "The window each self-measurement is taken over.").Default(dur(d.Window)).DurationVar(&v.Window)
+	cmd.Flag("validity.sustain", "How long a self-measurement must stay over its threshold before the measurements are marked invalid.").Default(dur(d.Sustain)).DurationVar(&v.Sustain)
+	cmd.Flag("validity.cpu", "Invalid above this share of GOMAXPROCS of CPU use.").Default(fmt.Sprint(d.CPU)).Float64Var(&v.CPU)
+	cmd.Flag("validity.scheduler-latency", "Invalid above this P99 of the Go scheduler's latency.").Default(dur(d.SchedulerP99)).DurationVar(&v.SchedulerP99)
+	cmd.Flag("validity.gc-pause", "Invalid above this P99 of GC stop-the-world pauses.").Default(dur(d.GCPauseP99)).DurationVar(&v.GCPauseP99)
+	cmd.Flag("validity.send-lag", "A target's measurements are invalid above this P99 of its send lag.").Default(dur(d.SendLagP99)).DurationVar(&v.SendLagP99)
+	cmd.Flag("validity.pool-wait", "A target's measurements are invalid above this P99 of its waits for a free connection (never dialing or TLS).").Default(dur(d.PoolWaitP99)).DurationVar(&v.PoolWaitP99)
 }
 
 // daemon is the state `sloprober run` reloads.
@@ -193,6 +211,8 @@ type daemon struct {
 	tracer  *tracing.Tracer
 	engines *servermetrics.Manager
 	shard   config.Shard
+	// validity says whether the process's measurements can be trusted.
+	validity *validity.Monitor
 
 	reloadMu sync.Mutex
 	cfg      atomic.Pointer[config.Config]
@@ -290,6 +310,10 @@ func (c *runCommand) run(logger *slog.Logger) int {
 		logger.Error("Bad --shard", "err", err)
 		return 1
 	}
+	if err := c.validity.Validate(); err != nil {
+		logger.Error("Bad --validity flags", "err", err)
+		return 1
+	}
 	shardCount := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sloprober_shard_count",
 		Help: "Shards the canary loads are split over (--shard i/N): N. Fewer instances reporting than this value means a shard is missing."})
 	shardIndex := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sloprober_shard_index", Help: "This process's shard (--shard i/N): i."})
@@ -303,7 +327,8 @@ func (c *runCommand) run(logger *slog.Logger) int {
 	d.tracer = tracing.New(logger, tracing.NewMetrics(reg), *c.instance)
 	defer d.tracer.Stop() // after the drain: the last requests' spans are flushed
 	identity := exporter.NewIdentity(reg)
-	d.manager = prober.NewManager(logger, prober.Fanout(d.metrics, recent, identity, recorder, d.tracer), userAgent())
+	d.validity = validity.New(c.validity, proc.CPU, reg)
+	d.manager = prober.NewManager(logger, prober.Fanout(d.metrics, recent, identity, d.validity, recorder, d.tracer), userAgent())
 	d.manager.SetShard(shard)
 	if shard.Sharded() {
 		logger.Info("Sending a share of every canary load", "shard", shard.String(), "share", shard.Share(), "tests", shard.Index == 0)
@@ -363,6 +388,13 @@ func (c *runCommand) run(logger *slog.Logger) int {
 		ctx, cancel := context.WithCancel(context.Background())
 		g.Add(func() error {
 			return d.engines.Run(ctx)
+		}, func(error) { cancel() })
+	}
+	{
+		ctx, cancel := context.WithCancel(context.Background())
+		g.Add(func() error {
+			d.validity.Run(ctx)
+			return nil
 		}, func(error) { cancel() })
 	}
 	{
