@@ -59,7 +59,7 @@ func (c *CheckConfig) Name() string {
 }
 
 // JSONSchemaCheck asks for a reply in a JSON schema (the API's structured
-// output: response_format, text.format or output_format) and validates
+// output: response_format, text.format or output_config.format) and validates
 // the reply against it.
 type JSONSchemaCheck struct {
 	// Name is the schema's name in the request (default "answer").
@@ -403,6 +403,11 @@ func readAnswers(path string) ([]KnownAnswer, error) {
 		d.DisallowUnknownFields()
 		if err := d.Decode(&a); err != nil {
 			return nil, fmt.Errorf("%s: line %d: %w", path, line, err)
+		}
+		// One object a line: a second one, or text after it, is an
+		// error, not a question silently left out.
+		if _, err := d.Token(); err != io.EOF {
+			return nil, fmt.Errorf("%s: line %d: more than one JSON value, at offset %d", path, line, d.InputOffset())
 		}
 		if err := a.compile(); err != nil {
 			return nil, fmt.Errorf("%s: line %d: %w", path, line, err)

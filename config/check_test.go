@@ -69,6 +69,8 @@ func TestChecks(t *testing.T) {
 			err: "scenarios[0].check.json_schema: schema_file: open testdata/checks/none.json: no such file or directory"},
 		{name: "bad answers file", api: "chat", check: `{known_answer: {file: bad_answers.jsonl}}`,
 			err: "scenarios[0].check.known_answer.file: testdata/checks/bad_answers.jsonl: line 2: set exactly one of exact, regex and number, got 2"},
+		{name: "two questions on a line", api: "chat", check: `{known_answer: {file: two_on_a_line.jsonl}}`,
+			err: "scenarios[0].check.known_answer.file: testdata/checks/two_on_a_line.jsonl: line 2: more than one JSON value, at offset 50"},
 		{name: "no question", api: "chat", check: `{known_answer: {builtin: false}}`,
 			err: "scenarios[0].check.known_answer: builtin is false and no file is given: no question to ask"},
 		{name: "tool without prompt", api: "chat", check: `{tool_call: {tools: [{name: f}]}}`, err: "scenarios[0].check.tool_call.prompt: must not be empty"},

@@ -27,7 +27,7 @@ type wireAPI struct {
 	header func(t *config.TargetConfig, h http.Header)
 	// parse reads one SSE event's data (and its event name) into c; with
 	// contents, the answer's text is kept.
-	parse func(name string, data []byte, c *chunk, contents bool) error
+	parse func(name, data []byte, c *chunk, contents bool) error
 	// end names the stream's end, for "stream ended without ...".
 	end string
 }

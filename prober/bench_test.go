@@ -70,3 +70,46 @@ func TestReadStreamAllocsPerChunk(t *testing.T) {
 		t.Fatalf("%v allocations for 20 chunks, %v for 200", a20, a200)
 	}
 }
+
+// namedStreamOf is a recorded stream of the Responses or Messages API of n
+// text deltas, every event named ("event: ..."), as those APIs send them.
+func namedStreamOf(api string, n int) []byte {
+	var b bytes.Buffer
+	switch api {
+	case "responses":
+		b.WriteString("event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"status\":\"in_progress\",\"model\":\"m\"}}\n\n")
+		for i := range n {
+			fmt.Fprintf(&b, "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":%d,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"w%02d \"}\n\n", i+1, i%100)
+		}
+		b.WriteString("event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":3,\"output_tokens\":200}}}\n\n")
+	case "messages":
+		b.WriteString("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"m\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n")
+		for i := range n {
+			fmt.Fprintf(&b, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"w%02d \"}}\n\n", i%100)
+		}
+		b.WriteString("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":200}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+	}
+	return b.Bytes()
+}
+
+// TestReadStreamAllocsPerEvent: the Responses and Messages APIs name
+// every event ("event: content_block_delta"); reading their streams
+// allocates per stream too, not per event.
+func TestReadStreamAllocsPerEvent(t *testing.T) {
+	for _, api := range []string{"responses", "messages"} {
+		allocs := func(n int) float64 {
+			data := namedStreamOf(api, n)
+			start := time.Now()
+			return testing.AllocsPerRun(50, func() {
+				r := &Result{Chunks: make([]time.Duration, 0, n)}
+				readStream(apiOf(api), io.NopCloser(bytes.NewReader(data)), r, func() time.Duration { return time.Since(start) }, nil, LimitsFor(n))
+				if len(r.Chunks) != n || !r.Done {
+					t.Fatalf("%s: read %d chunks, done %v: %s", api, len(r.Chunks), r.Done, r.Error())
+				}
+			})
+		}
+		if a20, a200 := allocs(20), allocs(200); a200 != a20 {
+			t.Fatalf("%s: %v allocations for 20 events, %v for 200", api, a20, a200)
+		}
+	}
+}

@@ -1,10 +1,12 @@
 package prober
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -114,7 +116,9 @@ func (cr *CheckRequest) fields(api string) map[string]any {
 		for _, tool := range t.Tools {
 			switch api {
 			case "responses":
-				tools = append(tools, map[string]any{"type": "function", "name": tool.Name, "description": tool.Description, "parameters": tool.Doc})
+				// strict sent as false: the Responses API may default it to
+				// true, which refuses a schema with optional properties.
+				tools = append(tools, map[string]any{"type": "function", "name": tool.Name, "description": tool.Description, "parameters": tool.Doc, "strict": false})
 			case "messages":
 				tools = append(tools, map[string]any{"name": tool.Name, "description": tool.Description, "input_schema": tool.Doc})
 			default:
@@ -164,6 +168,12 @@ func (cr *CheckRequest) Judge(r *Result) *CheckVerdict {
 		v.Excerpt = Excerpt(excerpt)
 		return v
 	}
+	if r.FirstAnswer < 0 {
+		// Reasoning only (cut at the maximum before the answer): there
+		// is nothing to judge, and "not JSON: EOF" or "found no number"
+		// would hide why.
+		return fail("", "no answer: the reply is reasoning only, without answer text or a tool call")
+	}
 	switch c := cr.cfg; {
 	case c.JSONSchema != nil:
 		doc, err := jsonschema.UnmarshalJSON(strings.NewReader(r.Reply))
@@ -171,7 +181,7 @@ func (cr *CheckRequest) Judge(r *Result) *CheckVerdict {
 			return fail(r.Reply, "the reply is not JSON: %v", err)
 		}
 		if err := c.JSONSchema.Compiled.Validate(doc); err != nil {
-			return fail(r.Reply, "the reply does not follow the schema: %s", err.Error())
+			return fail(r.Reply, "the reply does not follow the schema: %s", schemaError(err))
 		}
 	case c.ToolCall != nil:
 		want := c.ToolCall.ExpectedTool()
@@ -190,7 +200,7 @@ func (cr *CheckRequest) Judge(r *Result) *CheckVerdict {
 				return fail(call.Arguments, "the arguments of %s are not JSON: %v", want.Name, err)
 			}
 			if err := want.Compiled.Validate(doc); err != nil {
-				return fail(call.Arguments, "the arguments of %s do not follow its parameters: %s", want.Name, err.Error())
+				return fail(call.Arguments, "the arguments of %s do not follow its parameters: %s", want.Name, schemaError(err))
 			}
 			return v
 		}
@@ -204,6 +214,42 @@ func (cr *CheckRequest) Judge(r *Result) *CheckVerdict {
 		}
 	}
 	return v
+}
+
+// schemaError describes a validation error by its failing leaf at the
+// first instance location ("at '/items/0': got number, want string": the
+// validator visits an object's properties in map order, so the first leaf
+// found is not always the same) and the number of the others.
+// The whole tree's text (ValidationError.Error) grows with the reply: a
+// hostile reply of 4 MiB, an array of 2 million wrong items, is 80 MB of
+// text and seconds of CPU, for a reason cut to MaxServerMessageBytes.
+func schemaError(err error) string {
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return err.Error()
+	}
+	var first *jsonschema.ValidationError
+	leaves := 0
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			if first == nil || slices.Compare(e.InstanceLocation, first.InstanceLocation) < 0 {
+				first = e
+			}
+			leaves++
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	leaf := jsonschema.ValidationError{SchemaURL: first.SchemaURL, InstanceLocation: first.InstanceLocation, ErrorKind: first.ErrorKind}
+	msg := leaf.Error()
+	if leaves > 1 {
+		msg += fmt.Sprintf(" (and %d more errors)", leaves-1)
+	}
+	return msg
 }
 
 // numberPattern finds a reply's first number (thousands separators

@@ -1,12 +1,14 @@
 package prober
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sloprober/sloprober/config"
@@ -59,6 +61,8 @@ func TestJudge(t *testing.T) {
 			reason: "does not follow the schema"},
 		{name: "schema: a long reply's excerpt is bounded", check: &CheckRequest{Name: "json_schema", cfg: schema}, r: ok(strings.Repeat("\x1b[31mx", 1000)),
 			reason: "the reply is not JSON"},
+		{name: "schema: the reason names the first error and counts the others", check: &CheckRequest{Name: "json_schema", cfg: schema}, r: ok(`{"city": 7, "temp": "warm"}`),
+			reason: "at '/city': got number, want string (and 1 more errors)"},
 		{name: "tool called right", check: &CheckRequest{Name: "tool_call", cfg: tools}, r: ok("", ToolCall{"get_time", ""}, ToolCall{"get_weather", `{"city": "Paris"}`}), passed: true},
 		{name: "tool: wrong tool", check: &CheckRequest{Name: "tool_call", cfg: tools}, r: ok("", ToolCall{"get_time", "{}"}),
 			reason: "no call to get_weather; called get_time"},
@@ -95,12 +99,43 @@ func TestJudge(t *testing.T) {
 			require.NotContains(t, v.Excerpt, "\x1b", "printable")
 		})
 	}
+	// A reply of reasoning only fails every check, saying so.
+	for _, c := range []*CheckRequest{{Name: "json_schema", cfg: schema}, {Name: "tool_call", cfg: tools}, answer(config.KnownAnswer{Exact: str("")})} {
+		r := ok("")
+		r.FirstAnswer = -1
+		v := c.Judge(r)
+		require.False(t, v.Passed, c.Name)
+		require.Equal(t, "no answer: the reply is reasoning only, without answer text or a tool call", v.Reason, c.Name)
+	}
 	// Failed requests and requests without text have no verdict: they
 	// are bad already.
 	c := &CheckRequest{Name: "json_schema", cfg: schema}
 	require.Nil(t, c.Judge(&Result{Outcome: OutcomeHTTP5xx}))
 	require.Nil(t, c.Judge(&Result{Outcome: OutcomeOK}))
 	require.Nil(t, (*CheckRequest)(nil).Judge(ok("x")))
+}
+
+// TestJudgeManyErrors: a reply with an error in every item of a large
+// array is judged at the cost of its validation; the reason names the
+// first error, not the whole tree (whose text, built and then cut to 512
+// bytes, cost 4 times the allocations of decoding and validating the
+// reply, and most of the time: 7 s and 1.9 GB for a 4 MiB reply).
+func TestJudgeManyErrors(t *testing.T) {
+	check := &CheckRequest{Name: "json_schema", cfg: compiledCheck(t, `{json_schema: {schema: {type: object, properties: {items: {type: array, items: {type: string}}}}}}`)}
+	const n = 20_000
+	r := &Result{Outcome: OutcomeOK, Chunks: []time.Duration{time.Millisecond}, Reply: `{"items": [` + strings.Repeat("0,", n-1) + `0]}`}
+	v := check.Judge(r)
+	require.False(t, v.Passed)
+	require.Equal(t, fmt.Sprintf("the reply does not follow the schema: at '/items/0': got number, want string (and %d more errors)", n-1), v.Reason)
+	// The reason's text costs no allocation an error: Judge allocates
+	// little more than the validation itself.
+	validate := testing.AllocsPerRun(3, func() {
+		doc, err := jsonschema.UnmarshalJSON(strings.NewReader(r.Reply))
+		require.NoError(t, err)
+		require.Error(t, check.cfg.JSONSchema.Compiled.Validate(doc))
+	})
+	judge := testing.AllocsPerRun(3, func() { check.Judge(r) })
+	require.Less(t, judge, validate+100, "allocations: Judge %v, decoding and validation %v", judge, validate)
 }
 
 // TestMeasureCheck: a failed check is a missed SLO named after the check,

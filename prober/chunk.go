@@ -35,6 +35,16 @@ type chunk struct {
 	object                                          []byte // "object" (a string's raw contents)
 	message                                         []byte // "message"
 	simTS                                           int64
+
+	// promptParts: the event is the Messages API's, whose prompt count
+	// comes in parts: prompt is its input_tokens (the uncached part),
+	// cached its cache_read_input_tokens and cacheWrite its
+	// cache_creation_input_tokens. The prompt is their sum, each part the
+	// last one sent (mergeUsage): an event may send some parts only.
+	promptParts   bool
+	cacheWrite    int
+	hasCacheWrite bool
+
 	// model and fingerprint are the reply's "model" and
 	// "system_fingerprint" (raw string contents): who the server says
 	// it is, for a report's test object.
@@ -504,7 +514,7 @@ func (p *chunkParser) toolCall(d toolDelta) {
 // usage parses a usage object of any of the APIs: chat's prompt_tokens,
 // completion_tokens and their details, the Responses API's input_tokens and
 // output_tokens and theirs. (The Messages API's, whose input excludes the
-// cached part, has its own: messagesUsage.)
+// cached part, has its own, in parseMessagesEvent.)
 func (p *chunkParser) usage(key []byte) error {
 	switch string(key) {
 	case "prompt_tokens", "input_tokens":

@@ -218,11 +218,11 @@ func FuzzParseEvents(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var m map[string]any
 		valid := json.Valid(data) && json.Unmarshal(data, &m) == nil && m != nil
-		for name, parse := range map[string]func(string, []byte, *chunk, bool) error{
+		for name, parse := range map[string]func([]byte, []byte, *chunk, bool) error{
 			"responses": parseResponsesEvent, "messages": parseMessagesEvent,
 		} {
 			var c chunk
-			err := parse("", data, &c, true)
+			err := parse(nil, data, &c, true)
 			if valid != (err == nil) {
 				t.Fatalf("%s: %q: valid JSON object %v, parse error %v", name, data, valid, err)
 			}

@@ -311,6 +311,8 @@ func readStream(api *wireAPI, body io.ReadCloser, r *Result, now func() time.Dur
 	var c chunk
 	events := 0
 	calls := toolCalls{limit: replyLimit}
+	var parts promptParts
+	replyFull := false
 	if reply != nil {
 		defer func() { r.ToolCalls = calls.list() }()
 	}
@@ -351,7 +353,7 @@ func readStream(api *wireAPI, body io.ReadCloser, r *Result, now func() time.Dur
 			done()
 			continue
 		}
-		if ev.Name == "error" {
+		if string(ev.Name) == "error" {
 			if r.StreamErr == "" {
 				r.StreamErr = "error event in stream: " + serverMessage(ev.Data)
 			}
@@ -383,9 +385,18 @@ func readStream(api *wireAPI, body io.ReadCloser, r *Result, now func() time.Dur
 				r.Stamps = append(r.Stamps, c.simTS)
 			}
 			if reply != nil {
+				// The reply is the text's start, whole pieces only: a
+				// piece beyond the bound ends it, so that no later
+				// piece makes a text the server never sent (a JSON
+				// reply without its middle).
 				for _, s := range c.contents {
+					if replyFull {
+						break
+					}
 					if t := unquote(s); reply.Len()+len(t) <= replyLimit {
 						reply.WriteString(t)
+					} else {
+						replyFull = true
 					}
 				}
 				calls.add(c.calls)
@@ -400,8 +411,8 @@ func readStream(api *wireAPI, body io.ReadCloser, r *Result, now func() time.Dur
 		if r.SystemFingerprint == "" && len(c.fingerprint) > 0 {
 			r.SystemFingerprint = boundIdentity(decodeString(c.fingerprint))
 		}
-		if c.hasPrompt || c.hasComplete || c.hasCached || c.hasReasoning {
-			r.Usage = mergeUsage(r.Usage, &c)
+		if c.hasPrompt || c.hasComplete || c.hasCached || c.hasReasoning || c.hasCacheWrite {
+			r.Usage = mergeUsage(r.Usage, &c, &parts)
 		}
 		if c.timings != nil {
 			var t ServerTimings
@@ -417,16 +428,21 @@ func readStream(api *wireAPI, body io.ReadCloser, r *Result, now func() time.Dur
 }
 
 // toolCalls gathers a reply's tool calls from their deltas, by index, at
-// most MaxToolCalls, their text within limit bytes in all.
+// most MaxToolCalls, their text within limit bytes in all. As with the
+// reply's text, the first piece beyond the limit ends them all: no call
+// is kept with a piece missing in its middle.
 type toolCalls struct {
 	limit, size int
+	full        bool
 	index       []int64
-	calls       []ToolCall
 	names, args []strings.Builder
 }
 
 func (t *toolCalls) add(deltas []toolDelta) {
 	for _, d := range deltas {
+		if t.full {
+			return
+		}
 		i := slices.Index(t.index, d.index)
 		if i < 0 {
 			if len(t.index) >= MaxToolCalls {
@@ -441,10 +457,13 @@ func (t *toolCalls) add(deltas []toolDelta) {
 			b   *strings.Builder
 			raw []byte
 		}{{&t.names[i], d.name}, {&t.args[i], d.args}} {
-			if s := unquote(piece.raw); t.size+len(s) <= t.limit {
-				piece.b.WriteString(s)
-				t.size += len(s)
+			s := unquote(piece.raw)
+			if t.size+len(s) > t.limit {
+				t.full = true
+				return
 			}
+			piece.b.WriteString(s)
+			t.size += len(s)
 		}
 	}
 }
@@ -458,14 +477,37 @@ func (t *toolCalls) list() []ToolCall {
 	return out
 }
 
+// promptParts are the parts of a Messages API prompt's count sent so far
+// (chunk.promptParts): input_tokens, cache_read_input_tokens and
+// cache_creation_input_tokens, each the last one sent.
+type promptParts struct {
+	input, read, write int
+}
+
 // mergeUsage adds the counts an event reported to u (nil: none before): a
 // count sent again replaces the earlier one. The Messages API reports the
-// prompt's count and the output's in different events.
-func mergeUsage(u *Usage, c *chunk) *Usage {
+// prompt's count and the output's in different events, and the prompt's
+// in parts (parts keeps them across events): a message_delta that sends
+// input_tokens again without the cache's parts leaves those as they were.
+func mergeUsage(u *Usage, c *chunk, parts *promptParts) *Usage {
 	if u == nil {
 		u = &Usage{}
 	}
-	if c.hasPrompt {
+	switch {
+	case c.promptParts:
+		if c.hasPrompt {
+			parts.input = c.prompt
+		}
+		if c.hasCached {
+			parts.read = c.cached
+		}
+		if c.hasCacheWrite {
+			parts.write = c.cacheWrite
+		}
+		if c.hasPrompt || c.hasCached || c.hasCacheWrite {
+			u.PromptTokens = min(parts.input+parts.read+parts.write, maxReportedTokens)
+		}
+	case c.hasPrompt:
 		u.PromptTokens = c.prompt
 	}
 	if c.hasComplete {

@@ -6,7 +6,7 @@ package prober
 
 // parseChatEvent reads a chat or completions chunk; its SSE event name is
 // not used ("error" events are handled by readStream).
-func parseChatEvent(_ string, data []byte, c *chunk, contents bool) error {
+func parseChatEvent(_, data []byte, c *chunk, contents bool) error {
 	return parseChunk(data, c, contents)
 }
 
@@ -33,7 +33,7 @@ type responsesEvent struct {
 //     are errors in the stream.
 //
 // The type comes from the data's "type", else from the SSE event name.
-func parseResponsesEvent(name string, data []byte, c *chunk, contents bool) error {
+func parseResponsesEvent(name, data []byte, c *chunk, contents bool) error {
 	*c = chunk{contents: c.contents[:0], calls: c.calls[:0]}
 	var ev responsesEvent
 	p := chunkParser{b: data, c: c, contents: contents}
@@ -85,6 +85,15 @@ func parseResponsesEvent(name string, data []byte, c *chunk, contents bool) erro
 			})
 		case "message":
 			return p.stringInto(&c.message)
+		case "error":
+			// An error event's error object ({"type": "error",
+			// "error": {"message": ...}}, as some servers send it
+			// instead of a top-level message).
+			raw, err := p.raw()
+			if string(raw) != "null" {
+				c.errRaw = raw
+			}
+			return err
 		case "timings":
 			raw, err := p.raw()
 			if string(raw) != "null" {
@@ -104,11 +113,11 @@ func parseResponsesEvent(name string, data []byte, c *chunk, contents bool) erro
 	if p.ws(); p.i != len(p.b) {
 		return p.fail("after the top-level object")
 	}
-	typ := string(ev.typ)
-	if typ == "" {
+	typ := ev.typ
+	if len(typ) == 0 {
 		typ = name
 	}
-	switch typ {
+	switch string(typ) {
 	case "response.output_text.delta", "response.refusal.delta":
 		p.generated(ev.delta, true, true)
 	case "response.function_call_arguments.delta":
@@ -142,7 +151,9 @@ func parseResponsesEvent(name string, data []byte, c *chunk, contents bool) erro
 //   - message_start: the model and the input's usage (input_tokens
 //     excludes the cached part: the prompt is input_tokens +
 //     cache_read_input_tokens + cache_creation_input_tokens, and
-//     cache_read_input_tokens is its cached part);
+//     cache_read_input_tokens is its cached part; message_delta may send
+//     them again, cumulative, some of them or all: mergeUsage sums the
+//     last of each);
 //   - content_block_delta: text_delta (answer text), thinking_delta
 //     (reasoning), input_json_delta (a tool call's arguments, answer
 //     text); content_block_start of a tool_use block names the call;
@@ -150,21 +161,20 @@ func parseResponsesEvent(name string, data []byte, c *chunk, contents bool) erro
 //   - message_stop ends the stream; error is an error in the stream.
 //
 // The type comes from the data's "type", else from the SSE event name.
-func parseMessagesEvent(name string, data []byte, c *chunk, contents bool) error {
+func parseMessagesEvent(name, data []byte, c *chunk, contents bool) error {
 	*c = chunk{contents: c.contents[:0], calls: c.calls[:0]}
 	var typ, deltaType, blockType, blockName, text []byte
 	var index int64
-	var input, cacheRead, cacheWrite int
-	var hasInput, hasRead, hasWrite bool
+	c.promptParts = true
 	p := chunkParser{b: data, c: c, contents: contents}
 	usage := func(k []byte) error {
 		switch string(k) {
 		case "input_tokens":
-			return p.count(&input, &hasInput)
+			return p.count(&c.prompt, &c.hasPrompt)
 		case "cache_read_input_tokens":
-			return p.count(&cacheRead, &hasRead)
+			return p.count(&c.cached, &c.hasCached)
 		case "cache_creation_input_tokens":
-			return p.count(&cacheWrite, &hasWrite)
+			return p.count(&c.cacheWrite, &c.hasCacheWrite)
 		case "output_tokens":
 			return p.count(&c.complete, &c.hasComplete)
 		}
@@ -238,17 +248,10 @@ func parseMessagesEvent(name string, data []byte, c *chunk, contents bool) error
 	if p.ws(); p.i != len(p.b) {
 		return p.fail("after the top-level object")
 	}
-	if hasInput || hasRead || hasWrite {
-		c.prompt, c.hasPrompt = min(input+cacheRead+cacheWrite, maxReportedTokens), true
-		if hasRead {
-			c.cached, c.hasCached = cacheRead, true
-		}
+	if len(typ) == 0 {
+		typ = name
 	}
-	t := string(typ)
-	if t == "" {
-		t = name
-	}
-	switch t {
+	switch string(typ) {
 	case "content_block_delta":
 		switch string(deltaType) {
 		case "text_delta":

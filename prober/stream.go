@@ -16,9 +16,11 @@ const maxEventBytes = 4 << 20
 // HTML error page or a JSON object where events were expected.
 var errNotSSE = errors.New("response body is not an SSE stream")
 
-// sseEvent is one dispatched event. Data is valid until the next call to next.
+// sseEvent is one dispatched event. Name and Data are valid until the next
+// call to next (a string name would cost an allocation an event, and the
+// Responses and Messages APIs name every event).
 type sseEvent struct {
-	Name string
+	Name []byte
 	Data []byte
 }
 
@@ -158,7 +160,7 @@ func (s *sseReader) next() (sseEvent, error) {
 		s.lines++
 		if len(line) == 0 {
 			if s.hasData {
-				return sseEvent{Name: string(s.name), Data: s.data}, nil
+				return sseEvent{Name: s.name, Data: s.data}, nil
 			}
 			s.name = s.name[:0]
 			continue
@@ -194,7 +196,7 @@ func (s *sseReader) next() (sseEvent, error) {
 			if len(s.data) == 0 {
 				s.data = append(s.data, "(no message)"...)
 			}
-			return sseEvent{Name: "error", Data: s.data}, nil
+			return sseEvent{Name: errorEventName, Data: s.data}, nil
 		default:
 			// The spec ignores unknown fields; a body that starts with
 			// one ("<html>", "{") is not SSE, and saying so beats
@@ -205,6 +207,9 @@ func (s *sseReader) next() (sseEvent, error) {
 		}
 	}
 }
+
+// errorEventName names the event of an "error:" line.
+var errorEventName = []byte("error")
 
 func excerpt(b []byte, n int) string {
 	if len(b) > n {

@@ -82,12 +82,18 @@ func TestReadStreamAPIs(t *testing.T) {
 			usage: &Usage{PromptTokens: 12, CompletionTokens: 2}},
 		{file: "responses_failed.sse", api: &responsesAPI, outcome: OutcomeStreamError, chunks: 1, firstAnswer: 0, reply: "one", model: "m", errorHas: "error in stream: The model crashed."},
 		{file: "responses_error_type.sse", api: &responsesAPI, outcome: OutcomeStreamError, chunks: 1, firstAnswer: 0, reply: "one", errorHas: "error in stream: Too many tokens in flight."},
+		{file: "responses_error_nested.sse", api: &responsesAPI, outcome: OutcomeStreamError, chunks: 1, firstAnswer: 0, reply: "one", errorHas: "error in stream: The engine restarted."},
 		{file: "responses_no_end.sse", api: &responsesAPI, outcome: OutcomeStreamError, chunks: 2, firstAnswer: 0, reply: "one two", errorHas: "stream ended without response.completed"},
 		{file: "messages_text.sse", api: &messagesAPI, outcome: OutcomeOK, chunks: 3, firstAnswer: 0, reply: "Hello there!", finish: "end_turn", model: "claude-sonnet-4-5",
 			usage: &Usage{PromptTokens: 12, CompletionTokens: 3, CachedTokens: n(4)}},
 		{file: "messages_thinking_tool_use.sse", api: &messagesAPI, outcome: OutcomeOK, chunks: 5, firstAnswer: 2, finish: "tool_use", model: "claude-sonnet-4-5",
 			calls: []ToolCall{{"get_weather", `{"city": "Paris"}`}},
 			usage: &Usage{PromptTokens: 12, CompletionTokens: 9, CachedTokens: n(4)}},
+		// message_delta sends input_tokens again, cumulative, without
+		// the cache's parts (null or absent): they stay as message_start
+		// sent them.
+		{file: "messages_cache_usage.sse", api: &messagesAPI, outcome: OutcomeOK, chunks: 1, firstAnswer: 0, reply: "Hi", finish: "end_turn", model: "claude-sonnet-4-5",
+			usage: &Usage{PromptTokens: 115, CompletionTokens: 2, CachedTokens: n(100)}},
 		{file: "messages_overloaded.sse", api: &messagesAPI, outcome: OutcomeStreamError, chunks: 1, firstAnswer: 0, reply: "Hel", model: "claude-sonnet-4-5",
 			usage: &Usage{PromptTokens: 12, CompletionTokens: 1}, errorHas: "error event in stream: Overloaded"},
 		{file: "messages_no_stop.sse", api: &messagesAPI, outcome: OutcomeStreamError, chunks: 1, firstAnswer: 0, reply: "Hel", finish: "end_turn", model: "claude-sonnet-4-5",
@@ -260,6 +266,38 @@ func TestReadStreamBounds(t *testing.T) {
 			require.Contains(t, r.Error(), tc.errorHas)
 			require.Len(t, r.Chunks, tc.chunks)
 			require.LessOrEqual(t, body.read, limits.Bytes+1, "one byte beyond the bound is the cut")
+		})
+	}
+}
+
+// TestReadStreamReplyBound: the reply's text and a tool call's arguments
+// kept for a check or the next turn end at the first piece beyond their
+// bound (16 bytes a requested token plus 4 KiB): a later, smaller piece is
+// not kept, so no text is made that the server never sent (here a JSON
+// reply, or arguments, without their middle, which would pass a check).
+func TestReadStreamReplyBound(t *testing.T) {
+	big := strings.Repeat("x", maxReplyBytes(1))
+	for _, tc := range []struct {
+		name, stream string
+		reply        string
+		calls        []ToolCall
+	}{
+		{name: "content", reply: `{"a":`, stream: `data: {"choices":[{"delta":{"content":"{\"a\":"}}]}` + "\n\n" +
+			`data: {"choices":[{"delta":{"content":"` + big + `"}}]}` + "\n\n" +
+			`data: {"choices":[{"delta":{"content":"1}"}}]}` + "\n\n"},
+		{name: "tool call", calls: []ToolCall{{Name: "f", Arguments: `{"a":`}}, stream: `data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{\"a\":"}}]}}]}` + "\n\n" +
+			`data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"` + big + `"}}]}}]}` + "\n\n" +
+			`data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}}]}` + "\n\n" +
+			`data: {"choices":[{"delta":{"tool_calls":[{"index":1,"function":{"name":"g","arguments":"{}"}}]}}]}` + "\n\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Result{StatusCode: 200, OutputTokens: 1}
+			var reply strings.Builder
+			readStream(&chatAPI, io.NopCloser(strings.NewReader(tc.stream+"data: [DONE]\n\n")), r,
+				func() time.Duration { return time.Millisecond }, &reply, LimitsFor(1))
+			require.True(t, r.Done)
+			require.Equal(t, tc.reply, reply.String())
+			require.Equal(t, tc.calls, r.ToolCalls)
 		})
 	}
 }

@@ -67,7 +67,7 @@ func newJob(ti targetInfo, r *prober.Result, m *prober.Measurement, maxITL time.
 	if len(r.Chunks) > 0 {
 		j.firstToken = r.Chunks[0]
 	}
-	if m.HasTTFA && m.TTFA != m.TTFT {
+	if m.HasTTFA && r.FirstAnswer > 0 {
 		j.firstAnswer = m.TTFA // after reasoning
 	}
 	if hasMaxITL {
