@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/prometheus/common/version"
 
 	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/validity"
 )
 
 // WebOptions are what the web endpoints of `sloprober run` serve.
@@ -41,6 +44,9 @@ type WebOptions struct {
 	// Reports lists the stored runs for the landing page, newest first
 	// (nil: none).
 	Reports func() []ReportLink
+	// Health is whether sloprober's own measurements can be trusted
+	// (nil: not shown).
+	Health func() validity.Status
 	// Stopping reports whether sloprober is stopping (nil: never). While
 	// it is, /-/reload refuses at once and /-/ready answers 503, and every
 	// other endpoint keeps answering: the landing page and /metrics are
@@ -177,12 +183,35 @@ type landingLoad struct {
 	prober.LoadStatus
 	Total, Good    int64
 	Recent, Failed []RecentResult
+	// Measured is whether the target's measurements are valid: "valid",
+	// "NOT VALID: <reasons>", or "" (not known).
+	Measured string
+}
+
+// measured describes a target's validity for the loads table.
+func measured(h *validity.Status, target string) string {
+	if h == nil {
+		return ""
+	}
+	ts, ok := h.Targets[target]
+	switch {
+	case !ok:
+		return ""
+	case ts.Valid:
+		return "valid"
+	}
+	return "NOT VALID: " + strings.Join(append(slices.Clone(h.Reasons), ts.Reasons...), ", ")
 }
 
 func serveLanding(w http.ResponseWriter, o WebOptions, stopping bool) {
+	var health *validity.Status
+	if o.Health != nil {
+		h := o.Health()
+		health = &h
+	}
 	var loads []landingLoad
 	for _, st := range o.Loads() {
-		l := landingLoad{LoadStatus: st}
+		l := landingLoad{LoadStatus: st, Measured: measured(health, st.Target)}
 		if o.Recent != nil {
 			l.Recent, l.Failed, l.Total, l.Good = o.Recent.Snapshot(st.Key)
 		}
@@ -199,6 +228,7 @@ func serveLanding(w http.ResponseWriter, o WebOptions, stopping bool) {
 		"Loads":    loads,
 		"Stopping": stopping,
 		"Reports":  reports,
+		"Health":   health,
 	})
 	if err != nil {
 		o.Logger.Error("Error rendering the landing page", "err", err)
@@ -220,7 +250,9 @@ var landingTemplate = template.Must(template.New("landing").Funcs(template.FuncM
 		}
 		return fmt.Sprintf("%.2f%%", 100*float64(good)/float64(total))
 	},
-	"clock": func(t time.Time) string { return t.Format("15:04:05.000") },
+	"clock":  func(t time.Time) string { return t.Format("15:04:05.000") },
+	"join":   strings.Join,
+	"mul100": func(f float64) float64 { return 100 * f },
 }).Parse(`<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>sloprober</title>
 <style>
@@ -238,13 +270,16 @@ h2{margin-top:1.5em}
 {{if .Stopping}}<p class="bad"><strong>sloprober is stopping:</strong> no new requests are sent; requests in flight are draining.</p>{{end}}
 {{range .Notes}}<p>{{.}}</p>{{end}}
 <p><a href="/metrics">Metrics</a> · <a href="/config">Configuration</a> · <a href="/-/healthy">Health</a> · <a href="/-/ready">Readiness</a></p>
+{{with .Health}}<p class="{{if .Valid}}good{{else}}bad{{end}}"><strong>Prober health: measurements {{if .Valid}}valid{{else}}NOT VALID{{if .Reasons}} ({{join .Reasons ", "}}){{end}}: the prober, not the target, is the limit; latencies include its own delays, and the targets' SLO alerts are held{{end}}.</strong>
+Over the last window: CPU {{printf "%.0f" (mul100 .CPUShare)}}% of GOMAXPROCS, scheduler latency P99 &le; {{ms .SchedulerP99}}, GC pause P99 &le; {{ms .GCPauseP99}}{{range $t, $s := .Targets}}; {{$t}}: send lag P99 &le; {{ms $s.SendLagP99}}, connection wait P99 &le; {{ms $s.PoolWaitP99}}{{end}}.</p>{{end}}
 <h2>Loads</h2>
 <table>
-<tr><th>target</th><th>scenario</th><th>test</th><th>arrival</th><th>intended rate</th><th>in flight</th><th>finished</th><th>good</th><th>SLOs</th></tr>
+<tr><th>target</th><th>scenario</th><th>test</th><th>arrival</th><th>intended rate</th><th>in flight</th><th>finished</th><th>good</th><th>SLOs</th><th>measurements</th></tr>
 {{range .Loads}}<tr><td>{{.Target}}</td><td>{{.Scenario}}</td><td>{{.Test}}</td><td>{{.Arrival}}</td>
 <td>{{if .Enabled}}{{.Rate}} req/s{{else}}paused{{end}}</td><td>{{.InFlight}}</td><td>{{.Total}}</td><td>{{pct .Good .Total}}</td>
-<td>{{range .SLOs}}{{if .IsQuality}}{{.Name}} check {{else}}{{.Name}} &le; {{ms .Threshold}} {{end}}{{end}}</td></tr>
-{{else}}<tr><td colspan="9">No loads configured.</td></tr>{{end}}
+<td>{{range .SLOs}}{{if .IsQuality}}{{.Name}} check {{else}}{{.Name}} &le; {{ms .Threshold}} {{end}}{{end}}</td>
+<td class="{{if eq .Measured "valid"}}good{{else if .Measured}}bad{{end}}">{{.Measured}}</td></tr>
+{{else}}<tr><td colspan="10">No loads configured.</td></tr>{{end}}
 </table>
 {{if .Reports}}<h2>Test runs</h2>
 <table>

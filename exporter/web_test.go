@@ -18,6 +18,7 @@ import (
 
 	"github.com/sloprober/sloprober/exporter"
 	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/validity"
 )
 
 // webOptions returns the options of a handler over reg and recent whose
@@ -248,4 +249,42 @@ func TestLandingReports(t *testing.T) {
 	require.Contains(t, page, "8.88 req/s")
 	require.Contains(t, page, "&lt;b&gt;soak&lt;/b&gt;")
 	require.NotContains(t, page, "/reports/soak-", "a running run has no report yet")
+}
+
+// TestLandingHealth: the landing page says whether the prober's own
+// measurements can be trusted, why not, and per load its target's.
+func TestLandingHealth(t *testing.T) {
+	info := prober.LoadInfo{Key: testKey, Rate: 2, Arrival: "poisson", SLOs: testSLOs}
+	loads := func() []prober.LoadStatus { return []prober.LoadStatus{{LoadInfo: info, Owner: "canary", Enabled: true}} }
+	for _, tc := range []struct {
+		name    string
+		health  func() validity.Status
+		want    []string
+		notWant []string
+	}{
+		{name: "not shown", notWant: []string{"Prober health", "<th>measurements</th><td"}},
+		{name: "valid", health: func() validity.Status {
+			return validity.Status{Valid: true, CPUShare: 0.12, SchedulerP99: 256 * time.Microsecond,
+				Targets: map[string]validity.TargetStatus{"t": {Valid: true, SendLagP99: 2 * time.Millisecond}}}
+		}, want: []string{`<p class="good"><strong>Prober health: measurements valid.</strong>`, "CPU 12% of GOMAXPROCS", "t: send lag P99 &le; 2.0 ms",
+			`<td class="good">valid</td>`}},
+		{name: "starved", health: func() validity.Status {
+			return validity.Status{Reasons: []string{"cpu"}, CPUShare: 0.97,
+				Targets: map[string]validity.TargetStatus{"t": {Reasons: []string{"send_lag"}, SendLagP99: 64 * time.Millisecond}}}
+		}, want: []string{`<p class="bad"><strong>Prober health: measurements NOT VALID (cpu): the prober, not the target, is the limit`,
+			`<td class="bad">NOT VALID: cpu, send_lag</td>`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := webOptions(prometheus.NewRegistry(), nil, loads)
+			o.Health = tc.health
+			code, page := serve(t, exporter.NewHandler(o), http.MethodGet, "/")
+			require.Equal(t, http.StatusOK, code)
+			for _, s := range tc.want {
+				require.Contains(t, page, s)
+			}
+			for _, s := range tc.notWant {
+				require.NotContains(t, page, s)
+			}
+		})
+	}
 }

@@ -119,6 +119,28 @@ type Monitor struct {
 	cpuSamples []cpuSample
 	sched, gc  *runtimeHistogram
 	valid      bool
+	status     Status
+}
+
+// Status is the monitor's last evaluation, for the landing page and
+// `probe`: whether the measurements are valid, why not, and the
+// self-measurements behind it.
+type Status struct {
+	Valid bool
+	// Reasons of the process (cpu, scheduler_latency, gc_pause) in force.
+	Reasons      []string
+	CPUShare     float64
+	SchedulerP99 time.Duration
+	GCPauseP99   time.Duration
+	Targets      map[string]TargetStatus
+}
+
+// TargetStatus is a target's part of a Status.
+type TargetStatus struct {
+	Valid       bool
+	Reasons     []string // send_lag, pool_wait in force
+	SendLagP99  time.Duration
+	PoolWaitP99 time.Duration
 }
 
 type cpuSample struct {
@@ -221,10 +243,14 @@ func (mo *Monitor) Tick() {
 	mo.conditions[ReasonGCPause].update(now, gcP99 > mo.cfg.GCPauseP99, mo.cfg.Sustain)
 
 	processValid := true
+	st := Status{CPUShare: cpuShare, SchedulerP99: schedP99, GCPauseP99: gcP99, Targets: map[string]TargetStatus{}}
 	for _, r := range processReasons {
 		firing := mo.conditions[r].firing
 		processValid = processValid && !firing
 		mo.m.reason.WithLabelValues(r).Set(b2f(firing))
+		if firing {
+			st.Reasons = append(st.Reasons, r)
+		}
 	}
 	anyTarget := map[string]bool{}
 	for name, t := range mo.targets {
@@ -235,12 +261,18 @@ func (mo *Monitor) Tick() {
 		t.conditions[ReasonSendLag].update(now, lag.OverShare() > 0.01, mo.cfg.Sustain)
 		t.conditions[ReasonPoolWait].update(now, wait.OverShare() > 0.01, mo.cfg.Sustain)
 		valid := processValid
+		ts := TargetStatus{SendLagP99: lag.P99, PoolWaitP99: wait.P99}
 		for _, r := range targetReasons {
 			firing := t.conditions[r].firing
 			valid = valid && !firing
 			anyTarget[r] = anyTarget[r] || firing
 			mo.m.targetReason.WithLabelValues(name, r).Set(b2f(firing))
+			if firing {
+				ts.Reasons = append(ts.Reasons, r)
+			}
 		}
+		ts.Valid = valid
+		st.Targets[name] = ts
 		mo.m.targetValid.WithLabelValues(name).Set(b2f(valid))
 	}
 	mo.valid = processValid
@@ -249,6 +281,19 @@ func (mo *Monitor) Tick() {
 		mo.valid = mo.valid && !anyTarget[r]
 	}
 	mo.m.valid.Set(b2f(mo.valid))
+	st.Valid = mo.valid
+	mo.status = st
+}
+
+// Status returns the last evaluation (Tick); before the first, valid with
+// nothing measured.
+func (mo *Monitor) Status() Status {
+	mo.mu.Lock()
+	defer mo.mu.Unlock()
+	if mo.status.Targets == nil {
+		return Status{Valid: mo.valid}
+	}
+	return mo.status
 }
 
 func b2f(b bool) float64 {
@@ -407,4 +452,33 @@ func (c Config) Validate() error {
 			c.SchedulerP99, c.GCPauseP99, c.SendLagP99, c.PoolWaitP99)
 	}
 	return nil
+}
+
+// SinceStart returns the P99s (bucket upper bounds) of the Go scheduler's
+// latency and of GC pauses since the process started: the self-measurement
+// of a short-lived command (`sloprober probe`), which has no window.
+func SinceStart() (schedulerP99, gcPauseP99 time.Duration) {
+	now := time.Now()
+	return newRuntimeHistogram("/sched/latencies:seconds").sample(now, time.Hour),
+		newRuntimeHistogram("/sched/pauses/total/gc:seconds").sample(now, time.Hour)
+}
+
+// Judge applies the rule's thresholds to one set of self-measurements,
+// with no sustain: the reasons over their thresholds (none: valid).
+func (c Config) Judge(schedulerP99, gcPauseP99, sendLag, poolWait time.Duration) []string {
+	var out []string
+	for _, x := range []struct {
+		over   bool
+		reason string
+	}{
+		{schedulerP99 > c.SchedulerP99, ReasonSchedulerLatency},
+		{gcPauseP99 > c.GCPauseP99, ReasonGCPause},
+		{sendLag > c.SendLagP99, ReasonSendLag},
+		{poolWait > c.PoolWaitP99, ReasonPoolWait},
+	} {
+		if x.over {
+			out = append(out, x.reason)
+		}
+	}
+	return out
 }

@@ -104,6 +104,10 @@ func TestMonitorCPU(t *testing.T) {
 	run(mo, c, cpu, 3*time.Second, 0.97, nil)
 	require.False(t, mo.Valid())
 	require.Equal(t, []string{ReasonCPU}, mo.Reasons(""))
+	st := mo.Status()
+	require.False(t, st.Valid)
+	require.Equal(t, []string{ReasonCPU}, st.Reasons)
+	require.InDelta(t, 0.97, st.CPUShare, 0.001)
 	require.Equal(t, 0.0, testutil.ToFloat64(mo.m.valid))
 	require.Equal(t, 1.0, testutil.ToFloat64(mo.m.reason.WithLabelValues(ReasonCPU)))
 	require.InDelta(t, 0.97, testutil.ToFloat64(mo.m.cpu), 0.001)
@@ -157,6 +161,11 @@ func TestMonitorTargets(t *testing.T) {
 		}
 	}
 	expect(0, 1, ReasonSendLag)
+	st := mo.Status()
+	require.False(t, st.Valid)
+	require.Empty(t, st.Reasons, "no process reason")
+	require.Equal(t, TargetStatus{Valid: false, Reasons: []string{ReasonSendLag}, SendLagP99: 32768 * time.Microsecond}, st.Targets["slow"])
+	require.True(t, st.Targets["fine"].Valid)
 	require.Equal(t, 0.032768, testutil.ToFloat64(mo.m.lag.WithLabelValues("slow")), "P99 in the 16-33 ms bucket")
 
 	// 1 in 100 late is the P99 at the threshold, not above it: valid
@@ -182,4 +191,14 @@ func TestMonitorTargets(t *testing.T) {
 	n, err := testutil.GatherAndCount(reg, "sloprober_target_measurement_valid")
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "only fine's")
+}
+
+func TestJudge(t *testing.T) {
+	c := DefaultConfig
+	require.Empty(t, c.Judge(time.Millisecond, 0, 2*time.Millisecond, 100*time.Microsecond))
+	require.Equal(t, []string{ReasonSchedulerLatency, ReasonSendLag}, c.Judge(8*time.Millisecond, 0, 20*time.Millisecond, 0))
+	require.Equal(t, []string{ReasonGCPause, ReasonPoolWait}, c.Judge(0, 6*time.Millisecond, 0, 2*time.Millisecond))
+	s, g := SinceStart()
+	require.GreaterOrEqual(t, s, time.Duration(0))
+	require.GreaterOrEqual(t, g, time.Duration(0))
 }

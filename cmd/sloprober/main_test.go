@@ -415,7 +415,7 @@ func TestCheckConfig(t *testing.T) {
 func TestProbeCommand(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "probe", "--target=sim", "--scenario=chat")
 	require.Equal(t, 0, code, stderr)
-	for _, want := range []string{"first token (t1)", "last token (tN)", "status:     200", "server timings: queue", "\noutcome: ok\n", "slo ttft", "verdict: good"} {
+	for _, want := range []string{"first token (t1)", "last token (tN)", "status:     200", "server timings: queue", "\noutcome: ok\n", "slo ttft", "verdict: good", "prober:     "} {
 		require.Contains(t, stdout, want)
 	}
 	require.Regexp(t, regexp.MustCompile(`request id: [0-9a-f]{32}`), stdout)

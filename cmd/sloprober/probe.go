@@ -14,6 +14,7 @@ import (
 
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/validity"
 )
 
 // probeCalibrationTimeout bounds the calibration of `probe` as a whole:
@@ -101,6 +102,7 @@ func (c *probeCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 	if calib.Context > 0 {
 		fmt.Fprintf(stdout, "context:    %d tokens (from %s)\n", calib.Context, calib.ContextSource)
 	}
+	printProberHealth(stdout, r)
 	if m.Good {
 		return 0
 	}
@@ -309,4 +311,22 @@ func printTimeline(w io.Writer, t *config.TargetConfig, s *config.ScenarioConfig
 	default:
 		p("verdict: bad")
 	}
+}
+
+// printProberHealth says whether this process could be trusted to measure
+// the request: its send lag and connection wait, and the Go scheduler's
+// latency and GC pauses since it started, against the default validity
+// thresholds (README, "Is the prober the problem?").
+func printProberHealth(w io.Writer, r *prober.Result) {
+	sched, gc := validity.SinceStart()
+	var wait time.Duration
+	if r.Trace.Reused {
+		wait = r.Trace.GotConn
+	}
+	verdict := "valid"
+	if reasons := validity.DefaultConfig.Judge(sched, gc, r.Lag(), wait); len(reasons) > 0 {
+		verdict = "NOT VALID (" + strings.Join(reasons, ", ") + "): the numbers above include the prober's own delays"
+	}
+	fmt.Fprintf(w, "prober:     %s: send lag %s, connection wait %s, scheduler latency P99 <= %s, GC pause P99 <= %s\n",
+		verdict, fmtMS(r.Lag()), fmtMS(wait), fmtMS(sched), fmtMS(gc))
 }

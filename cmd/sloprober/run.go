@@ -466,6 +466,7 @@ func (c *runCommand) run(logger *slog.Logger) int {
 			Reports:  d.tests.ReportLinks,
 			Ready:    func() bool { return d.cfg.Load() != nil },
 			Stopping: d.stopping.Load,
+			Health:   d.validity.Status,
 			Notes: func() []string {
 				if sim == nil {
 					return []string{"Configuration: " + *c.config.file}
