@@ -255,7 +255,9 @@ func TestLandingReports(t *testing.T) {
 // measurements can be trusted, why not, and per load its target's.
 func TestLandingHealth(t *testing.T) {
 	info := prober.LoadInfo{Key: testKey, Rate: 2, Arrival: "poisson", SLOs: testSLOs}
-	loads := func() []prober.LoadStatus { return []prober.LoadStatus{{LoadInfo: info, Owner: "canary", Enabled: true}} }
+	loads := func() []prober.LoadStatus {
+		return []prober.LoadStatus{{LoadInfo: info, Owner: "canary", Enabled: true}}
+	}
 	for _, tc := range []struct {
 		name    string
 		health  func() validity.Status

@@ -364,18 +364,6 @@ func (p *chunkParser) top(key []byte) error {
 			return p.skip()
 		}
 		return p.object(p.usage)
-	case "timings":
-		raw, err := p.raw()
-		if string(raw) != "null" {
-			p.c.timings = raw
-		}
-		return err
-	case "error":
-		raw, err := p.raw()
-		if string(raw) != "null" {
-			p.c.errRaw = raw
-		}
-		return err
 	case "object", "message":
 		if !p.is('"') {
 			return p.skip()
@@ -403,12 +391,8 @@ func (p *chunkParser) top(key []byte) error {
 			p.c.fingerprint = s
 		}
 		return err
-	case "sim_ts":
-		v, err := p.integer()
-		p.c.simTS = v
-		return err
 	}
-	return p.skip()
+	return p.eventField(key) // error, timings, sim_ts, or skipped
 }
 
 func (p *chunkParser) choice(key []byte) error {

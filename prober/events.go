@@ -37,8 +37,7 @@ func parseResponsesEvent(name, data []byte, c *chunk, contents bool) error {
 	*c = chunk{contents: c.contents[:0], calls: c.calls[:0]}
 	var ev responsesEvent
 	p := chunkParser{b: data, c: c, contents: contents}
-	p.ws()
-	err := p.object(func(key []byte) error {
+	err := p.event(func(key []byte) error {
 		switch string(key) {
 		case "type":
 			return p.stringInto(&ev.typ)
@@ -85,33 +84,11 @@ func parseResponsesEvent(name, data []byte, c *chunk, contents bool) error {
 			})
 		case "message":
 			return p.stringInto(&c.message)
-		case "error":
-			// An error event's error object ({"type": "error",
-			// "error": {"message": ...}}, as some servers send it
-			// instead of a top-level message).
-			raw, err := p.raw()
-			if string(raw) != "null" {
-				c.errRaw = raw
-			}
-			return err
-		case "timings":
-			raw, err := p.raw()
-			if string(raw) != "null" {
-				c.timings = raw
-			}
-			return err
-		case "sim_ts":
-			v, err := p.integer()
-			c.simTS = v
-			return err
 		}
-		return p.skip()
+		return p.eventField(key)
 	})
 	if err != nil {
 		return err
-	}
-	if p.ws(); p.i != len(p.b) {
-		return p.fail("after the top-level object")
 	}
 	typ := ev.typ
 	if len(typ) == 0 {
@@ -180,8 +157,7 @@ func parseMessagesEvent(name, data []byte, c *chunk, contents bool) error {
 		}
 		return p.skip()
 	}
-	p.ws()
-	err := p.object(func(key []byte) error {
+	err := p.event(func(key []byte) error {
 		switch string(key) {
 		case "type":
 			return p.stringInto(&typ)
@@ -223,30 +199,11 @@ func parseMessagesEvent(name, data []byte, c *chunk, contents bool) error {
 			})
 		case "usage":
 			return p.objectField(usage)
-		case "error":
-			raw, err := p.raw()
-			if string(raw) != "null" {
-				c.errRaw = raw
-			}
-			return err
-		case "timings":
-			raw, err := p.raw()
-			if string(raw) != "null" {
-				c.timings = raw
-			}
-			return err
-		case "sim_ts":
-			v, err := p.integer()
-			c.simTS = v
-			return err
 		}
-		return p.skip()
+		return p.eventField(key)
 	})
 	if err != nil {
 		return err
-	}
-	if p.ws(); p.i != len(p.b) {
-		return p.fail("after the top-level object")
 	}
 	if len(typ) == 0 {
 		typ = name
@@ -293,4 +250,44 @@ func (p *chunkParser) objectField(field func(key []byte) error) error {
 		return p.skip()
 	}
 	return p.object(field)
+}
+
+// event parses one event's data, a JSON object, calling field for each
+// key; field hands the keys it does not know to eventField.
+func (p *chunkParser) event(field func(key []byte) error) error {
+	p.ws()
+	if err := p.object(field); err != nil {
+		return err
+	}
+	if p.ws(); p.i != len(p.b) {
+		return p.fail("after the top-level object")
+	}
+	return nil
+}
+
+// eventField parses the fields every API's events may carry: an "error"
+// value (an error in the stream: an error event's nested error object,
+// {"type": "error", "error": {"message": ...}}, as some OpenAI-compatible
+// servers send it, and Anthropic's), the "timings" of
+// llama.cpp and the simulator, the simulator's "sim_ts"; it skips others.
+func (p *chunkParser) eventField(key []byte) error {
+	switch string(key) {
+	case "error":
+		raw, err := p.raw()
+		if string(raw) != "null" {
+			p.c.errRaw = raw
+		}
+		return err
+	case "timings":
+		raw, err := p.raw()
+		if string(raw) != "null" {
+			p.c.timings = raw
+		}
+		return err
+	case "sim_ts":
+		v, err := p.integer()
+		p.c.simTS = v
+		return err
+	}
+	return p.skip()
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sloprober/sloprober/internal/markdown"
 )
 
 // Formats are the report's formats, for Write. There is no HTML: the
@@ -47,38 +49,15 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	return err
 }
 
-type mdWriter struct{ strings.Builder }
-
-func (m *mdWriter) p(format string, args ...any) { fmt.Fprintf(m, format+"\n", args...) }
-
-// row writes a table row; cells are the report's own text and label
-// values, made safe for a cell.
-func (m *mdWriter) row(cells ...string) {
-	for i, c := range cells {
-		cells[i] = mdCell(c)
-	}
-	m.p("| %s |", strings.Join(cells, " | "))
-}
-
-func (m *mdWriter) table(header ...string) {
-	m.row(header...)
-	m.p("|%s", strings.Repeat("---|", len(header)))
-}
-
-// mdCell keeps a value on one line of one cell, and label values (which
-// Prometheus takes from anywhere) from becoming markup.
-func mdCell(s string) string {
-	return strings.TrimSpace(strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ", "<", "&lt;", "`", "'").Replace(s))
-}
+// mdWriter writes a canary report's Markdown.
+type mdWriter struct{ markdown.Writer }
 
 // code makes a text safe inside a code span.
-func code(s string) string {
-	return "`" + strings.NewReplacer("`", "'", "\n", " ", "\r", " ").Replace(s) + "`"
-}
+func code(s string) string { return "`" + markdown.CodeSpan(s) + "`" }
 
 func (m *mdWriter) header(r *Report) {
-	m.p("# Canary SLO report")
-	m.p("")
+	m.P("# Canary SLO report")
+	m.P("")
 	filters := ""
 	if len(r.Targets) > 0 {
 		filters += fmt.Sprintf(", targets %s", code(strings.Join(r.Targets, ", ")))
@@ -86,68 +65,68 @@ func (m *mdWriter) header(r *Report) {
 	if len(r.Scenarios) > 0 {
 		filters += fmt.Sprintf(", scenarios %s", code(strings.Join(r.Scenarios, ", ")))
 	}
-	m.p("From Prometheus %s, selector %s%s: the canary's series (%s), summed over every instance and shard.",
+	m.P("From Prometheus %s, selector %s%s: the canary's series (%s), summed over every instance and shard.",
 		code(r.Prometheus), code(r.Selector), filters, code(`test="canary"`))
-	m.p("")
-	m.p("Window: %s to %s (%s).", stamp(r.Window.Start), stamp(r.Window.End), secondsString(r.Window.Seconds))
-	m.p("")
+	m.P("")
+	m.P("Window: %s to %s (%s).", stamp(r.Window.Start), stamp(r.Window.End), secondsString(r.Window.Seconds))
+	m.P("")
 }
 
 func (m *mdWriter) completeness(r *Report) {
 	c := &r.Completeness
-	m.p("## Completeness")
-	m.p("")
+	m.P("## Completeness")
+	m.P("")
 	verdict := "**Incomplete**"
 	if c.Complete {
 		verdict = "**Complete**"
 	}
-	m.p("%s: %d of %d shards reported in the window, %d at its end, from %s.", verdict, c.ShardsReported, c.ShardCount, c.ShardsAtEnd,
+	m.P("%s: %d of %d shards reported in the window, %d at its end, from %s.", verdict, c.ShardsReported, c.ShardCount, c.ShardsAtEnd,
 		plural(len(c.Instances), "process", "processes"))
-	m.p("")
+	m.P("")
 	if len(c.Instances) > 0 {
-		m.table("instance", "job", "shard", "reported", "scrapes failed", "restarts", "canary sent")
+		m.Table("instance", "job", "shard", "reported", "scrapes failed", "restarts", "canary sent")
 		for _, in := range c.Instances {
 			reported := "whole window"
 			if !in.FromStart || !in.ToEnd {
 				reported = fmt.Sprintf("%s to %s", edge(in.FirstSample, in.FromStart, "start"), edge(in.LastSample, in.ToEnd, "end"))
 			}
-			m.row(in.Instance, in.Job, fmt.Sprintf("%d/%d", in.Shard, in.Shards), reported,
+			m.Row(in.Instance, in.Job, fmt.Sprintf("%d/%d", in.Shard, in.Shards), reported,
 				fmt.Sprintf("%d of %d", in.ScrapesFailed, in.Scrapes), fmt.Sprint(in.Restarts), formatCount(in.CanarySent))
 		}
-		m.p("")
+		m.P("")
 	}
 	for _, n := range c.Notes {
-		m.p("- %s", n)
+		m.P("- %s", n)
 	}
 	if len(c.Notes) > 0 {
-		m.p("")
+		m.P("")
 	}
 	for _, w := range r.Warnings {
-		m.p("- Prometheus warned: %s", w)
+		m.P("- Prometheus warned: %s", w)
 	}
 	if len(r.Warnings) > 0 {
-		m.p("")
+		m.P("")
 	}
 }
 
 func (m *mdWriter) load(r *Report, l *Load) {
-	m.p("## %s / %s", mdCell(l.Target), mdCell(l.Scenario))
-	m.p("")
-	m.p("%s", attainmentLine(l))
-	m.p("")
-	m.p("**Goodput %s good req/s**; sent %s req/s (over the whole window).", rate(l.Goodput), rate(l.SentRate))
-	m.p("")
+	m.P("## %s / %s", markdown.Cell(l.Target), markdown.Cell(l.Scenario))
+	m.P("")
+	m.P("%s", attainmentLine(l))
+	m.P("")
+	m.P("**Goodput %s good req/s**; sent %s req/s (over the whole window).", rate(l.Goodput), rate(l.SentRate))
+	m.P("")
 	secs := r.Window.Seconds
-	m.table("requests", "count", "per second")
-	m.row("scheduled", formatCount(l.Scheduled), rate(l.Scheduled/secs))
-	m.row("sent", formatCount(l.Sent), rate(l.Sent/secs))
-	m.row("dropped", formatCount(sum(l.Dropped)), rate(sum(l.Dropped)/secs))
-	m.row("ended, counted (not cancelled or shutdown)", formatCount(l.Counted), rate(l.Counted/secs))
-	m.row("good", formatCount(l.Good), rate(l.Good/secs))
-	m.p("")
-	m.p("Outcomes: %s. Drops: %s. Missed SLOs: %s.", breakdown(l.Finished, "none ended"), breakdown(l.Dropped, "none"), breakdown(l.Missed, "no SLO configured"))
-	m.p("")
-	m.table("latency", "SLO", "samples", "P50", "P95", "P99")
+	m.Table("requests", "count", "per second")
+	m.Row("scheduled", formatCount(l.Scheduled), rate(l.Scheduled/secs))
+	m.Row("sent", formatCount(l.Sent), rate(l.Sent/secs))
+	m.Row("dropped", formatCount(sum(l.Dropped)), rate(sum(l.Dropped)/secs))
+	m.Row("ended, counted (not cancelled or shutdown)", formatCount(l.Counted), rate(l.Counted/secs))
+	m.Row("good", formatCount(l.Good), rate(l.Good/secs))
+	m.P("")
+	m.P("Outcomes: %s. Drops: %s. Missed SLOs: %s.", breakdown(l.Finished, "none ended"), breakdown(l.Dropped, "none"), breakdown(l.Missed, "no SLO configured"))
+	m.P("")
+	m.Table("latency", "SLO", "samples", "P50", "P95", "P99")
 	for _, lat := range l.Latencies {
 		slo := "-"
 		if lat.ThresholdSeconds != nil {
@@ -161,14 +140,14 @@ func (m *mdWriter) load(r *Report, l *Load) {
 				cells = append(cells, p.Note)
 			}
 		}
-		m.row(cells...)
+		m.Row(cells...)
 	}
-	m.p("")
+	m.P("")
 	for _, n := range l.Notes {
-		m.p("- %s", n)
+		m.P("- %s", n)
 	}
 	if len(l.Notes) > 0 {
-		m.p("")
+		m.P("")
 	}
 }
 
@@ -195,13 +174,13 @@ func attainmentLine(l *Load) string {
 }
 
 func (m *mdWriter) method(r *Report) {
-	m.p("## How these numbers are computed")
-	m.p("")
-	m.p("- Counts are `increase()` over the window at its end, summed over every instance and shard after it, so a restarted shard's counter reset costs nothing; increase() extrapolates to the window's edges, so counts are estimates, within about a scrape interval's requests of the truth, not whole numbers.")
-	m.p("- Attainment is good / counted: counted are the requests that ended, less those cancelled by the workload or shut down by sloprober (the README's metric reference and the bundled rules); errors and timeouts stay in it. Requests in flight at the window's end are not counted yet. The error budget is (1 - objective) x counted.")
-	m.p("- Goodput and rates are per second over the whole window: shards missing for part of it lower them (see Completeness); attainment, a ratio, is not lowered.")
-	m.p("- Percentiles are `histogram_quantile` over the classic buckets summed by `le` over every instance: interpolated linearly within the bucket shown beside each, so the value is only known to lie in that bucket (every SLO threshold is a bucket bound, so the attainment is exact where a percentile is not). P95 needs 200 samples and P99 1,000, as in capacity reports (fewer leave under 10 samples above them); the median needs one.")
-	m.p("- The %d PromQL queries are in the JSON report (`--format json`, `queries`).", len(r.Queries))
+	m.P("## How these numbers are computed")
+	m.P("")
+	m.P("- Counts are `increase()` over the window at its end, summed over every instance and shard after it, so a restarted shard's counter reset costs nothing; increase() extrapolates to the window's edges, so counts are estimates, within about a scrape interval's requests of the truth, not whole numbers.")
+	m.P("- Attainment is good / counted: counted are the requests that ended, less those cancelled by the workload or shut down by sloprober (the README's metric reference and the bundled rules); errors and timeouts stay in it. Requests in flight at the window's end are not counted yet. The error budget is (1 - objective) x counted.")
+	m.P("- Goodput and rates are per second over the whole window: shards missing for part of it lower them (see Completeness); attainment, a ratio, is not lowered.")
+	m.P("- Percentiles are `histogram_quantile` over the classic buckets summed by `le` over every instance: interpolated linearly within the bucket shown beside each, so the value is only known to lie in that bucket (every SLO threshold is a bucket bound, so the attainment is exact where a percentile is not). P95 needs 200 samples and P99 1,000, as in capacity reports (fewer leave under 10 samples above them); the median needs one.")
+	m.P("- The %d PromQL queries are in the JSON report (`--format json`, `queries`).", len(r.Queries))
 }
 
 // edge writes a process's first or last sample: the window's edge by name
@@ -251,7 +230,7 @@ func breakdown(m map[string]float64, none string) string {
 	var parts []string
 	for _, k := range keys {
 		if formatCount(m[k]) != "0" {
-			parts = append(parts, fmt.Sprintf("%s %s", mdCell(k), formatCount(m[k])))
+			parts = append(parts, fmt.Sprintf("%s %s", markdown.Cell(k), formatCount(m[k])))
 		}
 	}
 	if len(parts) == 0 {

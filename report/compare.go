@@ -235,30 +235,30 @@ func only(a, b []string) []string {
 // WriteComparison writes a comparison as Markdown.
 func WriteComparison(w io.Writer, c *Comparison) error {
 	m := &mdWriter{}
-	m.p("# Comparison of %s %s (A) and %s %s (B)", mdText(c.A.Test), idOr(c.A), mdText(c.B.Test), idOr(c.B))
-	m.p("")
+	m.P("# Comparison of %s %s (A) and %s %s (B)", mdText(c.A.Test), idOr(c.A), mdText(c.B.Test), idOr(c.B))
+	m.P("")
 	switch n := len(c.Changed); {
 	case n == 0:
-		m.p("Nothing changed in the test object or the load model: the difference is the target's own (or noise: compare the sample counts).")
+		m.P("Nothing changed in the test object or the load model: the difference is the target's own (or noise: compare the sample counts).")
 	case n == 1:
-		m.p("One variable changed: **%s**. The differences below are its effect, within the runs' noise.", mdText(c.Changed[0].What))
+		m.P("One variable changed: **%s**. The differences below are its effect, within the runs' noise.", mdText(c.Changed[0].What))
 	default:
-		m.p("**%d variables changed**: the differences below cannot be put down to one of them. A change should move one variable at a time.", n)
+		m.P("**%d variables changed**: the differences below cannot be put down to one of them. A change should move one variable at a time.", n)
 	}
-	m.p("")
-	m.table("", "A: "+idOr(c.A), "B: "+idOr(c.B), "B against A")
+	m.P("")
+	m.Table("", "A: "+idOr(c.A), "B: "+idOr(c.B), "B against A")
 	for _, r := range c.Rows {
-		m.row(r.Name, r.A, r.B, r.Delta)
+		m.Row(r.Name, r.A, r.B, r.Delta)
 	}
-	m.p("")
+	m.P("")
 	if len(c.Changed) > 0 {
-		m.p("## What changed")
-		m.p("")
-		m.table("", "A", "B")
+		m.P("## What changed")
+		m.P("")
+		m.Table("", "A", "B")
 		for _, ch := range c.Changed {
-			m.row(free(ch.What), orNone(free(ch.A)), orNone(free(ch.B)))
+			m.Row(free(ch.What), orNone(free(ch.A)), orNone(free(ch.B)))
 		}
-		m.p("")
+		m.P("")
 	}
 	_, err := io.WriteString(w, m.String())
 	return err

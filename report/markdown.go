@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sloprober/sloprober/capacity"
+	"github.com/sloprober/sloprober/internal/markdown"
 )
 
 // WriteMarkdown writes the report as Markdown, for pasting into a change
@@ -35,79 +36,44 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	return err
 }
 
-type mdWriter struct{ strings.Builder }
+// mdWriter writes a capacity report's Markdown.
+type mdWriter struct{ markdown.Writer }
 
-func (m *mdWriter) p(format string, args ...any) { fmt.Fprintf(m, format+"\n", args...) }
-
-// row writes a table row, escaping the cells.
-func (m *mdWriter) row(cells ...string) {
-	for i, c := range cells {
-		cells[i] = mdCell(c)
-	}
-	m.p("| %s |", strings.Join(cells, " | "))
-}
-
-func (m *mdWriter) table(header ...string) {
-	m.row(header...)
-	seps := make([]string, len(header))
-	for i := range seps {
-		seps[i] = "---"
-	}
-	m.p("|%s|", strings.Join(seps, "|"))
-}
-
-// mdCell makes a value safe in a Markdown table cell: one line, no pipe,
-// no HTML, no code span, link or image. A server's or user's text in a
-// cell goes through free first: no emphasis either.
-func mdCell(s string) string {
-	s = strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ", "<", "&lt;", "`", "'", "[", `\[`, "]", `\]`).Replace(s)
-	return strings.TrimSpace(s)
-}
-
-// codeSpan makes a text safe inside a Markdown code span (one line, no
-// backtick): inside one nothing else is markup.
-func codeSpan(s string) string {
-	return strings.NewReplacer("`", "'", "\n", " ", "\r", " ").Replace(s)
-}
-
-// free escapes what would make a server's or user's text emphasis in
-// Markdown (stars and underscores), for a table cell.
-func free(s string) string { return strings.NewReplacer("*", `\*`, "_", `\_`).Replace(s) }
-
-// mdText makes a server's or user's free text safe in Markdown prose: no
-// HTML, one line, no code span, link, image or emphasis.
-func mdText(s string) string {
-	return strings.NewReplacer("<", "&lt;", "\n", " ", "\r", " ", "`", "'", "[", `\[`, "]", `\]`, "*", `\*`, "_", `\_`).Replace(s)
-}
+var (
+	mdCell   = markdown.Cell
+	codeSpan = markdown.CodeSpan
+	free     = markdown.Free
+	mdText   = markdown.Text
+)
 
 func (m *mdWriter) header(r *Report) {
-	m.p("# Capacity report: %s (%s test): %s", mdText(r.Test), r.Kind, strings.ToUpper(r.Verdict))
-	m.p("")
-	m.p("> %s", mdText(r.Reason))
-	m.p("")
+	m.P("# Capacity report: %s (%s test): %s", mdText(r.Test), r.Kind, strings.ToUpper(r.Verdict))
+	m.P("")
+	m.P("> %s", mdText(r.Reason))
+	m.P("")
 	id := r.ID
 	if id == "" {
 		id = "(not stored)"
 	}
-	m.p("Run `%s` on target `%s`, %s to %s (%s).", id, mdText(r.TestObject.Target), r.Start.UTC().Format(time.RFC3339), r.End.UTC().Format(time.RFC3339), r.End.Sub(r.Start).Round(time.Second))
+	m.P("Run `%s` on target `%s`, %s to %s (%s).", id, mdText(r.TestObject.Target), r.Start.UTC().Format(time.RFC3339), r.End.UTC().Format(time.RFC3339), r.End.Sub(r.Start).Round(time.Second))
 	for _, w := range r.Warnings {
-		m.p("")
-		m.p("**Warning:** %s.", mdText(w))
+		m.P("")
+		m.P("**Warning:** %s.", mdText(w))
 	}
-	m.p("")
+	m.P("")
 }
 
 func (m *mdWriter) testObject(r *Report) {
 	o := r.TestObject
-	m.p("## 1. Test object")
-	m.p("")
-	m.table("", "")
-	m.row("Target", free(o.Target))
-	m.row("URL", free(o.URL))
-	m.row("API / model", free(o.API+" / "+o.Model))
-	m.row("Replicas", fmt.Sprint(o.Replicas))
+	m.P("## 1. Test object")
+	m.P("")
+	m.Table("", "")
+	m.Row("Target", free(o.Target))
+	m.Row("URL", free(o.URL))
+	m.Row("API / model", free(o.API+" / "+o.Model))
+	m.Row("Replicas", fmt.Sprint(o.Replicas))
 	for _, k := range slices.Sorted(maps.Keys(o.Metadata)) {
-		m.row(free(k), free(o.Metadata[k]))
+		m.Row(free(k), free(o.Metadata[k]))
 	}
 	id := o.Identity
 	var listed []string
@@ -125,14 +91,14 @@ func (m *mdWriter) testObject(r *Report) {
 	if id.ModelsError != "" {
 		models = "not known: " + id.ModelsError
 	}
-	m.row("Models listed (/v1/models)", orNone(free(models)))
-	m.row("Server header", orNone(free(said(id.Servers))))
-	m.row("Reply model", orNone(free(said(id.ReplyModels))))
-	m.row("system_fingerprint", orNone(free(said(id.Fingerprints))))
+	m.Row("Models listed (/v1/models)", orNone(free(models)))
+	m.Row("Server header", orNone(free(said(id.Servers))))
+	m.Row("Reply model", orNone(free(said(id.ReplyModels))))
+	m.Row("system_fingerprint", orNone(free(said(id.Fingerprints))))
 	if o.Simulator {
-		m.row("Note", "a sloprober simulator (ground truth), not a production engine")
+		m.Row("Note", "a sloprober simulator (ground truth), not a production engine")
 	}
-	m.p("")
+	m.P("")
 }
 
 // said writes what replies said of the server, with their counts.
@@ -157,9 +123,9 @@ func orNone(s string) string {
 
 func (m *mdWriter) loadModel(r *Report) {
 	lm := r.LoadModel
-	m.p("## 2. Load model")
-	m.p("")
-	m.table("Scenario", "Share", "Input tokens (configured)", "Output tokens (configured)", "ignore_eos", "Prefix", "Conversation", "Cancel")
+	m.P("## 2. Load model")
+	m.P("")
+	m.Table("Scenario", "Share", "Input tokens (configured)", "Output tokens (configured)", "ignore_eos", "Prefix", "Conversation", "Cancel")
 	for _, s := range lm.Scenarios {
 		in, out := s.Input, s.Output
 		if s.LengthsFrom != nil {
@@ -176,30 +142,30 @@ func (m *mdWriter) loadModel(r *Report) {
 		if c := s.Cancel; c != nil {
 			cancel = fmt.Sprintf("%.0f%% after %s", 100*c.Share, fmtSeconds(c.AfterSeconds))
 		}
-		m.row(s.Name, fmt.Sprintf("%.0f%%", 100*s.Share), oneLine(in), oneLine(out), fmt.Sprint(s.IgnoreEOS), prefix, conv, cancel)
+		m.Row(s.Name, fmt.Sprintf("%.0f%%", 100*s.Share), oneLine(in), oneLine(out), fmt.Sprint(s.IgnoreEOS), prefix, conv, cancel)
 	}
-	m.p("")
-	m.p("Lengths actually sent and received over every measured request (P50 / P95 / P99, n):")
-	m.p("input %s tokens (as sent), output %s tokens (as received).", tokens(lm.InputTokens), tokens(lm.OutputTokens))
+	m.P("")
+	m.P("Lengths actually sent and received over every measured request (P50 / P95 / P99, n):")
+	m.P("input %s tokens (as sent), output %s tokens (as received).", tokens(lm.InputTokens), tokens(lm.OutputTokens))
 	for _, s := range lm.Scenarios {
 		if s.InputTokensSent != nil {
-			m.p("%s: input %s, output %s.", mdText(s.Name), tokens(*s.InputTokensSent), tokens(*s.OutputTokensReceived))
+			m.P("%s: input %s, output %s.", mdText(s.Name), tokens(*s.InputTokensSent), tokens(*s.OutputTokensReceived))
 		}
 	}
 	if lm.CachedShare != nil {
-		m.p("The server reported %.1f%% of the prompt tokens as cached (prefix cache).", 100**lm.CachedShare)
+		m.P("The server reported %.1f%% of the prompt tokens as cached (prefix cache).", 100**lm.CachedShare)
 	} else {
-		m.p("The server reported no cached prompt tokens.")
+		m.P("The server reported no cached prompt tokens.")
 	}
 	if lm.Replay != "" {
-		m.p("Requests from the trace %s.", mdText(lm.Replay))
+		m.P("Requests from the trace %s.", mdText(lm.Replay))
 	}
-	m.p("")
-	m.table("Stage", "Loop", "Arrivals", "Levels")
+	m.P("")
+	m.Table("Stage", "Loop", "Arrivals", "Levels")
 	for _, s := range lm.Stages {
-		m.row(s.Stage, s.Loop, s.Arrival, fmt.Sprint(s.Levels))
+		m.Row(s.Stage, s.Loop, s.Arrival, fmt.Sprint(s.Levels))
 	}
-	m.p("")
+	m.P("")
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
@@ -212,68 +178,68 @@ func tokens(p capacity.Percentiles) string {
 }
 
 func (m *mdWriter) slos(r *Report) {
-	m.p("## 3. SLO definitions")
-	m.p("")
-	m.table("Scenario", "SLOs (per request)", "Objective")
+	m.P("## 3. SLO definitions")
+	m.P("")
+	m.Table("Scenario", "SLOs (per request)", "Objective")
 	for _, s := range r.SLOs.Scenarios {
 		var parts []string
 		for _, slo := range s.SLOs {
 			parts = append(parts, fmt.Sprintf("%s ≤ %s", slo.Name, fmtSeconds(slo.ThresholdSeconds)))
 		}
-		m.row(s.Scenario, strings.Join(parts, ", "), fmt.Sprintf("%g%% of requests good", 100*s.Objective))
+		m.Row(s.Scenario, strings.Join(parts, ", "), fmt.Sprintf("%g%% of requests good", 100*s.Objective))
 	}
-	m.p("")
+	m.P("")
 	for _, d := range r.SLOs.Definitions {
-		m.p("- **%s**: %s.", d.Term, d.Definition)
+		m.P("- **%s**: %s.", d.Term, d.Definition)
 	}
-	m.p("")
+	m.P("")
 }
 
 func (m *mdWriter) capacity(r *Report) {
-	m.p("## 4. Capacity conclusion")
-	m.p("")
+	m.P("## 4. Capacity conclusion")
+	m.P("")
 	c := r.Capacity
 	if c == nil {
 		switch {
 		case r.Kind == "soak":
-			m.p("A soak test does not search for capacity: see section 8.")
+			m.P("A soak test does not search for capacity: see section 8.")
 		case r.Verdict == "running" || r.Verdict == "aborted":
-			m.p("Not concluded: the run is %s (%s). The levels measured so far are in the last section.", r.Verdict, mdText(r.Reason))
+			m.P("Not concluded: the run is %s (%s). The levels measured so far are in the last section.", r.Verdict, mdText(r.Reason))
 		default:
-			m.p("No capacity was found: %s.", mdText(r.Reason))
+			m.P("No capacity was found: %s.", mdText(r.Reason))
 		}
-		m.p("")
+		m.P("")
 		return
 	}
 	if c.VerifiedRate > 0 {
-		m.p("**Sustainable: %.3g req/s** open loop (Poisson) at %.1f%% attainment, %.3g good req/s; %.3g req/s and %.3g clients per replica (%s, assumes linear scaling).",
+		m.P("**Sustainable: %.3g req/s** open loop (Poisson) at %.1f%% attainment, %.3g good req/s; %.3g req/s and %.3g clients per replica (%s, assumes linear scaling).",
 			c.VerifiedRate, 100*c.VerifiedAttainment, c.VerifiedGoodput, c.RatePerReplica, c.ConcurrencyPerReplica, plural(c.Replicas, "replica"))
 	} else {
-		m.p("**No open-loop rate met every objective**: the closed-loop capacity below is not a sustainable rate.")
+		m.P("**No open-loop rate met every objective**: the closed-loop capacity below is not a sustainable rate.")
 	}
-	m.p("")
-	m.p("Closed loop: %d clients completed %.3g req/s with every objective met.", c.Concurrency, c.ClosedRate)
+	m.P("")
+	m.P("Closed loop: %d clients completed %.3g req/s with every objective met.", c.Concurrency, c.ClosedRate)
 	if k := c.Knee; k != nil {
-		m.p("Knee: %s.", mdText(k.Reason))
+		m.P("Knee: %s.", mdText(k.Reason))
 	}
 	if c.LimitedBy != "" {
-		m.p("The capacity may be higher: %s.", mdText(c.LimitedBy))
+		m.P("The capacity may be higher: %s.", mdText(c.LimitedBy))
 	}
-	m.p("")
-	m.p("Every percentile in this report is exact, over the requests sent in a level's steady window, with its sample count; `*` marks a P95 over fewer than 200 or a P99 over fewer than 1,000 samples. The levels are in the last section.")
-	m.p("")
+	m.P("")
+	m.P("Every percentile in this report is exact, over the requests sent in a level's steady window, with its sample count; `*` marks a P95 over fewer than 200 or a P99 over fewer than 1,000 samples. The levels are in the last section.")
+	m.P("")
 }
 
 func (m *mdWriter) risk(r *Report) {
 	rk := r.Risk
-	m.p("## 5. Risk boundaries")
-	m.p("")
+	m.P("## 5. Risk boundaries")
+	m.P("")
 	if b := rk.Burst; b != nil {
 		drained := fmt.Sprintf("the backlog drained in %s (allowed: %s)", fmtSeconds(b.DrainSeconds), fmtSeconds(b.DrainWithin))
 		if !b.Drained {
 			drained = fmt.Sprintf("the backlog did **not** drain (after %s)", fmtSeconds(b.DrainSeconds))
 		}
-		m.p("- **Burst**: %.3g req/s for %s; %.1f%% attainment, TTFT %s; at most %d requests in flight; %s.",
+		m.P("- **Burst**: %.3g req/s for %s; %.1f%% attainment, TTFT %s; at most %d requests in flight; %s.",
 			b.IntendedRate, fmtSeconds(b.ForSeconds), 100*b.Attainment, pct(b.TTFT), b.PeakInFlight, drained)
 	}
 	m.longest(rk.Longest)
@@ -282,24 +248,24 @@ func (m *mdWriter) risk(r *Report) {
 		if f.Error != "" {
 			line += " (failed: " + mdText(f.Error) + ")"
 		}
-		m.p("%s.", line)
+		m.P("%s.", line)
 	}
 	if len(rk.ErrorBursts) > 0 {
 		rec := "and recovered"
 		if rk.Recovered != nil && !*rk.Recovered {
 			rec = "and did **not** recover"
 		}
-		m.p("- **Error bursts** in windows %s %s.", ints(rk.ErrorBursts), rec)
+		m.P("- **Error bursts** in windows %s %s.", ints(rk.ErrorBursts), rec)
 	}
 	if len(rk.Canary) == 0 {
-		m.p("- **Canary**: none ran on the target during the test.")
+		m.P("- **Canary**: none ran on the target during the test.")
 	}
 	for _, c := range rk.Canary {
-		m.p("- **Canary** %s during the test: %.2f%% of %d requests good (objective %.2f%%); %.2f%% of its 30-day error budget.",
+		m.P("- **Canary** %s during the test: %.2f%% of %d requests good (objective %.2f%%); %.2f%% of its 30-day error budget.",
 			mdText(c.Scenario), 100*c.Attainment, c.Counted, 100*c.Objective, 100*c.BudgetConsumed)
 	}
-	m.p("- **Single-tenant hot spots**: %s.", rk.HotSpots)
-	m.p("")
+	m.P("- **Single-tenant hot spots**: %s.", rk.HotSpots)
+	m.P("")
 }
 
 // longest writes the longest inputs' TTFT per level, as a table; when
@@ -313,17 +279,17 @@ func (m *mdWriter) longest(ls []Longest) {
 		same = same && lg.MinInputTokens == ls[0].MinInputTokens && lg.SameLength
 	}
 	if same {
-		m.p("- **Longest inputs**: every request had %d input tokens: no longer inputs to single out.", ls[0].MinInputTokens)
+		m.P("- **Longest inputs**: every request had %d input tokens: no longer inputs to single out.", ls[0].MinInputTokens)
 		return
 	}
-	m.p("- **Longest inputs**: the top decile of each level by input length, with its own TTFT:")
-	m.p("")
-	m.table("Level", "Input tokens", "Requests", "Good", "TTFT P50 / P95 / P99")
+	m.P("- **Longest inputs**: the top decile of each level by input length, with its own TTFT:")
+	m.P("")
+	m.Table("Level", "Input tokens", "Requests", "Good", "TTFT P50 / P95 / P99")
 	for _, lg := range ls {
-		m.row(where(lg.Stage, lg.Concurrency, lg.IntendedRate), fmt.Sprintf("≥ %d", lg.MinInputTokens), fmt.Sprint(lg.Requests),
+		m.Row(where(lg.Stage, lg.Concurrency, lg.IntendedRate), fmt.Sprintf("≥ %d", lg.MinInputTokens), fmt.Sprint(lg.Requests),
 			fmt.Sprintf("%.1f%%", 100*lg.Attainment), pct(lg.TTFT))
 	}
-	m.p("")
+	m.P("")
 }
 
 func where(stage string, c int, rate float64) string {
@@ -361,57 +327,57 @@ func pct(p capacity.Percentiles) string {
 func ms(s float64) string { return fmt.Sprintf("%.4g", 1e3*s) }
 
 func (m *mdWriter) scaling(r *Report) {
-	m.p("## 6. Scaling basis")
-	m.p("")
+	m.P("## 6. Scaling basis")
+	m.P("")
 	s := r.Scaling
 	switch {
 	case s != nil:
-		m.p("For a forecast peak of %.4g req/s with N+%d redundancy: %d replicas carry the peak at %.3g req/s each, so **%d replicas** are needed; after losing one, %d carry %.4g req/s, %+.0f%% against the peak. This %s.",
+		m.P("For a forecast peak of %.4g req/s with N+%d redundancy: %d replicas carry the peak at %.3g req/s each, so **%d replicas** are needed; after losing one, %d carry %.4g req/s, %+.0f%% against the peak. This %s.",
 			s.PeakRate, s.SpareReplicas, s.ReplicasForPeak, s.RatePerReplica, s.ReplicasNeeded, s.ReplicasNeeded-1, s.CapacityAfterLoss, 100*s.HeadroomAfterLoss, s.Assumption)
 	case r.Kind == "soak":
-		m.p("Not computed: a soak test does not measure capacity (a step test's report has it).")
+		m.P("Not computed: a soak test does not measure capacity (a step test's report has it).")
 	case r.Verdict == "running" || r.Verdict == "aborted":
-		m.p("Not computed: the run did not conclude.")
+		m.P("Not computed: the run did not conclude.")
 	case r.Capacity == nil || r.Capacity.VerifiedRate == 0:
-		m.p("Not computed: the run verified no sustainable rate.")
+		m.P("Not computed: the run verified no sustainable rate.")
 	default:
-		m.p("Not computed: the target has no `forecast` (peak_rate, spare_replicas) in the configuration.")
+		m.P("Not computed: the target has no `forecast` (peak_rate, spare_replicas) in the configuration.")
 	}
-	m.p("")
+	m.P("")
 }
 
 func (m *mdWriter) cost(r *Report) {
-	m.p("## 7. Cost")
-	m.p("")
+	m.P("## 7. Cost")
+	m.P("")
 	c := r.Cost
 	switch {
 	case r.Verdict == "running" || r.Verdict == "aborted":
-		m.p("Not computed: the run did not conclude.")
+		m.P("Not computed: the run did not conclude.")
 	case c == nil:
-		m.p("Not computed: the target has no `cost_per_hour` in the configuration.")
+		m.P("Not computed: the target has no `cost_per_hour` in the configuration.")
 	case c.PerGoodRequest == 0:
-		m.p("Not computed: %s.", c.Basis)
+		m.P("Not computed: %s.", c.Basis)
 	default:
-		m.p("%s per hour over %.3g good req/s (%s): **%s per SLO-good request, %s per 1,000**. Covers %s.",
+		m.P("%s per hour over %.3g good req/s (%s): **%s per SLO-good request, %s per 1,000**. Covers %s.",
 			money(c.CostPerHour), c.Goodput, c.Basis, money(c.PerGoodRequest), money(c.Per1000Good), c.Excludes)
 	}
-	m.p("")
+	m.P("")
 }
 
 func (m *mdWriter) soak(r *Report) {
 	s := r.Soak
-	m.p("## 8. Soak")
-	m.p("")
-	m.p("%.3g req/s open loop, %d windows.", s.Rate, len(s.Windows))
+	m.P("## 8. Soak")
+	m.P("")
+	m.P("%.3g req/s open loop, %d windows.", s.Rate, len(s.Windows))
 	if d := s.Drift; d != nil {
-		m.p("Drift (the end against the first window): %s; goodput per request %+.0f%%; prober memory %+.0f%%.",
+		m.P("Drift (the end against the first window): %s; goodput per request %+.0f%%; prober memory %+.0f%%.",
 			d.Growth(), -100*d.GoodputDrop, 100*d.MemoryGrowth)
 		if len(d.ServerGrowth) > 0 {
-			m.p("The server's own timings (P50): %s.", d.ServerTimings())
+			m.P("The server's own timings (P50): %s.", d.ServerTimings())
 		}
 	}
-	m.p("")
-	m.table("Window", "Start", "Sent", "Dropped", "Good/s", "Attained", "TTFT", "E2E", "Prober RSS", "Note")
+	m.P("")
+	m.Table("Window", "Start", "Sent", "Dropped", "Good/s", "Attained", "TTFT", "E2E", "Prober RSS", "Note")
 	for i, w := range s.Windows {
 		note := w.Note
 		if w.ErrorBurst {
@@ -420,47 +386,47 @@ func (m *mdWriter) soak(r *Report) {
 		if q := w.EngineQueue; q != nil && q.Samples > 0 {
 			note = strings.TrimSpace(note + fmt.Sprintf(" engine queue: mean %.1f, max %d", q.Mean, q.Max))
 		}
-		m.row(fmt.Sprint(i+1), fmt.Sprintf("%.0fs", w.StartSeconds), fmt.Sprint(w.Sent), fmt.Sprint(w.Dropped), fmt.Sprintf("%.3g", w.Goodput),
+		m.Row(fmt.Sprint(i+1), fmt.Sprintf("%.0fs", w.StartSeconds), fmt.Sprint(w.Sent), fmt.Sprint(w.Dropped), fmt.Sprintf("%.3g", w.Goodput),
 			fmt.Sprintf("%.1f%%", 100*w.Attainment), pct(w.TTFT), pct(w.E2E), fmt.Sprintf("%d MiB", w.ProberRSSBytes>>20), note)
 	}
-	m.p("")
+	m.P("")
 }
 
 func (m *mdWriter) provenance(r *Report) {
 	p := r.Provenance
-	m.p("## 9. Provenance")
-	m.p("")
-	m.table("", "")
+	m.P("## 9. Provenance")
+	m.P("")
+	m.Table("", "")
 	version := strings.TrimSpace(p.Version + " " + p.Revision)
 	if version == "" {
 		version = "a development build (no version)"
 	}
-	m.row("sloprober", version)
-	m.row("Configuration (SHA-256)", orNone(p.ConfigHash))
-	m.row("Schema version", fmt.Sprint(r.SchemaVersion))
-	m.row("Prober send lag", fmt.Sprintf("P99 at most %s, max %s", fmtSeconds(p.Prober.LagP99Seconds), fmtSeconds(p.Prober.LagMaxSeconds)))
-	m.row("Prober CPU", fmt.Sprintf("at most %.0f%% of its CPUs", 100*p.Prober.CPUShare))
-	m.row("Arrivals dropped", fmt.Sprint(p.Prober.Dropped))
+	m.Row("sloprober", version)
+	m.Row("Configuration (SHA-256)", orNone(p.ConfigHash))
+	m.Row("Schema version", fmt.Sprint(r.SchemaVersion))
+	m.Row("Prober send lag", fmt.Sprintf("P99 at most %s, max %s", fmtSeconds(p.Prober.LagP99Seconds), fmtSeconds(p.Prober.LagMaxSeconds)))
+	m.Row("Prober CPU", fmt.Sprintf("at most %.0f%% of its CPUs", 100*p.Prober.CPUShare))
+	m.Row("Arrivals dropped", fmt.Sprint(p.Prober.Dropped))
 	verdict := "trustworthy: lag and CPU within their limits (10 ms, 90%)"
 	if len(p.Prober.Distorted) > 0 {
 		verdict = "possibly distorted: " + joinAnd(p.Prober.Distorted)
 	}
-	m.row("Measurement", verdict)
-	m.p("")
+	m.Row("Measurement", verdict)
+	m.P("")
 	if r.LoadModel.Test != "" {
-		m.p("The test as it ran (defaults applied):")
-		m.p("")
-		m.p("```yaml")
-		m.p("%s", strings.ReplaceAll(r.LoadModel.Test, "```", "'''"))
-		m.p("```")
-		m.p("")
+		m.P("The test as it ran (defaults applied):")
+		m.P("")
+		m.P("```yaml")
+		m.P("%s", strings.ReplaceAll(r.LoadModel.Test, "```", "'''"))
+		m.P("```")
+		m.P("")
 	}
 }
 
 func (m *mdWriter) levels(r *Report) {
-	m.p("## Levels")
-	m.p("")
-	m.table("Stage", "Clients", "Rate/s", "Window", "Sent", "Ok/s", "Good/s", "In tok/s", "Out tok/s", "Attained", "TTFT", "TPOT P99", "E2E P99", "Drain", "Note")
+	m.P("## Levels")
+	m.P("")
+	m.Table("Stage", "Clients", "Rate/s", "Window", "Sent", "Ok/s", "Good/s", "In tok/s", "Out tok/s", "Attained", "TTFT", "TPOT P99", "E2E P99", "Drain", "Note")
 	for _, l := range r.Levels {
 		clients, rate := "-", "-"
 		if l.Concurrency > 0 {
@@ -479,12 +445,12 @@ func (m *mdWriter) levels(r *Report) {
 		if q := l.EngineQueue; q != nil && q.Samples > 0 {
 			note = strings.TrimSpace(note + fmt.Sprintf(" engine queue: mean %.1f, max %d", q.Mean, q.Max))
 		}
-		m.row(l.Stage, clients, rate, fmtSeconds(l.WindowSeconds), fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.CompletedRate), fmt.Sprintf("%.3g", l.Goodput),
+		m.Row(l.Stage, clients, rate, fmtSeconds(l.WindowSeconds), fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.CompletedRate), fmt.Sprintf("%.3g", l.Goodput),
 			fmt.Sprintf("%.4g", l.InputRate), fmt.Sprintf("%.4g", l.OutputRate), fmt.Sprintf("%.1f%%", 100*l.Attainment),
 			pct(l.TTFT), p99(l.TPOT), p99(l.E2E), fmtSeconds(l.DrainSeconds), note)
 	}
-	m.p("")
-	m.p("`*`: over too few samples (P95 below 200, P99 below 1,000).")
+	m.P("")
+	m.P("`*`: over too few samples (P95 below 200, P99 below 1,000).")
 }
 
 func p99(p capacity.Percentiles) string {
