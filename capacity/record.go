@@ -19,6 +19,7 @@ import (
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/internal/proc"
 	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/validity"
 )
 
 // Recorder keeps the requests of running tests. It is a
@@ -278,6 +279,10 @@ type Window struct {
 	lags       []float32
 	lagsSeen   int64
 	cpu0, cpu1 time.Duration
+	// runtime is the Go runtime's scheduler-latency and GC-pause
+	// histograms at the start; sched and gc their P99s over the window.
+	runtime   *validity.RuntimeSnapshot
+	sched, gc time.Duration
 }
 
 // Collector keeps the windows of one test run and its requests in flight.
@@ -350,7 +355,7 @@ func (c *Collector) InFlight() int { return int(c.inFlight.Load()) }
 func (c *Collector) Open(start time.Time) *Window {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w := &Window{Start: start, dropped: map[prober.DropReason]int{}, cpu0: proc.CPU()}
+	w := &Window{Start: start, dropped: map[prober.DropReason]int{}, cpu0: proc.CPU(), runtime: validity.TakeRuntimeSnapshot()}
 	c.windows = append(c.windows, w)
 	return w
 }
@@ -371,6 +376,7 @@ func (c *Collector) Close(w *Window, end time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	w.End, w.cpu1 = end, proc.CPU()
+	w.sched, w.gc = w.runtime.P99s()
 }
 
 // windowData is a copy of what a window collected.
@@ -380,6 +386,7 @@ type windowData struct {
 	gapsSeen   int64
 	lagsSeen   int64
 	cpu        time.Duration // the process's CPU time over the window
+	sched, gc  time.Duration // the Go scheduler's latency and GC pause P99s over it
 	start, end time.Time
 	scheduled  int
 	dropped    map[prober.DropReason]int
@@ -397,6 +404,7 @@ func (c *Collector) Data(w *Window) windowData {
 	if w.cpu1 > w.cpu0 {
 		d.cpu = w.cpu1 - w.cpu0
 	}
+	d.sched, d.gc = w.sched, w.gc
 	return d
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/internal/proc"
 	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/validity"
 )
 
 // Soak drift rules besides the configured ones (drift.p99_growth and
@@ -86,6 +87,10 @@ type Soak struct {
 	// Queue, if set, reads the engine's queue depth: every window records
 	// it, and the final drain waits for the queue to empty.
 	Queue QueueProbe
+	// Validity, if set, judges the prober's health over each window, as
+	// Step.Validity does a level's: a window measured while the prober was
+	// the limit is marked prober-bound.
+	Validity *validity.Config
 }
 
 // SoakRun is a soak's windows; it is part of Run.
@@ -145,7 +150,7 @@ func (s *Soak) Run(ctx context.Context) *Run {
 	// A Step lends the soak its watch, drain and summaries; the stop rules
 	// are judged per window (below), not as requests end: an error burst
 	// the target recovers from is part of a soak, not a reason to stop.
-	st := &Step{Manager: s.Manager, Test: t, Load: s.Load, Queue: s.Queue, col: col, start: start, noStopRules: true}
+	st := &Step{Manager: s.Manager, Test: t, Load: s.Load, Queue: s.Queue, Validity: s.Validity, col: col, start: start, noStopRules: true}
 	warmup, steady := time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady)
 	end := start.Add(time.Duration(t.Duration))
 	n := int((time.Duration(t.Duration) - warmup) / steady)

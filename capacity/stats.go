@@ -405,10 +405,25 @@ type ProberHealth struct {
 	CPUSeconds float64 `json:"cpu_seconds"`
 	CPUShare   float64 `json:"cpu_share"`
 	GOMAXPROCS int     `json:"gomaxprocs"`
+	// SchedulerP99 and GCPauseP99 are the P99s (seconds, bucket upper
+	// bounds) of the Go scheduler's latency and GC pauses over the window.
+	SchedulerP99 float64 `json:"scheduler_latency_p99,omitempty"`
+	GCPauseP99   float64 `json:"gc_pause_p99,omitempty"`
+	// Invalid are the reasons the prober's own measurements were not to
+	// be trusted over the window (the validity rule's thresholds, with
+	// the window as its sustain): empty when they were, or when the run
+	// judged none (Step.Validity nil).
+	Invalid []string `json:"invalid,omitempty"`
 }
 
+// ProberBound reports whether the level was measured while the prober,
+// not the target, was the limit: its percentiles are shown but not used
+// for the capacity conclusion.
+func (l *Level) ProberBound() bool { return l.Prober != nil && len(l.Prober.Invalid) > 0 }
+
 func proberHealth(w windowData) *ProberHealth {
-	h := &ProberHealth{Sends: int(w.lagsSeen), CPUSeconds: w.cpu.Seconds(), GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	h := &ProberHealth{Sends: int(w.lagsSeen), CPUSeconds: w.cpu.Seconds(), GOMAXPROCS: runtime.GOMAXPROCS(0),
+		SchedulerP99: w.sched.Seconds(), GCPauseP99: w.gc.Seconds()}
 	lags := percentiles(float64s(w.lags))
 	h.LagP99 = lags.P99
 	for _, v := range w.lags {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/validity"
 	"github.com/sloprober/sloprober/workload"
 )
 
@@ -143,6 +144,12 @@ type Step struct {
 	// Checkpoint, if set, is handed the run's partial results as each
 	// level starts (for storage; it must not keep the run).
 	Checkpoint func(*Run)
+	// Validity, if set, judges the prober's own health over each level
+	// (the daemon's --validity.* thresholds; the level's window is the
+	// sustain): a level measured while the prober was the limit is marked
+	// and left out of the conclusion, and the sweep stops raising load
+	// there ("prober-bound at N clients: add shards"). Nil judges none.
+	Validity *validity.Config
 
 	col         *Collector
 	noStopRules bool   // a soak judges them per window
@@ -209,7 +216,7 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 	// last good and the first bad level. The sweep ends after two levels
 	// in a row missed: goodput has stopped growing by then, and more load
 	// only overloads the target.
-	var capped, limited string
+	var capped, limited, proberBound string
 	missedInRow := 0
 	for _, c := range t.Sweep.Concurrency {
 		l, err := s.closedLevel(ctx, "sweep", c)
@@ -229,6 +236,13 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 			return VerdictAborted, abortReason(ctx, err)
 		}
 		s.keep(l)
+		if l.ProberBound() {
+			// The prober, not the target, limits this level: more
+			// load would measure the prober.
+			proberBound = fmt.Sprintf("prober-bound at %s (%s): add shards or CPU", clients(c), strings.Join(l.Prober.Invalid, ", "))
+			capped = proberBound
+			break
+		}
 		if l.CompletedRate >= 0.95*s.MaxRate {
 			// The clients are paced at MaxRate: goodput flattening here
 			// is the prober's cap, not the target's knee.
@@ -262,11 +276,17 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 			return VerdictAborted, abortReason(ctx, err)
 		}
 		s.keep(l) // a level a stop rule ended is a missed one
+		if l.ProberBound() {
+			break // the bounds would not move
+		}
 	}
 	s.run.Knee = knee(s.run.Sweep)
 	good, _ := s.bounds()
 	if good == 0 && len(s.run.Sweep) == 0 && capped != "" {
 		return VerdictAborted, "no sweep level could run: " + capped
+	}
+	if good == 0 && proberBound != "" {
+		return VerdictAborted, "no level measured the target: " + proberBound
 	}
 	if good == 0 {
 		return VerdictFail, "no sweep level met the objectives: " + missedObjectives(s.lowest())
@@ -295,7 +315,7 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 		if err != nil {
 			return VerdictAborted, abortReason(ctx, err)
 		}
-		if l.Met && l.Dropped == nil {
+		if l.Met && l.Dropped == nil && !l.ProberBound() {
 			verified = &s.run.Verify[len(s.run.Verify)-1]
 			s.run.Capacity.VerifiedRate, s.run.Capacity.VerifiedGoodput = rate, l.Goodput
 		}
@@ -335,6 +355,9 @@ func (s *Step) keep(l *Level) {
 // the objectives, and the lowest that missed (0: none).
 func (s *Step) bounds() (good, bad int) {
 	for _, l := range s.run.Sweep {
+		if l.ProberBound() {
+			continue // it tells nothing of the target
+		}
 		if !l.Met {
 			return good, l.Concurrency
 		}
@@ -625,6 +648,13 @@ func (s *Step) stopRule() error {
 // summarize fills a level from its window, once its requests have ended.
 func (s *Step) summarize(l *Level, w *Window, drain time.Duration, minRequests int) {
 	summarize(l, &s.Load, s.col.Data(w), minRequests)
+	if p := l.Prober; p != nil && s.Validity != nil {
+		sec := func(x float64) time.Duration { return time.Duration(x * float64(time.Second)) }
+		p.Invalid = s.Validity.Judge(p.CPUShare, sec(p.SchedulerP99), sec(p.GCPauseP99), sec(p.LagP99), 0)
+		if len(p.Invalid) > 0 {
+			l.Note = addNote(l.Note, "prober-bound ("+strings.Join(p.Invalid, ", ")+"): measured while the prober was the limit, not used for the conclusion")
+		}
+	}
 	l.DrainSeconds = drain.Seconds()
 	if s.drainNote != "" {
 		l.Note = addNote(l.Note, s.drainNote)

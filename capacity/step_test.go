@@ -21,6 +21,7 @@ import (
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/report"
 	"github.com/sloprober/sloprober/simulator/simtest"
+	"github.com/sloprober/sloprober/validity"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -392,4 +393,33 @@ func TestStepDrainEngineQueueStuck(t *testing.T) {
 	require.Contains(t, run.Baseline.Note, "engine queue still 5 after 6s (other clients?)")
 	require.GreaterOrEqual(t, run.Baseline.DrainSeconds, 6.0)
 	require.NotContains(t, run.Sweep[0].Note, "engine queue")
+}
+
+// TestStepProberBound: with the prober's health judged (Step.Validity) and
+// a level measured while the prober was the limit, the level is marked, the
+// sweep stops raising load there, and with no level measuring the target
+// the run is aborted saying the prober is the limit. The threshold is set
+// so that any CPU use is over it: the judgement, not a starved machine, is
+// under test (the end-to-end test in rules/ starves a real one).
+func TestStepProberBound(t *testing.T) {
+	sim := simtest.Start(t, groundTruthSim)
+	cfg := stepConfig(t, sim.URL, `
+  - {name: pb, kind: step, target: sim, scenario: short, baseline: {requests: 2}, sweep: {concurrency: [1, 2, 4], refine: 1}, window: {warmup: 0s, steady: 1s, min_requests: 1}}
+`)
+	rec, m := newManager(t, cfg)
+	v := validity.DefaultConfig
+	v.CPU = 1e-9
+	s := &capacity.Step{Manager: m, Recorder: rec, Test: cfg.Tests[0], Load: cfg.TestLoad(cfg.Tests[0]), MaxRate: 100,
+		Logger: promslog.NewNopLogger(), Validity: &v}
+	run := s.Run(t.Context())
+	require.Equal(t, capacity.VerdictAborted, run.Verdict, run.Reason)
+	require.Contains(t, run.Reason, "no level measured the target: prober-bound at 1 client (cpu): add shards or CPU")
+	require.Len(t, run.Sweep, 1, "the sweep stops raising load at the prober-bound level")
+	l := run.Sweep[0]
+	require.True(t, l.ProberBound())
+	require.Equal(t, []string{validity.ReasonCPU}, l.Prober.Invalid)
+	require.Contains(t, l.Note, "prober-bound (cpu): measured while the prober was the limit, not used for the conclusion")
+	require.Positive(t, l.TTFT.N, "its percentiles are kept for the report")
+	require.Nil(t, run.Capacity)
+
 }

@@ -162,8 +162,17 @@ func freeAddr(t *testing.T) string {
 // the test fails.
 func start(t *testing.T, name, bin string, args ...string) {
 	t.Helper()
+	startEnv(t, name, nil, bin, args...)
+}
+
+// startEnv is start with environment variables added to the test's.
+func startEnv(t *testing.T, name string, env []string, bin string, args ...string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var mu sync.Mutex
 	var log strings.Builder
 	pr, pw := io.Pipe()

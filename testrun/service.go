@@ -21,6 +21,7 @@ import (
 	"github.com/sloprober/sloprober/exporter"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/runstore"
+	"github.com/sloprober/sloprober/validity"
 )
 
 // Errors of Start.
@@ -49,6 +50,7 @@ type Service struct {
 	stopped bool
 	runs    sync.WaitGroup
 
+	validity *validity.Config
 	// queues reads a target's engine queue depth, nil without engine
 	// metrics (SetQueues).
 	queues func(target string) capacity.QueueProbe
@@ -84,6 +86,10 @@ func New(logger *slog.Logger, manager *prober.Manager, recorder *capacity.Record
 	return s
 }
 
+// SetValidity sets the thresholds a step test judges the prober's health
+// by, level by level (capacity.Step.Validity). Call it before Run.
+func (s *Service) SetValidity(v validity.Config) { s.validity = &v }
+
 // SetQueues sets how a test reads its target's engine queue depth (for its
 // drain checks and the reports): queue returns nil for a target without
 // engine metrics. Call it before Run.
@@ -110,9 +116,11 @@ func (s *Service) run(ctx context.Context, t *config.TestConfig, load config.Loa
 		queue = s.queues(load.Target.Name)
 	}
 	if t.Kind == config.TestSoak {
-		return (&capacity.Soak{Manager: s.manager, Recorder: s.recorder, Test: t, Load: load, Logger: s.logger, ConfigHash: hash, Checkpoint: checkpoint, Queue: queue}).Run(ctx)
+		return (&capacity.Soak{Manager: s.manager, Recorder: s.recorder, Test: t, Load: load, Logger: s.logger, ConfigHash: hash, Checkpoint: checkpoint, Queue: queue,
+			Validity: s.validity}).Run(ctx)
 	}
-	return (&capacity.Step{Manager: s.manager, Recorder: s.recorder, Test: t, Load: load, MaxRate: maxRate, Logger: s.logger, ConfigHash: hash, Checkpoint: checkpoint, Queue: queue}).Run(ctx)
+	return (&capacity.Step{Manager: s.manager, Recorder: s.recorder, Test: t, Load: load, MaxRate: maxRate, Logger: s.logger, ConfigHash: hash, Checkpoint: checkpoint, Queue: queue,
+		Validity: s.validity}).Run(ctx)
 }
 
 // ApplyConfig takes a configuration's tests: new schedules apply from now;

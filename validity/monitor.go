@@ -458,19 +458,56 @@ func (c Config) Validate() error {
 // latency and of GC pauses since the process started: the self-measurement
 // of a short-lived command (`sloprober probe`), which has no window.
 func SinceStart() (schedulerP99, gcPauseP99 time.Duration) {
-	now := time.Now()
-	return newRuntimeHistogram("/sched/latencies:seconds").sample(now, time.Hour),
-		newRuntimeHistogram("/sched/pauses/total/gc:seconds").sample(now, time.Hour)
+	return (&RuntimeSnapshot{}).P99s()
+}
+
+// RuntimeSnapshot is the runtime's scheduler-latency and GC-pause
+// histograms at a moment, for their P99s over a span of time that is not
+// the monitor's window (a benchmark's level, a test's level).
+type RuntimeSnapshot struct {
+	sched, gc []uint64 // nil: since the process started
+}
+
+// TakeRuntimeSnapshot reads the histograms now.
+func TakeRuntimeSnapshot() *RuntimeSnapshot {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}, {Name: "/sched/pauses/total/gc:seconds"}}
+	metrics.Read(s)
+	counts := func(v metrics.Value) []uint64 {
+		if v.Kind() != metrics.KindFloat64Histogram {
+			return nil
+		}
+		return append([]uint64(nil), v.Float64Histogram().Counts...)
+	}
+	return &RuntimeSnapshot{sched: counts(s[0].Value), gc: counts(s[1].Value)}
+}
+
+// P99s returns the P99s of what the histograms counted since the snapshot.
+func (r *RuntimeSnapshot) P99s() (schedulerP99, gcPauseP99 time.Duration) {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}, {Name: "/sched/pauses/total/gc:seconds"}}
+	metrics.Read(s)
+	p99 := func(v metrics.Value, before []uint64) time.Duration {
+		if v.Kind() != metrics.KindFloat64Histogram {
+			return 0
+		}
+		h := v.Float64Histogram()
+		if len(before) != len(h.Counts) {
+			before = make([]uint64, len(h.Counts))
+		}
+		return deltaP99(h.Buckets, before, h.Counts)
+	}
+	return p99(s[0].Value, r.sched), p99(s[1].Value, r.gc)
 }
 
 // Judge applies the rule's thresholds to one set of self-measurements,
-// with no sustain: the reasons over their thresholds (none: valid).
-func (c Config) Judge(schedulerP99, gcPauseP99, sendLag, poolWait time.Duration) []string {
+// with no sustain: the reasons over their thresholds (none: valid). A
+// cpuShare of 0 is not judged (a command too short to measure it).
+func (c Config) Judge(cpuShare float64, schedulerP99, gcPauseP99, sendLag, poolWait time.Duration) []string {
 	var out []string
 	for _, x := range []struct {
 		over   bool
 		reason string
 	}{
+		{cpuShare > c.CPU, ReasonCPU},
 		{schedulerP99 > c.SchedulerP99, ReasonSchedulerLatency},
 		{gcPauseP99 > c.GCPauseP99, ReasonGCPause},
 		{sendLag > c.SendLagP99, ReasonSendLag},

@@ -195,10 +195,30 @@ func TestMonitorTargets(t *testing.T) {
 
 func TestJudge(t *testing.T) {
 	c := DefaultConfig
-	require.Empty(t, c.Judge(time.Millisecond, 0, 2*time.Millisecond, 100*time.Microsecond))
-	require.Equal(t, []string{ReasonSchedulerLatency, ReasonSendLag}, c.Judge(8*time.Millisecond, 0, 20*time.Millisecond, 0))
-	require.Equal(t, []string{ReasonGCPause, ReasonPoolWait}, c.Judge(0, 6*time.Millisecond, 0, 2*time.Millisecond))
+	require.Empty(t, c.Judge(0.5, time.Millisecond, 0, 2*time.Millisecond, 100*time.Microsecond))
+	require.Equal(t, []string{ReasonSchedulerLatency, ReasonSendLag}, c.Judge(0, 8*time.Millisecond, 0, 20*time.Millisecond, 0))
+	require.Equal(t, []string{ReasonCPU, ReasonGCPause, ReasonPoolWait}, c.Judge(0.95, 0, 6*time.Millisecond, 0, 2*time.Millisecond))
 	s, g := SinceStart()
 	require.GreaterOrEqual(t, s, time.Duration(0))
 	require.GreaterOrEqual(t, g, time.Duration(0))
+
+	// A snapshot's P99s count only what came after it: goroutines that
+	// wait to run while the CPUs spin.
+	snap := TakeRuntimeSnapshot()
+	done := make(chan struct{})
+	for range 4 * procs() {
+		go func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond) // load for the scheduler to measure, not synchronisation
+	close(done)
+	s2, _ := snap.P99s()
+	require.Positive(t, s2, "the scheduler measured its latency under load")
 }

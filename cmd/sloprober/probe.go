@@ -324,7 +324,7 @@ func printProberHealth(w io.Writer, r *prober.Result) {
 		wait = r.Trace.GotConn
 	}
 	verdict := "valid"
-	if reasons := validity.DefaultConfig.Judge(sched, gc, r.Lag(), wait); len(reasons) > 0 {
+	if reasons := validity.DefaultConfig.Judge(0, sched, gc, r.Lag(), wait); len(reasons) > 0 {
 		verdict = "NOT VALID (" + strings.Join(reasons, ", ") + "): the numbers above include the prober's own delays"
 	}
 	fmt.Fprintf(w, "prober:     %s: send lag %s, connection wait %s, scheduler latency P99 <= %s, GC pause P99 <= %s\n",

@@ -340,6 +340,7 @@ func (c *runCommand) run(logger *slog.Logger) int {
 	}
 	defer store.Close()
 	d.tests = testrun.New(logger, d.manager, recorder, store, testrun.NewMetrics(reg))
+	d.tests.SetValidity(c.validity)
 	d.engines = servermetrics.NewManager(logger, servermetrics.NewMetrics(reg))
 	d.tests.SetQueues(func(target string) capacity.QueueProbe {
 		cfg := d.cfg.Load()

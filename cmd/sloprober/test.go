@@ -20,6 +20,7 @@ import (
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/servermetrics"
+	"github.com/sloprober/sloprober/validity"
 )
 
 // Exit codes of `sloprober test run`.
@@ -31,11 +32,12 @@ const (
 
 // testCommand is `sloprober test run`: one run of a test, now.
 type testCommand struct {
-	cmd    *kingpin.CmdClause
-	name   *string
-	json   *string
-	source configSource
-	simArg *string
+	cmd      *kingpin.CmdClause
+	name     *string
+	json     *string
+	source   configSource
+	simArg   *string
+	validity validity.Config
 }
 
 func newTestCommand(app *kingpin.Application) *testCommand {
@@ -45,6 +47,7 @@ func newTestCommand(app *kingpin.Application) *testCommand {
 	c.json = c.cmd.Flag("json", "Also write the run's results as JSON to this file.").String()
 	c.source = addConfigFlags(c.cmd)
 	c.simArg = c.cmd.Flag("sim.listen-address", "Address of the built-in simulator started without --config.file (loopback only).").Default("127.0.0.1:0").String()
+	addValidityFlags(c.cmd, &c.validity)
 	return c
 }
 
@@ -52,6 +55,9 @@ func (c *testCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "sloprober: %v\n", err)
 		return exitError
+	}
+	if err := c.validity.Validate(); err != nil {
+		return fail(fmt.Errorf("bad --validity flags: %w", err))
 	}
 	simURL := ""
 	if *c.source.file == "" {
@@ -100,12 +106,13 @@ func (c *testCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 	if t.Kind == config.TestSoak {
 		fmt.Fprintf(stderr, "Running soak test %s on target %s: %g req/s for %s, windows of %s\n", t.Name, t.Target,
 			t.Rate, time.Duration(t.Duration), time.Duration(t.Window.Steady))
-		soak := &capacity.Soak{Manager: m, Recorder: rec, Test: t, Load: cfg.TestLoad(t), Logger: logger, Progress: progress, ConfigHash: cfg.Hash(), Queue: queue}
+		soak := &capacity.Soak{Manager: m, Recorder: rec, Test: t, Load: cfg.TestLoad(t), Logger: logger, Progress: progress, ConfigHash: cfg.Hash(), Queue: queue, Validity: &c.validity}
 		run = soak.Run(ctx)
 	} else {
 		fmt.Fprintf(stderr, "Running step test %s on target %s: sweep %v, windows %s + %s a level\n", t.Name, t.Target,
 			t.Sweep.Concurrency, time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady))
-		step := &capacity.Step{Manager: m, Recorder: rec, Test: t, Load: cfg.TestLoad(t), MaxRate: maxRate, Logger: logger, Progress: progress, ConfigHash: cfg.Hash(), Queue: queue}
+		step := &capacity.Step{Manager: m, Recorder: rec, Test: t, Load: cfg.TestLoad(t), MaxRate: maxRate, Logger: logger, Progress: progress, ConfigHash: cfg.Hash(), Queue: queue,
+			Validity: &c.validity}
 		run = step.Run(ctx)
 	}
 	capacity.WriteTable(stdout, run)

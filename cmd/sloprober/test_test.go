@@ -19,6 +19,13 @@ import (
 // infeasible (or failed) test, 2 on an unknown test, a kind it cannot run,
 // a usage or a configuration error; --json writes the run. A soak runs its
 // windows.
+// testValidity are the validity thresholds the step tests here run with:
+// a sloprober built with -race, on 2 cores shared with the simulator and
+// other test binaries, sees scheduler latencies of tens of milliseconds.
+// These tests check the procedure, not the prober's health (that is
+// capacity's TestStepProberBound and rules' TestEndToEndStarvedProber).
+var testValidity = []string{"--validity.cpu=1", "--validity.scheduler-latency=1s", "--validity.gc-pause=1s", "--validity.send-lag=1s"}
+
 func TestTestRunExitCodes(t *testing.T) {
 	// 4 slots, a 4 ms prefill and 20-token replies at 8 + 2c ms a step:
 	// every TTFT is under 25 ms up to 4 clients, far below the 150 ms SLO (see capacity's ground
@@ -47,7 +54,7 @@ tests:
 `, sim.URL)), 0o600))
 	out := filepath.Join(dir, "run.json")
 
-	code, stdout, stderr := runCLI(t, "test", "run", "quick", "--config.file", file, "--json", out)
+	code, stdout, stderr := runCLI(t, append([]string{"test", "run", "quick", "--config.file", file, "--json", out}, testValidity...)...)
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "test quick (step) on sim: PASS")
 	require.Contains(t, stderr, "level 2 of about")
@@ -91,9 +98,9 @@ tests:
 		code int
 		msg  string
 	}{
-		{[]string{"test", "run", "hopeless", "--config.file", file}, 1, ""},
+		{append([]string{"test", "run", "hopeless", "--config.file", file}, testValidity...), 1, ""},
 		{[]string{"test", "run", "nope", "--config.file", file}, 2, `no test "nope" in the configuration (tests: quick, hopeless, soak)`},
-		{[]string{"test", "run", "soak", "--config.file", file}, 0, "Running soak test soak on target sim: 5 req/s for 2s, windows of 1s"},
+		{append([]string{"test", "run", "soak", "--config.file", file}, testValidity...), 0, "Running soak test soak on target sim: 5 req/s for 2s, windows of 1s"},
 		{[]string{"test", "run"}, 2, "required argument 'name' not provided"},
 		{[]string{"test", "run", "quick", "--config.file", filepath.Join(dir, "missing.yml")}, 2, "missing.yml"},
 	} {

@@ -21,6 +21,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -32,6 +33,7 @@ import (
 	"github.com/sloprober/sloprober/exporter"
 	"github.com/sloprober/sloprober/internal/proc"
 	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/validity"
 	"github.com/sloprober/sloprober/workload"
 )
 
@@ -103,6 +105,16 @@ type Result struct {
 	HeapPerKiB   float64 `json:"heap_per_stream_kib"`
 	StackPerKiB  float64 `json:"stack_per_stream_kib"`
 	Goroutines   int     `json:"goroutines"`
+	// The prober's own health over the window, judged by the validity
+	// rule's default thresholds with no sustain (the window is the level):
+	// its CPU share of GOMAXPROCS, the Go scheduler's latency and GC
+	// pause P99s (bucket upper bounds), and whether its measurements
+	// were valid, or the reasons they were not.
+	CPUShare     float64  `json:"cpu_share"`
+	SchedP99MS   float64  `json:"sched_latency_p99_ms"`
+	GCPauseP99MS float64  `json:"gc_pause_p99_ms"`
+	Valid        bool     `json:"valid"`
+	Invalid      []string `json:"invalid,omitempty"`
 }
 
 // Run runs the steps one after the other.
@@ -261,6 +273,7 @@ func runStep(ctx context.Context, o Options, s Step) (Result, error) {
 		return Result{}, ctx.Err()
 	}
 	cpu0 := proc.CPU()
+	snap := validity.TakeRuntimeSnapshot()
 	t.setMeasuring(true)
 	start := time.Now()
 	if !prober.Sleep(ctx, o.Measure) {
@@ -269,6 +282,7 @@ func runStep(ctx context.Context, o Options, s Step) (Result, error) {
 	t.setMeasuring(false)
 	window := time.Since(start)
 	cpu := proc.CPU() - cpu0
+	sched, gcPause := snap.P99s()
 	if o.HeapProfile != "" {
 		if f, err := os.Create(o.HeapProfile); err == nil {
 			_ = pprof.WriteHeapProfile(f)
@@ -296,6 +310,11 @@ func runStep(ctx context.Context, o Options, s Step) (Result, error) {
 	}
 	res.ITLErrP50MS, res.ITLErrP99MS, res.ITLErrMean = quantile(itl, 0.5), quantile(itl, 0.99), mean(itl)
 	res.CPUCores = cpu.Seconds() / window.Seconds()
+	res.CPUShare = res.CPUCores / float64(runtime.GOMAXPROCS(0))
+	res.SchedP99MS, res.GCPauseP99MS = ms(sched), ms(gcPause)
+	lagP99 := time.Duration(res.LagP99MS * float64(time.Millisecond))
+	res.Invalid = validity.DefaultConfig.Judge(res.CPUShare, sched, gcPause, lagP99, 0)
+	res.Valid = len(res.Invalid) == 0
 	if t.chunks > 0 {
 		res.CPUMSPer1000 = ms(cpu) / float64(t.chunks) * 1000
 	}
@@ -364,15 +383,19 @@ func mean(xs []float64) float64 {
 
 // WriteTable prints the results as a table.
 func WriteTable(w io.Writer, rs []Result) {
-	fmt.Fprintf(w, "%7s %6s %9s %9s %7s %8s %8s %8s %9s %9s %9s %9s %9s %9s %6s %8s %7s %8s %8s %8s %10s\n",
+	fmt.Fprintf(w, "%7s %6s %9s %9s %7s %8s %8s %8s %9s %9s %9s %9s %9s %9s %6s %8s %7s %8s %8s %8s %10s %9s  %s\n",
 		"streams", "itl", "intended", "achieved", "dropped", "lag p50", "lag p99", "lag max",
 		"ttft p50", "ttft p99", "ttft mean", "itl p50", "itl p99", "itl mean", "cores", "ms/1k ch", "rss MB",
-		"KiB/str", "heap/str", "stk/str", "goroutines")
+		"KiB/str", "heap/str", "stk/str", "goroutines", "sched p99", "measurements")
 	for _, r := range rs {
-		fmt.Fprintf(w, "%7d %4.0fms %7.1f/s %7.1f/s %7d %6.2fms %6.2fms %6.2fms %7.3fms %7.3fms %7.3fms %7.3fms %7.3fms %7.3fms %6.2f %8.1f %7.1f %8.1f %8.1f %8.1f %10d\n",
+		valid := "valid"
+		if !r.Valid {
+			valid = "NOT VALID: " + strings.Join(r.Invalid, ", ")
+		}
+		fmt.Fprintf(w, "%7d %4.0fms %7.1f/s %7.1f/s %7d %6.2fms %6.2fms %6.2fms %7.3fms %7.3fms %7.3fms %7.3fms %7.3fms %7.3fms %6.2f %8.1f %7.1f %8.1f %8.1f %8.1f %10d %7.2fms  %s\n",
 			r.Streams, r.ITLMS, r.IntendedRate, r.AchievedRate, r.Dropped, r.LagP50MS, r.LagP99MS, r.LagMaxMS,
 			r.TTFTErrP50MS, r.TTFTErrP99MS, r.TTFTErrMean, r.ITLErrP50MS, r.ITLErrP99MS, r.ITLErrMean,
-			r.CPUCores, r.CPUMSPer1000, r.RSSMB, r.RSSPerKiB, r.HeapPerKiB, r.StackPerKiB, r.Goroutines)
+			r.CPUCores, r.CPUMSPer1000, r.RSSMB, r.RSSPerKiB, r.HeapPerKiB, r.StackPerKiB, r.Goroutines, r.SchedP99MS, valid)
 	}
 }
 
