@@ -280,7 +280,15 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 			break // the bounds would not move
 		}
 	}
-	s.run.Knee = knee(s.run.Sweep)
+	// The knee is the target's: levels where the prober was the limit
+	// say nothing of it.
+	var measured []Level
+	for _, l := range s.run.Sweep {
+		if !l.ProberBound() {
+			measured = append(measured, l)
+		}
+	}
+	s.run.Knee = knee(measured)
 	good, _ := s.bounds()
 	if good == 0 && len(s.run.Sweep) == 0 && capped != "" {
 		return VerdictAborted, "no sweep level could run: " + capped
