@@ -248,6 +248,7 @@ func (s *Soak) summarizeWindow(st *Step, run *Run, windows []*Window, i int) {
 	w := &run.Soak.Windows[i]
 	w.Level = Level{Stage: "soak", IntendedRate: s.Test.Rate, EngineQueue: w.EngineQueue}
 	summarize(&w.Level, &s.Load, st.col.Data(windows[i]), s.Test.Window.MinRequests)
+	judgeProber(&w.Level, s.Validity, "its latencies include the prober's own delays")
 	bad := 0
 	for outcome, n := range w.Outcomes {
 		if failed(outcome) {

@@ -14,6 +14,7 @@ import (
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/simulator"
 	"github.com/sloprober/sloprober/simulator/simtest"
+	"github.com/sloprober/sloprober/validity"
 )
 
 // runSoak runs the configuration's first test, a soak; during, if not
@@ -238,4 +239,25 @@ tests:
 		require.Greater(t, *w.Server.CachedShare, 0.3, "window %d: most of a prompt is a shared prefix or a conversation's history", i)
 	}
 	require.Positive(t, cancelled, "a fifth of the requests, cancelled after 40 ms (a request takes about 90 ms)")
+}
+
+// TestSoakProberBound: with the prober's health judged (Soak.Validity),
+// a window measured while the prober was the limit is marked, as a step
+// test's level is. The threshold is set so that any CPU use is over it.
+func TestSoakProberBound(t *testing.T) {
+	sim := simtest.Start(t, "slots: 0\nfixed: {ttft: 20ms, itl: 5ms}\n")
+	cfg := stepConfig(t, sim.URL, `
+  - {name: soak, kind: soak, target: sim, scenario: short, rate: 20, duration: 4s, window: 2s}
+`)
+	rec, m := newManager(t, cfg)
+	tc := cfg.Tests[0]
+	v := validity.DefaultConfig
+	v.CPU = 1e-9
+	run := (&capacity.Soak{Manager: m, Recorder: rec, Test: tc, Load: cfg.TestLoad(tc), Logger: promslog.NewNopLogger(), Validity: &v}).Run(t.Context())
+	require.NotEmpty(t, run.Soak.Windows)
+	for i, w := range run.Soak.Windows {
+		require.True(t, w.ProberBound(), "window %d", i)
+		require.Equal(t, []string{validity.ReasonCPU}, w.Prober.Invalid, "window %d", i)
+		require.Contains(t, w.Note, "prober-bound (cpu): measured while the prober was the limit", "window %d", i)
+	}
 }

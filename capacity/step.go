@@ -208,6 +208,11 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 	if err != nil {
 		return VerdictAborted, abortReason(ctx, err)
 	}
+	if !base.Met && base.ProberBound() {
+		// One request at a time missed while the prober was the limit:
+		// that says nothing of the target.
+		return VerdictAborted, fmt.Sprintf("the baseline missed the objective while %s", proberBoundReason(base))
+	}
 	if !base.Met {
 		return VerdictInfeasible, fmt.Sprintf("one request at a time already misses the objective: %s", missedObjectives(base))
 	}
@@ -239,7 +244,7 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 		if l.ProberBound() {
 			// The prober, not the target, limits this level: more
 			// load would measure the prober.
-			proberBound = fmt.Sprintf("prober-bound at %s (%s): add shards or CPU", clients(c), strings.Join(l.Prober.Invalid, ", "))
+			proberBound = proberBoundReason(l)
 			capped = proberBound
 			break
 		}
@@ -290,14 +295,8 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 	}
 	s.run.Knee = knee(measured)
 	good, _ := s.bounds()
-	if good == 0 && len(s.run.Sweep) == 0 && capped != "" {
-		return VerdictAborted, "no sweep level could run: " + capped
-	}
-	if good == 0 && proberBound != "" {
-		return VerdictAborted, "no level measured the target: " + proberBound
-	}
 	if good == 0 {
-		return VerdictFail, "no sweep level met the objectives: " + missedObjectives(s.lowest())
+		return s.noCapacity(capped, proberBound)
 	}
 	capLevel := s.at(good)
 	s.run.Capacity = &Capacity{Concurrency: good, Rate: capLevel.CompletedRate, Goodput: capLevel.Goodput}
@@ -308,6 +307,7 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 	// Step 5: open-loop verification at fractions of that rate, then a
 	// burst from the highest rate that passed.
 	var verified *Level
+	verifyBound, verifyMissed := "", false // a prober-bound level; a measured one that did not pass
 	for _, f := range t.Verify.Rates {
 		rate := f * capLevel.CompletedRate
 		if rate > s.MaxRate {
@@ -317,16 +317,32 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 		}
 		l, err := s.openLevel(ctx, "verify", rate)
 		s.run.Verify = append(s.run.Verify, *l)
-		if errors.Is(err, errStopRule) && ctx.Err() == nil {
-			break // missed, and higher rates would be no better
-		}
-		if err != nil {
+		stopped := errors.Is(err, errStopRule) && ctx.Err() == nil
+		if err != nil && !stopped {
 			return VerdictAborted, abortReason(ctx, err)
 		}
-		if l.Met && l.Dropped == nil && !l.ProberBound() {
+		switch {
+		case l.Prober == nil:
+			// Not run (capped): neither measured nor missed.
+		case l.ProberBound():
+			if verifyBound == "" {
+				verifyBound = proberBoundReason(l)
+			}
+		case l.Met && l.Dropped == nil && !stopped:
 			verified = &s.run.Verify[len(s.run.Verify)-1]
 			s.run.Capacity.VerifiedRate, s.run.Capacity.VerifiedGoodput = rate, l.Goodput
+		default:
+			verifyMissed = true
 		}
+		if stopped {
+			break // missed, and higher rates would be no better
+		}
+	}
+	if verified == nil && verifyBound != "" && !verifyMissed {
+		// Every open-loop rate that ran measured the prober: the target
+		// neither passed nor failed.
+		return VerdictAborted, fmt.Sprintf("no open-loop rate measured the target: %s (the closed loop met the objectives at %s, %.3g req/s)",
+			verifyBound, clients(good), capLevel.CompletedRate)
 	}
 	if verified == nil {
 		return VerdictFail, fmt.Sprintf("no open-loop rate met the objectives (the closed loop met them at %s, %.3g req/s)", clients(good), capLevel.CompletedRate)
@@ -348,6 +364,41 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 		reason += "; the sweep ended early: " + capped
 	}
 	return VerdictPass, reason
+}
+
+// noCapacity is the verdict of a sweep and refinement in which no level
+// met the objectives with every level below it meeting them too.
+func (s *Step) noCapacity(capped, proberBound string) (string, string) {
+	if len(s.run.Sweep) == 0 && capped != "" {
+		return VerdictAborted, "no sweep level could run: " + capped
+	}
+	for _, l := range s.run.Sweep {
+		if !l.ProberBound() {
+			// A level the prober did not limit missed: the target's.
+			reason := "no sweep level met the objectives: " + missedObjectives(s.lowest())
+			if proberBound != "" {
+				reason += "; the sweep ended early: " + proberBound
+			}
+			return VerdictFail, reason
+		}
+	}
+	if proberBound != "" {
+		return VerdictAborted, "no level measured the target: " + proberBound
+	}
+	return VerdictFail, "no sweep level met the objectives: " + missedObjectives(s.lowest())
+}
+
+// proberBoundReason names a level the prober limited and what to do.
+func proberBoundReason(l *Level) string {
+	return fmt.Sprintf("prober-bound at %s (%s): add shards or CPU", l.LoadName(), strings.Join(l.Prober.Invalid, ", "))
+}
+
+// LoadName names a level by its load: "4 clients", "6.25 req/s".
+func (l *Level) LoadName() string {
+	if l.Concurrency > 0 {
+		return clients(l.Concurrency)
+	}
+	return fmt.Sprintf("%.3g req/s", l.IntendedRate)
 }
 
 // keep adds a sweep level, in order of concurrency.
@@ -656,19 +707,28 @@ func (s *Step) stopRule() error {
 // summarize fills a level from its window, once its requests have ended.
 func (s *Step) summarize(l *Level, w *Window, drain time.Duration, minRequests int) {
 	summarize(l, &s.Load, s.col.Data(w), minRequests)
-	if p := l.Prober; p != nil && s.Validity != nil {
-		sec := func(x float64) time.Duration { return time.Duration(x * float64(time.Second)) }
-		p.Invalid = s.Validity.Judge(p.CPUShare, sec(p.SchedulerP99), sec(p.GCPauseP99), sec(p.LagP99), 0)
-		if len(p.Invalid) > 0 {
-			l.Note = addNote(l.Note, "prober-bound ("+strings.Join(p.Invalid, ", ")+"): measured while the prober was the limit, not used for the conclusion")
-		}
-	}
+	judgeProber(l, s.Validity, "not used for the conclusion")
 	l.DrainSeconds = drain.Seconds()
 	if s.drainNote != "" {
 		l.Note = addNote(l.Note, s.drainNote)
 		s.drainNote = ""
 	}
 	s.goodput = l.Goodput
+}
+
+// judgeProber judges the prober's health over a level by v (nil: none)
+// and marks the level when the prober was the limit; use says what
+// becomes of such a level.
+func judgeProber(l *Level, v *validity.Config, use string) {
+	p := l.Prober
+	if p == nil || v == nil {
+		return
+	}
+	sec := func(x float64) time.Duration { return time.Duration(x * float64(time.Second)) }
+	p.Invalid = v.Judge(p.CPUShare, sec(p.SchedulerP99), sec(p.GCPauseP99), sec(p.LagP99), 0)
+	if len(p.Invalid) > 0 {
+		l.Note = addNote(l.Note, "prober-bound ("+strings.Join(p.Invalid, ", ")+"): measured while the prober was the limit, "+use)
+	}
 }
 
 // report tells the progress at the start of a level of c clients or rate

@@ -423,3 +423,57 @@ func TestStepProberBound(t *testing.T) {
 	require.Nil(t, run.Capacity)
 
 }
+
+// TestStepVerifyProberBound: open-loop verification levels measured while
+// the prober was the limit verify nothing, and do not fail the target
+// either: with every verify level prober-bound the run is aborted, naming
+// the prober. Closed-loop clients send without lag, open-loop arrivals
+// with some: a send-lag threshold of 1 ns makes exactly the verify levels
+// prober-bound.
+func TestStepVerifyProberBound(t *testing.T) {
+	sim := simtest.Start(t, groundTruthSim)
+	cfg := stepConfig(t, sim.URL, `
+  - {name: pbv, kind: step, target: sim, scenario: short, baseline: {requests: 2}, sweep: {concurrency: [1, 2], refine: 0}, window: {warmup: 0s, steady: 1s, min_requests: 1}, verify: {rates: [0.25, 0.5]}}
+`)
+	rec, m := newManager(t, cfg)
+	v := validity.Config{Window: time.Minute, CPU: 1, SchedulerP99: time.Hour, GCPauseP99: time.Hour, SendLagP99: time.Nanosecond, PoolWaitP99: time.Hour}
+	s := &capacity.Step{Manager: m, Recorder: rec, Test: cfg.Tests[0], Load: cfg.TestLoad(cfg.Tests[0]), MaxRate: 100,
+		Logger: promslog.NewNopLogger(), Validity: &v}
+	run := s.Run(t.Context())
+	for _, l := range run.Sweep {
+		require.False(t, l.ProberBound(), "closed-loop level %d: no send lag", l.Concurrency)
+	}
+	require.NotEmpty(t, run.Verify)
+	for _, l := range run.Verify {
+		require.True(t, l.ProberBound(), "verify level %g req/s", l.IntendedRate)
+	}
+	require.Equal(t, capacity.VerdictAborted, run.Verdict, run.Reason)
+	require.Contains(t, run.Reason, "prober-bound at")
+	require.Contains(t, run.Reason, "(send_lag): add shards or CPU")
+}
+
+// TestStepBaselineProberBound: a baseline that misses its objective while
+// the prober was the limit does not make the target infeasible.
+func TestStepBaselineProberBound(t *testing.T) {
+	sim := simtest.Start(t, groundTruthSim)
+	// A TTFT SLO of 1 ms (the simulator takes 4 ms): every request misses it.
+	cfg, err := config.Load([]byte(fmt.Sprintf(`
+global: {max_rate: 100, max_in_flight: 200}
+targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s, simulator: true}]
+scenarios: [{name: short, input_tokens: 16, output_tokens: 20, ignore_eos: true, objective: 0.85, slo: {ttft: 1ms}}]
+tests:
+  - {name: pbb, kind: step, target: sim, scenario: short, baseline: {requests: 2}, sweep: {concurrency: [1]}, window: {warmup: 0s, steady: 1s, min_requests: 1}}
+`, sim.URL)), false)
+	require.NoError(t, err)
+	rec, m := newManager(t, cfg)
+	v := validity.DefaultConfig
+	v.CPU = 1e-9
+	s := &capacity.Step{Manager: m, Recorder: rec, Test: cfg.Tests[0], Load: cfg.TestLoad(cfg.Tests[0]), MaxRate: 100,
+		Logger: promslog.NewNopLogger(), Validity: &v}
+	run := s.Run(t.Context())
+	require.NotNil(t, run.Baseline)
+	require.False(t, run.Baseline.Met)
+	require.True(t, run.Baseline.ProberBound())
+	require.Equal(t, capacity.VerdictAborted, run.Verdict, run.Reason)
+	require.Contains(t, run.Reason, "the baseline missed the objective while prober-bound at 1 client (cpu)")
+}

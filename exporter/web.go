@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html/template"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/pprof"
 	"slices"
@@ -236,8 +237,11 @@ func serveLanding(w http.ResponseWriter, o WebOptions, stopping bool) {
 }
 
 func ms(d time.Duration) string {
-	if d == 0 {
+	switch d {
+	case 0:
 		return "-"
+	case math.MaxInt64: // a P99 above the last bucket of its histogram
+		return "> 67 s"
 	}
 	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
 }
@@ -270,7 +274,7 @@ h2{margin-top:1.5em}
 {{if .Stopping}}<p class="bad"><strong>sloprober is stopping:</strong> no new requests are sent; requests in flight are draining.</p>{{end}}
 {{range .Notes}}<p>{{.}}</p>{{end}}
 <p><a href="/metrics">Metrics</a> · <a href="/config">Configuration</a> · <a href="/-/healthy">Health</a> · <a href="/-/ready">Readiness</a></p>
-{{with .Health}}<p class="{{if .Valid}}good{{else}}bad{{end}}"><strong>Prober health: measurements {{if .Valid}}valid{{else}}NOT VALID{{if .Reasons}} ({{join .Reasons ", "}}){{end}}: the prober, not the target, is the limit; latencies include its own delays, and the targets' SLO alerts are held{{end}}.</strong>
+{{with .Health}}<p class="{{if .Valid}}good{{else}}bad{{end}}"><strong>Prober health: measurements {{if .Valid}}valid{{else}}NOT VALID ({{join .AllReasons ", "}}): the prober, not the target, is the limit; latencies include its own delays, and the SLO alerts of the targets marked below are held{{end}}.</strong>
 Over the last window: CPU {{printf "%.0f" (mul100 .CPUShare)}}% of GOMAXPROCS, scheduler latency P99 &le; {{ms .SchedulerP99}}, GC pause P99 &le; {{ms .GCPauseP99}}{{range $t, $s := .Targets}}; {{$t}}: send lag P99 &le; {{ms $s.SendLagP99}}, connection wait P99 &le; {{ms $s.PoolWaitP99}}{{end}}.</p>{{end}}
 <h2>Loads</h2>
 <table>

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -270,10 +271,13 @@ func TestLandingHealth(t *testing.T) {
 				Targets: map[string]validity.TargetStatus{"t": {Valid: true, SendLagP99: 2 * time.Millisecond}}}
 		}, want: []string{`<p class="good"><strong>Prober health: measurements valid.</strong>`, "CPU 12% of GOMAXPROCS", "t: send lag P99 &le; 2.0 ms",
 			`<td class="good">valid</td>`}},
+		{name: "one target's send lag", health: func() validity.Status {
+			return validity.Status{Targets: map[string]validity.TargetStatus{"t": {Reasons: []string{"send_lag"}, SendLagP99: time.Duration(math.MaxInt64)}}}
+		}, want: []string{`NOT VALID (send_lag): the prober`, "t: send lag P99 &le; &gt; 67 s", `<td class="bad">NOT VALID: send_lag</td>`}},
 		{name: "starved", health: func() validity.Status {
 			return validity.Status{Reasons: []string{"cpu"}, CPUShare: 0.97,
 				Targets: map[string]validity.TargetStatus{"t": {Reasons: []string{"send_lag"}, SendLagP99: 64 * time.Millisecond}}}
-		}, want: []string{`<p class="bad"><strong>Prober health: measurements NOT VALID (cpu): the prober, not the target, is the limit`,
+		}, want: []string{`<p class="bad"><strong>Prober health: measurements NOT VALID (cpu, send_lag): the prober, not the target, is the limit`,
 			`<td class="bad">NOT VALID: cpu, send_lag</td>`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

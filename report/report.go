@@ -477,21 +477,13 @@ func proberHealth(levels []*capacity.Level) ProberHealth {
 	var bound []string
 	for _, l := range levels {
 		if l.ProberBound() {
-			bound = append(bound, fmt.Sprintf("%s %s (%s)", l.Stage, levelName(l), strings.Join(l.Prober.Invalid, ", ")))
+			bound = append(bound, fmt.Sprintf("%s %s (%s)", l.Stage, l.LoadName(), strings.Join(l.Prober.Invalid, ", ")))
 		}
 	}
 	if len(bound) > 0 {
 		h.Distorted = append(h.Distorted, "levels measured while the prober was the limit, left out of the conclusion: "+strings.Join(bound, "; "))
 	}
 	return h
-}
-
-// levelName names a level by its load: "4 clients" or "6.25 req/s".
-func levelName(l *capacity.Level) string {
-	if l.Concurrency > 0 {
-		return fmt.Sprintf("%d clients", l.Concurrency)
-	}
-	return fmt.Sprintf("%.3g req/s", l.IntendedRate)
 }
 
 // scaling computes the replicas a forecast peak needs.

@@ -16,6 +16,7 @@ import (
 	"math"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"sync"
 	"time"
 
@@ -133,6 +134,20 @@ type Status struct {
 	SchedulerP99 time.Duration
 	GCPauseP99   time.Duration
 	Targets      map[string]TargetStatus
+}
+
+// AllReasons are the reasons in force: the process's, then any target's.
+func (s Status) AllReasons() []string {
+	out := slices.Clone(s.Reasons)
+	for _, r := range targetReasons {
+		for _, t := range s.Targets {
+			if slices.Contains(t.Reasons, r) {
+				out = append(out, r)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // TargetStatus is a target's part of a Status.

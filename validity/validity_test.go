@@ -2,6 +2,7 @@ package validity
 
 import (
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -203,7 +204,10 @@ func TestJudge(t *testing.T) {
 	require.GreaterOrEqual(t, g, time.Duration(0))
 
 	// A snapshot's P99s count only what came after it: goroutines that
-	// wait to run while the CPUs spin.
+	// wait to run while the CPUs are busy. The runtime times one in 8 of
+	// a goroutine's turns (gTrackingPeriod), so they yield: goroutines
+	// that only spin are preempted a few times in 50 ms, and no turn of
+	// theirs may be timed at all.
 	snap := TakeRuntimeSnapshot()
 	done := make(chan struct{})
 	for range 4 * procs() {
@@ -213,6 +217,7 @@ func TestJudge(t *testing.T) {
 				case <-done:
 					return
 				default:
+					runtime.Gosched()
 				}
 			}
 		}()
