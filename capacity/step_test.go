@@ -433,7 +433,7 @@ func TestStepProberBound(t *testing.T) {
 func TestStepVerifyProberBound(t *testing.T) {
 	sim := simtest.Start(t, groundTruthSim)
 	cfg := stepConfig(t, sim.URL, `
-  - {name: pbv, kind: step, target: sim, scenario: short, baseline: {requests: 2}, sweep: {concurrency: [1, 2], refine: 0}, window: {warmup: 0s, steady: 1s, min_requests: 1}, verify: {rates: [0.25, 0.5]}}
+  - {name: pbv, kind: step, target: sim, scenario: short, baseline: {requests: 2}, sweep: {concurrency: [1, 2], refine: 0}, window: {warmup: 0s, steady: 3s, min_requests: 1}, verify: {rates: [0.5, 0.8]}}
 `)
 	rec, m := newManager(t, cfg)
 	v := validity.Config{Window: time.Minute, CPU: 1, SchedulerP99: time.Hour, GCPauseP99: time.Hour, SendLagP99: time.Nanosecond, PoolWaitP99: time.Hour}
@@ -445,7 +445,10 @@ func TestStepVerifyProberBound(t *testing.T) {
 	}
 	require.NotEmpty(t, run.Verify)
 	for _, l := range run.Verify {
-		require.True(t, l.ProberBound(), "verify level %g req/s", l.IntendedRate)
+		// A Poisson window of 3 s at 4 req/s or more sends something
+		// (none: e^-12); a send's lag is above 1 ns.
+		require.Positive(t, l.Prober.Sends, "verify level %g req/s", l.IntendedRate)
+		require.True(t, l.ProberBound(), "verify level %g req/s: %+v", l.IntendedRate, l.Prober)
 	}
 	require.Equal(t, capacity.VerdictAborted, run.Verdict, run.Reason)
 	require.Contains(t, run.Reason, "prober-bound at")
