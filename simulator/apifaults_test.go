@@ -125,7 +125,10 @@ func TestFaultsPerAPI(t *testing.T) {
 			for i := 1; i < len(v.tokens); i++ {
 				gap = max(gap, msSince(v.tokens[i-1].at, v.tokens[i].at))
 			}
-			require.GreaterOrEqual(t, gap, 150.0, "%s: a pause halfway", a.name)
+			// The pause is the server's: the client sees it between two
+			// reads, either of which the machine may delay by a few
+			// milliseconds (148.9 ms was seen on a busy CI run).
+			require.GreaterOrEqual(t, gap, 140.0, "%s: a pause halfway", a.name)
 		}
 		require.Equal(t, int64(len(apis)), s.Stats().FaultsInjected["stall"])
 	})
