@@ -11,18 +11,6 @@ import (
 // /metrics is read at most once a second for it.
 const engineSampleInterval = time.Second
 
-// EngineQueue is the engine's own queue depth (requests waiting for a batch
-// slot, from its metrics: server_metrics) over a level's steady window or
-// a soak window, sampled every second. A queue that grows from level to
-// level while the prefill time stays flat is a server near saturation.
-type EngineQueue struct {
-	Samples int     `json:"samples"`
-	Mean    float64 `json:"mean"`
-	Max     int     `json:"max"`
-	// Errors counts the reads that failed (counted, not averaged in).
-	Errors int `json:"errors,omitempty"`
-}
-
 // samplingKey marks the context of a window's sampling reads.
 type samplingKey struct{}
 

@@ -16,16 +16,6 @@ import (
 	"github.com/sloprober/sloprober/prober"
 )
 
-// FaultEvent is one change of a simulator's faults by a soak's fault plan.
-type FaultEvent struct {
-	At time.Time `json:"at"`
-	// Action is "set" (the plan's faults) or "restored" (the faults the
-	// simulator had before).
-	Action string `json:"action"`
-	Faults string `json:"faults"`
-	Error  string `json:"error,omitempty"`
-}
-
 // faultPlan applies a soak's fault plan to its simulator target through
 // PUT /sim/faults, restoring the faults it had after each step.
 type faultPlan struct {

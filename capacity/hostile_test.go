@@ -12,7 +12,7 @@ import (
 
 	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/config"
-	"github.com/sloprober/sloprober/internal/hostile"
+	"github.com/sloprober/sloprober/internal/testkit/hostile"
 	"github.com/sloprober/sloprober/prober"
 )
 

@@ -13,26 +13,6 @@ import (
 // one with every reply must not grow a run without bound.
 const maxIdentityValues = 8
 
-// Identity is who the target said it was during a run: its /v1/models
-// list, and what its replies said (the Server header, the reply's model
-// and system_fingerprint), each value with the number of replies that
-// said it. Every string is bounded (prober.MaxIdentityBytes) and one line.
-type Identity struct {
-	Models       []prober.ServedModel `json:"models,omitempty"`
-	ModelsError  string               `json:"models_error,omitempty"`
-	Servers      []Said               `json:"servers,omitempty"`
-	ReplyModels  []Said               `json:"reply_models,omitempty"`
-	Fingerprints []Said               `json:"fingerprints,omitempty"`
-}
-
-// Said is one value a server stated and how many replies stated it; the
-// value "" with Other set counts the replies whose value was not kept.
-type Said struct {
-	Value   string `json:"value"`
-	Replies int    `json:"replies"`
-	Other   bool   `json:"other,omitempty"`
-}
-
 // identityCounts tallies what replies said; the collector's mutex guards
 // it.
 type identityCounts struct {

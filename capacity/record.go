@@ -6,6 +6,10 @@
 // Manager, beside the canary, as their owner, and keeps the raw records of
 // its requests through a Recorder (a prober.ObserverFactory composed with
 // the metrics), from which each level's percentiles are exact.
+//
+// Execute (execute.go) is the one entry point, for `sloprober test run` and
+// the daemon alike, and the one place that switches on a test's kind; a
+// run's result is a Run, whose JSON model is all in run.go.
 package capacity
 
 import (
@@ -92,21 +96,6 @@ func (r *Recorder) StopWatch(target string, w *CanaryWatch) {
 // canaryBudgetPeriod is the period of the error budget a test's cost to
 // the canary is stated in: 30 days, the usual SLO window.
 const canaryBudgetPeriod = 30 * 24 * time.Hour
-
-// CanaryScenario is the canary of one scenario during a test.
-type CanaryScenario struct {
-	Scenario   string  `json:"scenario"`
-	Counted    int     `json:"counted"`
-	Good       int     `json:"good"`
-	Attainment float64 `json:"attainment"`
-	Objective  float64 `json:"objective"`
-	// BudgetConsumed is the share of the canary's 30-day error budget the
-	// test cost it: its bad requests over (1 - objective) x its rate x 30
-	// days. At 1 req/s and 0.99, 259 bad requests are 1%.
-	BudgetConsumed float64 `json:"budget_consumed"`
-
-	rate float64
-}
 
 // CanaryWatch counts the canary's requests during a test.
 type CanaryWatch struct {

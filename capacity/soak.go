@@ -33,42 +33,6 @@ const (
 	lastWindowsShare = 0.25
 )
 
-// SoakWindow is one window of a soak: the level measured over it, and the
-// prober's own state at its end.
-type SoakWindow struct {
-	Level
-	// ProberRSSBytes and ProberGoroutines: sloprober's own resident
-	// memory and goroutines at the end of the window.
-	ProberRSSBytes   int64 `json:"prober_rss_bytes"`
-	ProberGoroutines int   `json:"prober_goroutines"`
-	// ErrorBurst: more than 10% of the window's requests failed.
-	ErrorBurst bool `json:"error_burst,omitempty"`
-}
-
-// Drift compares the end of a soak with its first steady window.
-type Drift struct {
-	// P99Growth is the growth of each latency's P99, the mean of the last
-	// windows' over the first window's: 0.25 is 25% slower. When a window
-	// compared has fewer than 1,000 samples it is the P95's growth, fewer
-	// than 200 the median's: a P99 of 50 samples is their largest, noise
-	// that would fail a healthy soak.
-	P99Growth map[string]float64 `json:"p99_growth"`
-	// Percentile names the percentile each latency's growth is of: "p99",
-	// "p95" or "p50".
-	Percentile map[string]string `json:"percentile,omitempty"`
-	// GoodputDrop is the drop of good requests per sent request (which,
-	// unlike good requests per second, does not move with the Poisson
-	// arrivals' count): 0.1 is 10% fewer.
-	GoodputDrop float64 `json:"goodput_drop"`
-	// MemoryGrowth is the growth of the prober's RSS.
-	MemoryGrowth float64 `json:"memory_growth"`
-	// ServerGrowth is the growth of the median of each phase the server
-	// timed itself (queue, prefill, decode_per_token), where the first
-	// and the last windows both have it: not judged (a server's account
-	// of itself), but it says where the time went.
-	ServerGrowth map[string]float64 `json:"server_growth,omitempty"`
-}
-
 // Soak runs a soak test: a fixed open-loop rate for its duration, one
 // result per window, judged on drift.
 type Soak struct {
@@ -93,20 +57,18 @@ type Soak struct {
 	Validity *validity.Config
 }
 
-// SoakRun is a soak's windows; it is part of Run.
-type SoakRun struct {
-	Rate    float64      `json:"rate"`
-	Windows []SoakWindow `json:"windows"`
-	Drift   *Drift       `json:"drift,omitempty"`
-	// Faults is what the soak's fault plan did to the simulator.
-	Faults []FaultEvent `json:"faults,omitempty"`
+// plan implements procedure.
+func (s *Soak) plan() string {
+	t := s.Test
+	return fmt.Sprintf("soak test %s on target %s: %g req/s for %s, windows of %s", t.Name, s.Load.Target.Name,
+		t.Rate, time.Duration(t.Duration), time.Duration(t.Window.Steady))
 }
 
 // Run runs the soak until its duration has passed or ctx is done.
 func (s *Soak) Run(ctx context.Context) *Run {
 	t := s.Test
 	start := time.Now()
-	run := &Run{Test: t.Name, Kind: config.TestSoak, Target: s.Load.Target.Name, Start: start, Soak: &SoakRun{Rate: t.Rate}}
+	run := &Run{Summary: Summary{Test: t.Name, Kind: config.TestSoak, Target: s.Load.Target.Name, Start: start}, Soak: &SoakRun{Rate: t.Rate}}
 	begin(ctx, run, s.Manager, t, &s.Load, s.ConfigHash)
 	col := s.Recorder.Start(t.Name)
 	defer s.Recorder.Stop(t.Name)

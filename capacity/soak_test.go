@@ -149,7 +149,7 @@ tests:
 	rec := capacity.NewRecorder()
 	m := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
 	defer m.Stop(time.Second)
-	require.NoError(t, m.ApplyConfig(cfg, nil))
+	require.NoError(t, m.ApplyConfig(cfg))
 	s := &capacity.Soak{Manager: m, Recorder: rec, Test: cfg.Tests[0], Load: cfg.TestLoad(cfg.Tests[0]), Logger: promslog.NewNopLogger()}
 	run := s.Run(t.Context())
 	require.Len(t, run.Canary, 1)
@@ -257,7 +257,11 @@ func TestSoakProberBound(t *testing.T) {
 	require.NotEmpty(t, run.Soak.Windows)
 	for i, w := range run.Soak.Windows {
 		require.True(t, w.ProberBound(), "window %d", i)
-		require.Equal(t, []string{validity.ReasonCPU}, w.Prober.Invalid, "window %d", i)
-		require.Contains(t, w.Note, "prober-bound (cpu): measured while the prober was the limit", "window %d", i)
+		// The starvation that raises the CPU share may trip the
+		// scheduler latency and GC pause too: cpu comes first.
+		require.NotEmpty(t, w.Prober.Invalid, "window %d", i)
+		require.Equal(t, validity.ReasonCPU, w.Prober.Invalid[0], "window %d: %v", i, w.Prober.Invalid)
+		require.Contains(t, w.Note, "prober-bound (cpu", "window %d", i)
+		require.Contains(t, w.Note, "): measured while the prober was the limit", "window %d", i)
 	}
 }

@@ -17,93 +17,11 @@ import (
 	"github.com/sloprober/sloprober/workload"
 )
 
-// Verdicts of a test run.
-const (
-	// VerdictPass: capacity found and verified open loop (a burst's
-	// backlog drained in time).
-	VerdictPass = "pass"
-	// VerdictFail: no open-loop rate met the objectives, or the backlog of
-	// the burst did not drain within verify.drain_within; for a soak,
-	// drift beyond its rule.
-	VerdictFail = "fail"
-	// VerdictInfeasible: one request at a time already misses an
-	// objective; no load can do better.
-	VerdictInfeasible = "infeasible"
-	// VerdictAborted: a stop rule, the prober stopping, or an abort.
-	VerdictAborted = "aborted"
-)
-
 // kneeGain is the least growth of goodput, relative to the growth of
 // clients, from one sweep level to the next that still counts as growing:
 // 0.1. The knee is the level after which goodput grows less: doubling 8 to
 // 16 clients for 10.4 instead of 10 good req/s is +4% for +100%.
 const kneeGain = 0.10
-
-// Run is the result of one run of a test: what a report is built from.
-type Run struct {
-	Test    string    `json:"test"`
-	Kind    string    `json:"kind"`
-	Target  string    `json:"target"`
-	Start   time.Time `json:"start"`
-	End     time.Time `json:"end"`
-	Verdict string    `json:"verdict"`
-	Reason  string    `json:"reason"`
-
-	Baseline *Level `json:"baseline,omitempty"`
-	// Sweep holds the closed-loop levels, refined ones included, by
-	// concurrency.
-	Sweep    []Level   `json:"sweep,omitempty"`
-	Knee     *Knee     `json:"knee,omitempty"`
-	Capacity *Capacity `json:"capacity,omitempty"`
-	Verify   []Level   `json:"verify,omitempty"`
-	Burst    *Level    `json:"burst,omitempty"`
-
-	// Soak holds a soak test's windows and drift.
-	Soak *SoakRun `json:"soak,omitempty"`
-
-	// Canary is the canary on the target during the run (none when it
-	// ran alone, as `sloprober test run` does).
-	Canary []CanaryScenario `json:"canary,omitempty"`
-
-	// Provenance, Setup and Identity say what ran, what it was asked to
-	// do and who the target said it was: a report is built from a stored
-	// run alone.
-	Provenance *Provenance `json:"provenance,omitempty"`
-	Setup      *Setup      `json:"setup,omitempty"`
-	Identity   *Identity   `json:"identity,omitempty"`
-	// Lengths are the token lengths of every measured request of the
-	// run: input as sent, output as received.
-	Lengths *Lengths `json:"lengths,omitempty"`
-	// ScenarioLengths are the same per scenario of a mix.
-	ScenarioLengths map[string]*Lengths `json:"scenario_lengths,omitempty"`
-}
-
-// Knee is where goodput stops growing.
-type Knee struct {
-	Concurrency int     `json:"concurrency"`
-	Goodput     float64 `json:"goodput"`
-	// Reached is false when goodput still grew at the highest level swept.
-	Reached bool   `json:"reached"`
-	Reason  string `json:"reason"`
-}
-
-// Capacity is the step test's conclusion.
-type Capacity struct {
-	// Concurrency is the highest closed-loop level at which every
-	// scenario met its objective, every lower level too; Rate is its
-	// completed rate and Goodput its good requests, per second.
-	Concurrency int     `json:"concurrency"`
-	Rate        float64 `json:"rate"`
-	Goodput     float64 `json:"goodput"`
-	// VerifiedRate is the capacity conclusion: the highest open-loop
-	// (Poisson) rate that met every objective, req/s; 0 if none did.
-	VerifiedRate    float64 `json:"verified_rate"`
-	VerifiedGoodput float64 `json:"verified_goodput"`
-	// LimitedBy says why the capacity may be higher than found: the
-	// sweep's clients reached the test's max_rate at it. The capacity
-	// gauges are not set from such a run.
-	LimitedBy string `json:"limited_by,omitempty"`
-}
 
 // Progress is what a running test tells while it runs.
 type Progress struct {
@@ -170,12 +88,19 @@ type QueueProbe interface {
 // errStopRule is the cause of an abort by a stop rule.
 var errStopRule = errors.New("stop rule")
 
+// plan implements procedure.
+func (s *Step) plan() string {
+	t := s.Test
+	return fmt.Sprintf("step test %s on target %s: sweep %v, windows %s + %s a level", t.Name, s.Load.Target.Name,
+		t.Sweep.Concurrency, time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady))
+}
+
 // Run runs the test until it ends or ctx is done (an abort: the partial
 // results are kept). The test's loads are stopped when it returns.
 func (s *Step) Run(ctx context.Context) *Run {
 	t := s.Test
 	s.start = time.Now()
-	s.run = &Run{Test: t.Name, Kind: config.TestStep, Target: s.Load.Target.Name, Start: s.start}
+	s.run = &Run{Summary: Summary{Test: t.Name, Kind: config.TestStep, Target: s.Load.Target.Name, Start: s.start}}
 	s.levels = 1 + len(t.Sweep.Concurrency) + t.Sweep.Refine + len(t.Verify.Rates) + 1
 	begin(ctx, s.run, s.Manager, t, &s.Load, s.ConfigHash)
 	s.col = s.Recorder.Start(t.Name)
@@ -197,9 +122,10 @@ func (s *Step) Run(ctx context.Context) *Run {
 	return s.run
 }
 
-// steps runs the procedure and returns the verdict with its reason.
+// steps runs the procedure (the seed's steps 2 to 5) and returns the
+// verdict with its reason: the baseline, then sweep, refine, verify and
+// burst, each a method below. A stage that decides the verdict ends it.
 func (s *Step) steps(ctx context.Context) (string, string) {
-	t := s.Test
 	// Step 2: the baseline, one request at a time.
 	base, err := s.baseline(ctx)
 	if base != nil {
@@ -217,73 +143,13 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 		return VerdictInfeasible, fmt.Sprintf("one request at a time already misses the objective: %s", missedObjectives(base))
 	}
 
-	// Steps 3 and 4: the closed-loop sweep, then bisection between the
-	// last good and the first bad level. The sweep ends after two levels
-	// in a row missed: goodput has stopped growing by then, and more load
-	// only overloads the target.
-	var capped, limited, proberBound string
-	missedInRow := 0
-	for _, c := range t.Sweep.Concurrency {
-		l, err := s.closedLevel(ctx, "sweep", c)
-		if errors.Is(err, errCapped) {
-			capped = err.Error()
-			break
-		}
-		if errors.Is(err, errStopRule) && ctx.Err() == nil {
-			// A plainly broken level is a missed one: the sweep ends
-			// there, the capacity below it stands.
-			s.keep(l)
-			capped = fmt.Sprintf("a stop rule at %s (%v)", clients(c), err)
-			break
-		}
-		if err != nil {
-			s.keep(l)
-			return VerdictAborted, abortReason(ctx, err)
-		}
-		s.keep(l)
-		if l.ProberBound() {
-			// The prober, not the target, limits this level: more
-			// load would measure the prober.
-			proberBound = proberBoundReason(l)
-			capped = proberBound
-			break
-		}
-		if l.CompletedRate >= 0.95*s.MaxRate {
-			// The clients are paced at MaxRate: goodput flattening here
-			// is the prober's cap, not the target's knee.
-			l.Note = strings.TrimSpace(l.Note + " limited by max_rate")
-			limited = fmt.Sprintf("max_rate %g req/s at %s (the capacity may be higher)", s.MaxRate, clients(c))
-			capped = "capped by " + limited
-			s.run.Sweep[len(s.run.Sweep)-1].Note = l.Note
-			break
-		}
-		if missedInRow = 0; !l.Met {
-			missedInRow = 1
-			if n := len(s.run.Sweep); n >= 2 && !s.run.Sweep[n-2].Met {
-				missedInRow = 2
-			}
-		}
-		if missedInRow == 2 {
-			break
-		}
+	// Steps 3 and 4: the closed loop.
+	end, err := s.sweep(ctx)
+	if err == nil {
+		err = s.refine(ctx)
 	}
-	for range t.Sweep.Refine {
-		good, bad := s.bounds()
-		if good == 0 || bad == 0 || bad-good <= 1 {
-			break
-		}
-		l, err := s.closedLevel(ctx, "refine", (good+bad)/2)
-		if errors.Is(err, errCapped) {
-			break
-		}
-		if err != nil && (!errors.Is(err, errStopRule) || ctx.Err() != nil) {
-			s.keep(l)
-			return VerdictAborted, abortReason(ctx, err)
-		}
-		s.keep(l) // a level a stop rule ended is a missed one
-		if l.ProberBound() {
-			break // the bounds would not move
-		}
+	if err != nil {
+		return VerdictAborted, abortReason(ctx, err)
 	}
 	// The knee is the target's: levels where the prober was the limit
 	// say nothing of it.
@@ -296,19 +162,127 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 	s.run.Knee = knee(measured)
 	good, _ := s.bounds()
 	if good == 0 {
-		return s.noCapacity(capped, proberBound)
+		return s.noCapacity(end.capped, end.proberBound)
 	}
 	capLevel := s.at(good)
 	s.run.Capacity = &Capacity{Concurrency: good, Rate: capLevel.CompletedRate, Goodput: capLevel.Goodput}
-	if limited != "" && good == s.run.Sweep[len(s.run.Sweep)-1].Concurrency {
-		s.run.Capacity.LimitedBy = limited
+	if end.limited != "" && good == s.run.Sweep[len(s.run.Sweep)-1].Concurrency {
+		s.run.Capacity.LimitedBy = end.limited
 	}
 
-	// Step 5: open-loop verification at fractions of that rate, then a
-	// burst from the highest rate that passed.
+	// Step 5: the open loop.
+	verified, verdict, reason := s.verify(ctx, capLevel)
+	if verified == nil {
+		return verdict, reason
+	}
+	if verdict, reason, ok := s.burst(ctx, verified); !ok {
+		return verdict, reason
+	}
+	reason = fmt.Sprintf("%.3g req/s verified open loop (%.3g good req/s); closed loop: %s, %.3g req/s", s.run.Capacity.VerifiedRate,
+		s.run.Capacity.VerifiedGoodput, clients(good), capLevel.CompletedRate)
+	if end.capped != "" {
+		reason += "; the sweep ended early: " + end.capped
+	}
+	return VerdictPass, reason
+}
+
+// sweepEnd is why a sweep ended before its last level, if it did.
+type sweepEnd struct {
+	// capped says why, for the verdict's reason; limited names the
+	// test's max_rate when the clients reached it; proberBound the
+	// level the prober limited.
+	capped, limited, proberBound string
+}
+
+// sweep runs the closed-loop levels (the seed's step 3), in order of
+// concurrency, into the run's Sweep. It ends after two levels in a row
+// missed (goodput has stopped growing by then, and more load only
+// overloads the target), at a level a stop rule ended (a missed one: the
+// capacity below it stands), at a level the global caps refuse, at one
+// the prober limited (more load would measure the prober), or at one
+// whose clients reached the test's max_rate (goodput flattening there is
+// the cap, not the knee). Its error aborts the run.
+func (s *Step) sweep(ctx context.Context) (sweepEnd, error) {
+	var end sweepEnd
+	missedInRow := 0
+	for _, c := range s.Test.Sweep.Concurrency {
+		l, err := s.closedLevel(ctx, "sweep", c)
+		if errors.Is(err, errCapped) {
+			end.capped = err.Error()
+			return end, nil
+		}
+		if errors.Is(err, errStopRule) && ctx.Err() == nil {
+			s.keep(l)
+			end.capped = fmt.Sprintf("a stop rule at %s (%v)", clients(c), err)
+			return end, nil
+		}
+		s.keep(l)
+		if err != nil {
+			return end, err
+		}
+		if l.ProberBound() {
+			end.proberBound = proberBoundReason(l)
+			end.capped = end.proberBound
+			return end, nil
+		}
+		if l.CompletedRate >= 0.95*s.MaxRate {
+			// The clients are paced at MaxRate.
+			l.Note = strings.TrimSpace(l.Note + " limited by max_rate")
+			end.limited = fmt.Sprintf("max_rate %g req/s at %s (the capacity may be higher)", s.MaxRate, clients(c))
+			end.capped = "capped by " + end.limited
+			s.run.Sweep[len(s.run.Sweep)-1].Note = l.Note
+			return end, nil
+		}
+		if missedInRow = 0; !l.Met {
+			missedInRow = 1
+			if n := len(s.run.Sweep); n >= 2 && !s.run.Sweep[n-2].Met {
+				missedInRow = 2
+			}
+		}
+		if missedInRow == 2 {
+			return end, nil
+		}
+	}
+	return end, nil
+}
+
+// refine bisects between the last level that met the objectives and the
+// first that missed (the seed's step 4), up to sweep.refine levels, into
+// the run's Sweep; a level a stop rule ended is a missed one. It stops
+// early when the two are adjacent, the caps refuse a level, or a level was
+// prober-bound (the bounds would not move). Its error aborts the run.
+func (s *Step) refine(ctx context.Context) error {
+	for range s.Test.Sweep.Refine {
+		good, bad := s.bounds()
+		if good == 0 || bad == 0 || bad-good <= 1 {
+			return nil
+		}
+		l, err := s.closedLevel(ctx, "refine", (good+bad)/2)
+		if errors.Is(err, errCapped) {
+			return nil
+		}
+		s.keep(l)
+		if err != nil && (!errors.Is(err, errStopRule) || ctx.Err() != nil) {
+			return err
+		}
+		if l.ProberBound() {
+			return nil
+		}
+	}
+	return nil
+}
+
+// verify runs the open loop (the seed's step 5): Poisson arrivals at
+// verify.rates, fractions of the closed-loop capacity's completed rate,
+// into the run's Verify, and sets the capacity's verified rate to the
+// highest rate that met every objective without a drop. It returns that
+// level; without one, the verdict and its reason: fail when a level the
+// prober did not limit missed, aborted when every rate that ran was
+// prober-bound.
+func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, string) {
 	var verified *Level
-	verifyBound, verifyMissed := "", false // a prober-bound level; a measured one that did not pass
-	for _, f := range t.Verify.Rates {
+	bound, missed := "", false // a prober-bound level; a measured one that did not pass
+	for _, f := range s.Test.Verify.Rates {
 		rate := f * capLevel.CompletedRate
 		if rate > s.MaxRate {
 			s.run.Verify = append(s.run.Verify, Level{Stage: "verify", IntendedRate: rate,
@@ -319,51 +293,58 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 		s.run.Verify = append(s.run.Verify, *l)
 		stopped := errors.Is(err, errStopRule) && ctx.Err() == nil
 		if err != nil && !stopped {
-			return VerdictAborted, abortReason(ctx, err)
+			return nil, VerdictAborted, abortReason(ctx, err)
 		}
 		switch {
 		case l.Prober == nil:
 			// Not run (capped): neither measured nor missed.
 		case l.ProberBound():
-			if verifyBound == "" {
-				verifyBound = proberBoundReason(l)
+			if bound == "" {
+				bound = proberBoundReason(l)
 			}
 		case l.Met && l.Dropped == nil && !stopped:
 			verified = &s.run.Verify[len(s.run.Verify)-1]
 			s.run.Capacity.VerifiedRate, s.run.Capacity.VerifiedGoodput = rate, l.Goodput
 		default:
-			verifyMissed = true
+			missed = true
 		}
 		if stopped {
 			break // missed, and higher rates would be no better
 		}
 	}
-	if verified == nil && verifyBound != "" && !verifyMissed {
+	good := s.run.Capacity.Concurrency
+	switch {
+	case verified != nil:
+		return verified, "", ""
+	case bound != "" && !missed:
 		// Every open-loop rate that ran measured the prober: the target
 		// neither passed nor failed.
-		return VerdictAborted, fmt.Sprintf("no open-loop rate measured the target: %s (the closed loop met the objectives at %s, %.3g req/s)",
-			verifyBound, clients(good), capLevel.CompletedRate)
+		return nil, VerdictAborted, fmt.Sprintf("no open-loop rate measured the target: %s (the closed loop met the objectives at %s, %.3g req/s)",
+			bound, clients(good), capLevel.CompletedRate)
 	}
-	if verified == nil {
-		return VerdictFail, fmt.Sprintf("no open-loop rate met the objectives (the closed loop met them at %s, %.3g req/s)", clients(good), capLevel.CompletedRate)
+	return nil, VerdictFail, fmt.Sprintf("no open-loop rate met the objectives (the closed loop met them at %s, %.3g req/s)", clients(good), capLevel.CompletedRate)
+}
+
+// burst runs verify.burst from the verified level (the seed's step 5, its
+// bursts): factor times the verified rate for a while, then the verified
+// rate until the backlog has drained. It reports false with the verdict
+// and its reason when the run ends there: aborted, or failed because the
+// backlog did not drain within verify.drain_within. A burst factor of 1
+// or less, or no duration, runs none.
+func (s *Step) burst(ctx context.Context, verified *Level) (string, string, bool) {
+	b := &s.Test.Verify.Burst
+	if b.Factor <= 1 || b.For <= 0 {
+		return "", "", true
 	}
-	b := &t.Verify.Burst
-	if b.Factor > 1 && b.For > 0 {
-		l, err := s.burst(ctx, verified)
-		s.run.Burst = l
-		if err != nil {
-			return VerdictAborted, abortReason(ctx, err)
-		}
-		if within := time.Duration(t.Verify.DrainWithin); l.DrainSeconds > within.Seconds() {
-			return VerdictFail, fmt.Sprintf("the backlog of a %gx burst for %s did not drain within %s (%.1fs)", b.Factor, time.Duration(b.For), within, l.DrainSeconds)
-		}
+	l, err := s.burstLevel(ctx, verified)
+	s.run.Burst = l
+	if err != nil {
+		return VerdictAborted, abortReason(ctx, err), false
 	}
-	reason := fmt.Sprintf("%.3g req/s verified open loop (%.3g good req/s); closed loop: %s, %.3g req/s", s.run.Capacity.VerifiedRate,
-		s.run.Capacity.VerifiedGoodput, clients(good), capLevel.CompletedRate)
-	if capped != "" {
-		reason += "; the sweep ended early: " + capped
+	if within := time.Duration(s.Test.Verify.DrainWithin); l.DrainSeconds > within.Seconds() {
+		return VerdictFail, fmt.Sprintf("the backlog of a %gx burst for %s did not drain within %s (%.1fs)", b.Factor, time.Duration(b.For), within, l.DrainSeconds), false
 	}
-	return VerdictPass, reason
+	return "", "", true
 }
 
 // noCapacity is the verdict of a sweep and refinement in which no level
@@ -391,14 +372,6 @@ func (s *Step) noCapacity(capped, proberBound string) (string, string) {
 // proberBoundReason names a level the prober limited and what to do.
 func proberBoundReason(l *Level) string {
 	return fmt.Sprintf("prober-bound at %s (%s): add shards or CPU", l.LoadName(), strings.Join(l.Prober.Invalid, ", "))
-}
-
-// LoadName names a level by its load: "4 clients", "6.25 req/s".
-func (l *Level) LoadName() string {
-	if l.Concurrency > 0 {
-		return clients(l.Concurrency)
-	}
-	return fmt.Sprintf("%.3g req/s", l.IntendedRate)
 }
 
 // keep adds a sweep level, in order of concurrency.
@@ -530,11 +503,11 @@ func (s *Step) measure(ctx context.Context, l *Level, stop config.LoadSpec) erro
 	return err
 }
 
-// burst runs the verified rate, then Factor times it for For, then the
-// verified rate again until the requests in flight are back to what the
-// verified rate keeps (Little's law: rate x E2E P95, at least 1): the
+// burstLevel runs the verified rate, then Factor times it for For, then
+// the verified rate again until the requests in flight are back to what
+// the verified rate keeps (Little's law: rate x E2E P95, at least 1): the
 // drain time is from the end of the burst until then.
-func (s *Step) burst(ctx context.Context, verified *Level) (*Level, error) {
+func (s *Step) burstLevel(ctx context.Context, verified *Level) (*Level, error) {
 	b := s.Test.Verify.Burst
 	rate := verified.IntendedRate
 	s.report("burst", 0, rate*b.Factor)
@@ -806,27 +779,6 @@ func knee(levels []Level) *Knee {
 	last := &levels[len(levels)-1]
 	return &Knee{Concurrency: last.Concurrency, Goodput: last.Goodput,
 		Reason: fmt.Sprintf("goodput still grew at %s, the highest level", clients(last.Concurrency))}
-}
-
-// Timeline is a burst's requests in flight, sampled every
-// timelineInterval from the start of its warm-up until it ends: the
-// backlog building up and draining, for the report's chart.
-type Timeline struct {
-	Start           time.Time `json:"start"`
-	IntervalSeconds float64   `json:"interval_seconds"`
-	InFlight        []int     `json:"in_flight"`
-	// BurstStart, BurstEnd and Drained are seconds since Start; Drained
-	// is 0 when the backlog did not drain in time.
-	BurstStart float64 `json:"burst_start"`
-	BurstEnd   float64 `json:"burst_end"`
-	Drained    float64 `json:"drained"`
-	// Normal is the requests in flight the drain waited for: the verified
-	// rate times its E2E P95 (Little's law); DrainWithin the time it was
-	// allowed (verify.drain_within), seconds.
-	Normal      int     `json:"normal"`
-	DrainWithin float64 `json:"drain_within"`
-	// Truncated: the burst outlasted maxTimelinePoints samples.
-	Truncated bool `json:"truncated,omitempty"`
 }
 
 // timelineInterval and maxTimelinePoints: ten samples a second, for at

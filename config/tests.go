@@ -185,6 +185,26 @@ func (c *Config) TestLoad(t *TestConfig) LoadSpec {
 	return spec
 }
 
+// TestMaxRate is the most test t may send, req/s: its max_rate, else what
+// global.max_rate leaves it. With canary, the canary loads run beside the
+// test (the daemon) and take their peak rates out of global.max_rate;
+// `sloprober test run` runs none. It fails when the canary takes it all.
+func (c *Config) TestMaxRate(t *TestConfig, canary bool) (float64, error) {
+	if t.MaxRate > 0 {
+		return t.MaxRate, nil
+	}
+	rate := c.Global.MaxRate
+	if canary {
+		for _, l := range c.CanaryLoads() {
+			rate -= l.PeakRate()
+		}
+	}
+	if rate <= 0 {
+		return 0, fmt.Errorf("test %q: the canary takes all of global.max_rate %g: set the test's max_rate or raise global.max_rate", t.Name, c.Global.MaxRate)
+	}
+	return rate, nil
+}
+
 // Test returns the test of that name, or nil.
 func (c *Config) Test(name string) *TestConfig {
 	for _, t := range c.Tests {

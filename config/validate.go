@@ -23,7 +23,7 @@ import (
 	"go.yaml.in/yaml/v2"
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/sloprober/sloprober/simulator"
+	"github.com/sloprober/sloprober/faults"
 	"github.com/sloprober/sloprober/workload"
 )
 
@@ -732,7 +732,7 @@ func (v *validation) validateFaultPlan(key string, t *TestConfig, durationOK boo
 		}
 		b, err := yaml.Marshal(f.Set)
 		if err == nil {
-			_, err = simulator.ParseFaults(b)
+			_, err = faults.Parse(b)
 		}
 		if err != nil {
 			v.bad(k+".set", "%v", err)

@@ -319,21 +319,21 @@ func TestDockerignore(t *testing.T) {
 		t.Fatal(err)
 	}
 	for path, excluded := range map[string]bool{
-		".git/HEAD":                     true,
-		".tools/bin/promtool":           true,
-		"data/knee/run.json":            true,
-		"sloprober":                     true,
-		"cmd/sloprober/sloprober":       false, // only the root's binary is a build output
-		"exporter/exporter.test":        true,
-		"go.mod":                        false,
-		"go.sum":                        false,
-		"VERSION":                       false,
-		"cmd/sloprober/main.go":         false,
-		"cmd/sloprober/default.yml":     false, // embedded
-		"config/testdata/x.yml":         false,
-		"simulator/server.go":           false,
-		"internal/browser/foo.go":       false,
-		"dashboards/sloprober-slo.json": false,
+		".git/HEAD":                       true,
+		".tools/bin/promtool":             true,
+		"data/knee/run.json":              true,
+		"sloprober":                       true,
+		"cmd/sloprober/sloprober":         false, // only the root's binary is a build output
+		"exporter/exporter.test":          true,
+		"go.mod":                          false,
+		"go.sum":                          false,
+		"VERSION":                         false,
+		"cmd/sloprober/main.go":           false,
+		"cmd/sloprober/default.yml":       false, // embedded
+		"config/testdata/x.yml":           false,
+		"simulator/server.go":             false,
+		"internal/testkit/browser/foo.go": false,
+		"dashboards/sloprober-slo.json":   false,
 	} {
 		got, err := pm.MatchesOrParentMatches(path)
 		if err != nil {

@@ -93,7 +93,8 @@ func run(t *testing.T, cfg *config.Config, extra ...prober.ObserverFactory) (*pr
 	reg := prometheus.NewRegistry()
 	m := exporter.NewMetrics(reg)
 	mgr := prober.NewManager(promslog.NewNopLogger(), prober.Fanout(append([]prober.ObserverFactory{m}, extra...)...), "sloprober/test")
-	require.NoError(t, mgr.ApplyConfig(cfg, func() { m.ApplyConfig(cfg) }))
+	m.ApplyConfig(cfg)
+	require.NoError(t, mgr.ApplyConfig(cfg))
 	return reg, m, mgr
 }
 

@@ -66,6 +66,9 @@ type Manager struct {
 	configured map[string]bool
 	open       map[*targetClient]bool
 	stopped    bool
+	// held is open while a prepared configuration (ConfigChange) holds
+	// the loads: closed at its commit or discard.
+	held chan struct{}
 }
 
 // ErrOverCaps is wrapped by the error of an Apply, ApplyConfig or
@@ -92,32 +95,133 @@ func NewManager(logger *slog.Logger, factory ObserverFactory, userAgent string) 
 }
 
 // ApplyConfig makes the canary loads those of cfg, its targets the
-// configured ones and its global section the caps. On error nothing has
-// changed. prepare, if not nil, is called once the configuration is known
-// to be usable and before any load changes: the exporter sets up its
-// metrics there.
-func (m *Manager) ApplyConfig(cfg *config.Config, prepare func()) error {
+// configured ones and its global section the caps: PrepareConfig, then
+// the change's Commit. On error nothing has changed.
+func (m *Manager) ApplyConfig(cfg *config.Config) error {
+	c, err := m.PrepareConfig(cfg)
+	if err != nil {
+		return err
+	}
+	c.Commit()
+	return nil
+}
+
+// ConfigChange is a configuration's canary loads, targets and caps,
+// checked and with their new clients built, not yet in force: Commit puts
+// it in force, Discard drops it. One of the two must be called: until
+// then, other owners' Apply waits (a test changing its level cannot slip
+// between a configuration's check and its commit), and no other
+// configuration can be prepared.
+type ConfigChange struct {
+	m    *Manager
+	plan *applyPlan
+	once sync.Once
+}
+
+// PrepareConfig checks cfg's canary loads against its caps and the other
+// owners' loads, and builds the clients its targets need (it waits for
+// new targets' context lookups, at most contextWait). It changes nothing
+// in force: a reload prepares every part of the program this way, then
+// commits them all, or discards them all if one part failed.
+func (m *Manager) PrepareConfig(cfg *config.Config) (*ConfigChange, error) {
 	specs := cfg.CanaryLoads()
 	shard := m.Shard()
 	for i := range specs {
 		specs[i].Shard = shard
 	}
-	return m.apply(CanaryOwner, specs, &configUpdate{
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.waitHeld(); err != nil {
+		return nil, err
+	}
+	p, err := m.plan(CanaryOwner, specs, &configUpdate{
 		limits:  Limits{MaxRate: cfg.Global.MaxRate, MaxInFlight: cfg.Global.MaxInFlight},
 		targets: cfg.Targets,
-		prepare: prepare,
 	})
+	if err != nil {
+		return nil, err
+	}
+	if err := m.build(p); err != nil {
+		return nil, err
+	}
+	m.held = make(chan struct{})
+	return &ConfigChange{m: m, plan: p}, nil
+}
+
+// Commit puts the change in force: unchanged loads go on, changed ones
+// take their new rate or restart, removed ones stop. After Stop it
+// discards the change instead. Nothing in it can fail.
+func (c *ConfigChange) Commit() {
+	c.once.Do(func() {
+		m := c.m
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.stopped {
+			c.plan.discard()
+		} else {
+			m.commit(c.plan)
+		}
+		m.release()
+	})
+}
+
+// Discard drops the change: the clients it built are closed.
+func (c *ConfigChange) Discard() {
+	c.once.Do(func() {
+		m := c.m
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		c.plan.discard()
+		m.release()
+	})
+}
+
+// waitHeld waits, m.mu held, until no prepared configuration holds the
+// loads; it fails once the manager is stopping.
+func (m *Manager) waitHeld() error {
+	for m.held != nil && !m.stopped {
+		held := m.held
+		m.mu.Unlock()
+		<-held
+		m.mu.Lock()
+	}
+	if m.stopped {
+		return errStopped
+	}
+	return nil
+}
+
+// release ends the hold of a prepared configuration; m.mu is held.
+func (m *Manager) release() {
+	if m.held != nil {
+		close(m.held)
+		m.held = nil
+	}
 }
 
 // Apply makes the running loads of owner those of specs, beside the loads
 // of other owners. It fails, changing nothing, when a spec is invalid,
 // when its labels are those of another owner's load, or when all loads
-// together would exceed the global caps.
+// together would exceed the global caps. While a configuration is
+// prepared (PrepareConfig) it waits for its commit or discard.
 func (m *Manager) Apply(owner string, specs []config.LoadSpec) error {
 	if owner == CanaryOwner {
 		return fmt.Errorf("owner %q is the configuration's: use ApplyConfig", owner)
 	}
-	return m.apply(owner, specs, nil)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.waitHeld(); err != nil {
+		return err
+	}
+	p, err := m.plan(owner, specs, nil)
+	if err != nil {
+		return err
+	}
+	if err := m.build(p); err != nil {
+		return err
+	}
+	m.commit(p)
+	return nil
 }
 
 // SetLimits changes the global caps: for a manager that runs no
@@ -142,7 +246,6 @@ func (m *Manager) SetLimits(limits Limits) error {
 type configUpdate struct {
 	limits  Limits
 	targets []*config.TargetConfig
-	prepare func()
 }
 
 // clientSlot is the client a load of this Apply runs on: an open one, or
@@ -154,18 +257,55 @@ type clientSlot struct {
 	shared bool
 }
 
-func (m *Manager) apply(owner string, specs []config.LoadSpec, cu *configUpdate) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.stopped {
-		return errStopped
+// clientSwap is a target's client with another number of connection
+// pools, for a target client whose loads now keep more or fewer streams.
+type clientSwap struct {
+	tc     *targetClient
+	client *Client
+}
+
+// applyPlan is one change of an owner's loads (the canary's: with a
+// configuration's targets and caps), from plan to commit.
+type applyPlan struct {
+	owner string
+	specs []config.LoadSpec
+	cu    *configUpdate // nil for a test's loads
+	// limits are the caps the loads are checked against and, for a
+	// configuration, put in force.
+	limits Limits
+	// slots are the clients the loads run on, by key; loadSlot the key
+	// of each spec's.
+	slots    map[string]*clientSlot
+	loadSlot []string
+	// streams are the requests in flight each target's loads may have,
+	// over all owners: the connections its pools need.
+	streams map[string]int
+	// fresh are the clients build made; swaps the pooled clients it made
+	// for clients kept.
+	fresh []*targetClient
+	swaps []clientSwap
+}
+
+// discard closes what build made.
+func (p *applyPlan) discard() {
+	for _, sw := range p.swaps {
+		sw.client.Close()
 	}
-	limits := m.limits
+	for _, tc := range p.fresh {
+		tc.close()
+	}
+	p.swaps, p.fresh = nil, nil
+}
+
+// plan checks owner's specs against the caps and the other owners' loads
+// and chooses the client each runs on; m.mu is held. It makes nothing.
+func (m *Manager) plan(owner string, specs []config.LoadSpec, cu *configUpdate) (*applyPlan, error) {
+	p := &applyPlan{owner: owner, specs: specs, cu: cu, limits: m.limits, slots: map[string]*clientSlot{}}
 	if cu != nil {
-		limits = cu.limits
+		p.limits = cu.limits
 	}
-	if err := m.check(owner, specs, limits); err != nil {
-		return err
+	if err := m.check(owner, specs, p.limits); err != nil {
+		return nil, err
 	}
 
 	// The clients: the shared client of a target whose configuration is
@@ -173,14 +313,13 @@ func (m *Manager) apply(owner string, specs []config.LoadSpec, cu *configUpdate)
 	// a test's spec with a target configured otherwise than the shared
 	// client gets a client of its own, so a test never changes the
 	// canary's.
-	slots := map[string]*clientSlot{}
 	slotOf := func(t *config.TargetConfig, shared bool) (string, error) {
 		key := t.Name
 		cur := m.clients[t.Name]
 		if !shared && cur != nil && !reflect.DeepEqual(cur.cfg, *t) {
 			key = t.Name + "\x00" + owner
 		}
-		if s, ok := slots[key]; ok {
+		if s, ok := p.slots[key]; ok {
 			if !reflect.DeepEqual(s.cfg, *t) {
 				return "", fmt.Errorf("the loads of %s configure target %q in two different ways", owner, t.Name)
 			}
@@ -197,88 +336,78 @@ func (m *Manager) apply(owner string, specs []config.LoadSpec, cu *configUpdate)
 				}
 			}
 		}
-		slots[key] = s
+		p.slots[key] = s
 		return key, nil
 	}
 	if cu != nil {
 		for _, t := range cu.targets {
 			if _, err := slotOf(t, true); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	loadSlot := make([]string, len(specs))
+	p.loadSlot = make([]string, len(specs))
 	for i := range specs {
 		key, err := slotOf(&specs[i].Target, cu != nil)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		loadSlot[i] = key
+		p.loadSlot[i] = key
 	}
 
 	// Enough pooled connections for every request in flight the loads of
 	// a target may have, over all owners.
-	streams := map[string]int{}
+	p.streams = map[string]int{}
 	for o, loads := range m.owners {
 		if o == owner {
 			continue
 		}
 		for _, l := range loads {
-			streams[l.spec.Target.Name] += l.spec.MaxInFlight()
+			p.streams[l.spec.Target.Name] += l.spec.MaxInFlight()
 		}
 	}
 	for i := range specs {
-		streams[specs[i].Target.Name] += specs[i].MaxInFlight()
+		p.streams[specs[i].Target.Name] += specs[i].MaxInFlight()
 	}
-	for name, n := range streams {
-		streams[name] = min(n, limits.MaxInFlight)
+	for name, n := range p.streams {
+		p.streams[name] = min(n, p.limits.MaxInFlight)
 	}
+	return p, nil
+}
 
-	var fresh []*targetClient
-	fail := func(err error) error {
-		for _, tc := range fresh {
-			tc.close()
-		}
-		return err
-	}
-	for _, key := range slices.Sorted(maps.Keys(slots)) {
-		s := slots[key]
+// build makes the clients the plan needs: new target clients, and clients
+// with more or fewer pools for the ones kept (swapped in by commit, with
+// the same calibration and loads). A new target's first prompts must know
+// its context: it waits for the new clients' context lookups, together,
+// at most contextWait. On error it has closed what it made. m.mu is held.
+func (m *Manager) build(p *applyPlan) error {
+	for _, key := range slices.Sorted(maps.Keys(p.slots)) {
+		s := p.slots[key]
 		if s.tc != nil {
 			continue
 		}
-		tc, err := newTargetClient(m.logger, m.factory, &s.cfg, m.userAgent, streams[s.cfg.Name])
+		tc, err := newTargetClient(m.logger, m.factory, &s.cfg, m.userAgent, p.streams[s.cfg.Name])
 		if err != nil {
-			return fail(err)
+			p.discard()
+			return err
 		}
 		s.tc = tc
-		fresh = append(fresh, tc)
+		p.fresh = append(p.fresh, tc)
 	}
-	// More or fewer pools: a new client, the same calibration and loads,
-	// swapped in once nothing can fail.
-	type swap struct {
-		tc     *targetClient
-		client *Client
-	}
-	var swaps []swap
-	for _, key := range slices.Sorted(maps.Keys(slots)) {
-		s := slots[key]
-		if slices.Contains(fresh, s.tc) || s.tc.pools == poolsFor(streams[s.cfg.Name]) {
+	for _, key := range slices.Sorted(maps.Keys(p.slots)) {
+		s := p.slots[key]
+		if slices.Contains(p.fresh, s.tc) || s.tc.pools == poolsFor(p.streams[s.cfg.Name]) {
 			continue
 		}
-		c, err := NewClient(&s.cfg, m.userAgent, streams[s.cfg.Name])
+		c, err := NewClient(&s.cfg, m.userAgent, p.streams[s.cfg.Name])
 		if err != nil {
-			for _, sw := range swaps {
-				sw.client.Close()
-			}
-			return fail(err)
+			p.discard()
+			return err
 		}
-		swaps = append(swaps, swap{s.tc, c})
+		p.swaps = append(p.swaps, clientSwap{s.tc, c})
 	}
-
-	// A new target's first prompts must know its context: wait for the
-	// context lookups of the new clients, together, at most contextWait.
 	wait := time.NewTimer(contextWait)
-	for _, tc := range fresh {
+	for _, tc := range p.fresh {
 		select {
 		case <-tc.contextKnown:
 		case <-wait.C:
@@ -286,27 +415,28 @@ func (m *Manager) apply(owner string, specs []config.LoadSpec, cu *configUpdate)
 		}
 	}
 	wait.Stop()
-	if cu != nil && cu.prepare != nil {
-		cu.prepare()
-	}
+	return nil
+}
+
+// commit puts a built plan in force; nothing in it fails. m.mu is held.
+func (m *Manager) commit(p *applyPlan) {
+	owner, specs, cu := p.owner, p.specs, p.cu
 	if cobs, ok := m.factory.(CalibrationObserver); ok {
-		for _, tc := range fresh {
+		for _, tc := range p.fresh {
 			cobs.CalibrationFrozen(tc.cfg.Name, false) // a new calibrator starts unfrozen
 		}
 	}
-
-	// Commit: from here on nothing fails.
-	for _, sw := range swaps {
+	for _, sw := range p.swaps {
 		sw.tc.swapClient(sw.client)
 	}
 	if cu != nil {
-		m.limits = limits
+		m.limits = p.limits
 		m.configured = map[string]bool{}
 		for _, t := range cu.targets {
 			m.configured[t.Name] = true
 		}
 	}
-	for _, s := range slots {
+	for _, s := range p.slots {
 		if s.shared {
 			m.clients[s.cfg.Name] = s.tc
 		}
@@ -314,7 +444,7 @@ func (m *Manager) apply(owner string, specs []config.LoadSpec, cu *configUpdate)
 	}
 	desired := map[string]*load{}
 	for i := range specs {
-		l := m.newLoad(owner, specs[i], slots[loadSlot[i]].tc)
+		l := m.newLoad(owner, specs[i], p.slots[p.loadSlot[i]].tc)
 		desired[l.name] = l
 	}
 	m.global.SetMax(m.openLoopInFlight(owner, specs))
@@ -359,10 +489,9 @@ func (m *Manager) apply(owner string, specs []config.LoadSpec, cu *configUpdate)
 		m.owners[owner] = desired
 	}
 	m.closeUnused()
-	for _, tc := range fresh {
+	for _, tc := range p.fresh {
 		close(tc.applied)
 	}
-	return nil
 }
 
 // check validates the specs of owner and checks that the loads of every

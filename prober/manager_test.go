@@ -156,7 +156,7 @@ func TestOwnersApplyApart(t *testing.T) {
 	f := newCountingFactory()
 	m := prober.NewManager(promslog.NewNopLogger(), f, "sloprober/test")
 	defer m.Stop(time.Second)
-	require.NoError(t, m.ApplyConfig(cfg, nil))
+	require.NoError(t, m.ApplyConfig(cfg))
 	canary := config.Key{Target: "sim", Scenario: "a", Test: "canary"}
 	step := config.Key{Target: "sim", Scenario: "a", Test: "step"}
 	require.NoError(t, m.Apply("step", []config.LoadSpec{testSpec(cfg, "step", 20)}))
@@ -169,7 +169,7 @@ targets: [{name: sim, url: "%s/v1", model: sim-model}]
 scenarios: [{name: a, input_tokens: 8, output_tokens: 2}, {name: b, input_tokens: 8, output_tokens: 2}]
 canary: [{target: sim, scenario: b, rate: 20, arrival: constant}]
 `)
-	require.NoError(t, m.ApplyConfig(reloaded, nil))
+	require.NoError(t, m.ApplyConfig(reloaded))
 	before := f.get(step).finished
 	require.Eventually(t, func() bool { return f.get(step).finished >= before+5 }, 5*time.Second, 5*time.Millisecond)
 	require.Equal(t, 1, f.get(step).observed)
@@ -204,7 +204,7 @@ func TestApplyChecks(t *testing.T) {
 	f := newCountingFactory()
 	m := prober.NewManager(promslog.NewNopLogger(), f, "sloprober/test")
 	defer m.Stop(time.Second)
-	require.NoError(t, m.ApplyConfig(cfg, nil))
+	require.NoError(t, m.ApplyConfig(cfg))
 	require.NoError(t, m.Apply("soak", []config.LoadSpec{testSpec(cfg, "soak", 10)}))
 
 	closed := testSpec(cfg, "step", 0)
@@ -256,7 +256,7 @@ targets: [{name: sim, url: "%s/v1", model: sim-model}]
 scenarios: [{name: a, input_tokens: 8, output_tokens: 2}]
 canary: [{target: sim, scenario: a, rate: 35, arrival: constant}]
 `)
-	require.ErrorContains(t, m.ApplyConfig(tight, nil), "the loads of canary (35 req/s) and those running (soak 10 req/s, step 10 req/s) add up to 55 req/s")
+	require.ErrorContains(t, m.ApplyConfig(tight), "the loads of canary (35 req/s) and those running (soak 10 req/s, step 10 req/s) add up to 55 req/s")
 	require.Equal(t, 20.0, f.get(config.Key{Target: "sim", Scenario: "a", Test: "canary"}).info.Rate, "the canary is unchanged")
 }
 
@@ -304,7 +304,7 @@ scenarios: [{name: a, input_tokens: 8, output_tokens: 10, ignore_eos: true}]
 	k := config.Key{Target: "sim", Scenario: "a", Test: "step"}
 	spec := testSpec(cfg, "step", 0)
 	spec.Arrival, spec.Clients, spec.MaxRate = config.ArrivalClosed, 4, 1000
-	require.NoError(t, m.ApplyConfig(cfg, nil))
+	require.NoError(t, m.ApplyConfig(cfg))
 	require.NoError(t, m.Apply("step", []config.LoadSpec{spec}))
 	c := f.get(k)
 	require.Equal(t, prober.LoadInfo{Key: k, Clients: 4, Arrival: "closed", Objective: 0.99}, c.info)
@@ -364,7 +364,7 @@ func TestOwnTargetClient(t *testing.T) {
 	f := newCountingFactory()
 	m := prober.NewManager(promslog.NewNopLogger(), f, "sloprober/test")
 	defer m.Stop(time.Second)
-	require.NoError(t, m.ApplyConfig(cfg, nil))
+	require.NoError(t, m.ApplyConfig(cfg))
 	spec := testSpec(cfg, "soak", 5)
 	spec.Target.Timeout = model.Duration(30 * time.Second)
 	require.NoError(t, m.Apply("soak", []config.LoadSpec{spec}))
@@ -372,7 +372,7 @@ func TestOwnTargetClient(t *testing.T) {
 	require.NoError(t, m.Apply("soak", []config.LoadSpec{spec}))
 	k := config.Key{Target: "sim", Scenario: "a", Test: "soak"}
 	require.Eventually(t, func() bool { return f.get(k).finished >= 3 }, 5*time.Second, 5*time.Millisecond)
-	require.NoError(t, m.ApplyConfig(cfg, nil), "the same configuration again")
+	require.NoError(t, m.ApplyConfig(cfg), "the same configuration again")
 	canary := f.get(config.Key{Target: "sim", Scenario: "a", Test: "canary"})
 	require.Equal(t, 1, canary.observed)
 	require.Zero(t, canary.forgot)
@@ -417,7 +417,7 @@ canary:
 	m := prober.NewManager(promslog.NewNopLogger(), f, "sloprober/test")
 	defer m.Stop(0)
 	key := func(s string) config.Key { return config.Key{Target: "sim", Scenario: s, Test: "canary"} }
-	require.NoError(t, m.ApplyConfig(cfg1, nil))
+	require.NoError(t, m.ApplyConfig(cfg1))
 	require.Eventually(t, func() bool {
 		for _, s := range []string{"keep", "change", "step", "remove", "pause"} {
 			if f.get(key(s)).sent < 5 {
@@ -427,7 +427,7 @@ canary:
 		return true
 	}, 10*time.Second, 5*time.Millisecond)
 	keepBefore, stepBefore := f.get(key("keep")).sent, f.get(key("step")).sent
-	require.NoError(t, m.ApplyConfig(cfg2, nil))
+	require.NoError(t, m.ApplyConfig(cfg2))
 	m.Stop(5 * time.Second)
 
 	for _, tc := range []struct {
@@ -465,11 +465,11 @@ canary: [{target: sim, scenario: a, rate: 20, arrival: constant}]
 `)
 	f := newCountingFactory()
 	m := prober.NewManager(promslog.NewNopLogger(), f, "sloprober/test")
-	require.NoError(t, m.ApplyConfig(cfg, nil))
+	require.NoError(t, m.ApplyConfig(cfg))
 	k := config.Key{Target: "sim", Scenario: "a", Test: "canary"}
 	require.Eventually(t, func() bool { return f.get(k).sent >= 3 }, 10*time.Second, 5*time.Millisecond)
 	m.Stop(50 * time.Millisecond)
-	require.ErrorContains(t, m.ApplyConfig(cfg, nil), "the prober is stopping")
+	require.ErrorContains(t, m.ApplyConfig(cfg), "the prober is stopping")
 	require.ErrorContains(t, m.Apply("step", nil), "the prober is stopping")
 	c := f.get(k)
 	require.Equal(t, c.sent, c.finished, "every sent request is reported")

@@ -75,7 +75,7 @@ canary: [{target: sim, scenario: a, rate: 30, arrival: constant}]
 	m := prober.NewManager(promslog.NewNopLogger(), f, "sloprober/test")
 	defer m.Stop(time.Second)
 	m.SetShard(config.Shard{Index: 1, Count: 3})
-	require.NoError(t, m.ApplyConfig(cfg, nil))
+	require.NoError(t, m.ApplyConfig(cfg))
 	canary := config.Key{Target: "sim", Scenario: "a", Test: "canary"}
 	require.InDelta(t, 10, f.get(canary).info.Rate, 1e-9, "the shard's intended rate is its share")
 	require.NoError(t, m.SetLimits(prober.Limits{MaxRate: 15, MaxInFlight: 100}), "the cap applies to the share")

@@ -69,7 +69,7 @@ func runLoads(t *testing.T, dir, yml, url string) (*recorder, func()) {
 	require.NoError(t, err)
 	rec := &recorder{}
 	m := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
-	require.NoError(t, m.ApplyConfig(cfg, nil))
+	require.NoError(t, m.ApplyConfig(cfg))
 	var once sync.Once
 	stop := func() { once.Do(func() { m.Stop(5 * time.Second) }) }
 	t.Cleanup(stop)
@@ -304,9 +304,9 @@ canary: [{target: sim, scenario: a, rate: 20, arrival: constant}, {target: sim, 
 	f := &forgetCounter{forgot: map[string]int{}}
 	m := prober.NewManager(promslog.NewNopLogger(), f, "sloprober/test")
 	defer m.Stop(time.Second)
-	require.NoError(t, m.ApplyConfig(one, nil))
+	require.NoError(t, m.ApplyConfig(one))
 	require.Eventually(t, func() bool { return len(f.get("a")) >= 3 }, 5*time.Second, 5*time.Millisecond)
-	require.NoError(t, m.ApplyConfig(two, nil))
+	require.NoError(t, m.ApplyConfig(two))
 	require.Eventually(t, func() bool { return len(f.get("b")) >= 3 }, 5*time.Second, 5*time.Millisecond)
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sloprober/sloprober/internal/browser"
+	"github.com/sloprober/sloprober/internal/testkit/browser"
 	"github.com/sloprober/sloprober/report"
 )
 
@@ -40,7 +40,7 @@ func TestHTMLInBrowser(t *testing.T) {
 			[]string{"(soak test): PASS", "Error bursts in windows", "Fault plan"}},
 	} {
 		t.Run(tc.run, func(t *testing.T) {
-			r := report.Build(load(t, tc.run), "")
+			r := report.Build(load(t, tc.run))
 			var b bytes.Buffer
 			require.NoError(t, report.WriteHTML(&b, r))
 			require.NotContains(t, b.String(), "<script")

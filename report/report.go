@@ -298,11 +298,12 @@ type SoakWindow struct {
 // costExcludes is what the cost per good request leaves out.
 const costExcludes = "the target's cost_per_hour only: CPU, network, storage and operations are not included"
 
-// Build makes the report of a run; id is the run's id in storage ("" for
-// a run that was not stored).
-func Build(run *capacity.Run, id string) *Report {
+// Build makes the report of a run. Its header is the run's Summary (the
+// report's JSON keeps its own schema: schema/report.json); run.ID is the
+// run's id in storage, "" for a run that was not stored.
+func Build(run *capacity.Run) *Report {
 	r := &Report{
-		SchemaVersion: SchemaVersion, ID: id, Test: run.Test, Kind: run.Kind, Verdict: run.Verdict, Reason: run.Reason,
+		SchemaVersion: SchemaVersion, ID: run.ID, Test: run.Test, Kind: run.Kind, Verdict: run.Verdict, Reason: run.Reason,
 		Start: run.Start, End: run.End, Levels: []Level{},
 	}
 	if p := run.Provenance; p != nil {

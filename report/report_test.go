@@ -31,9 +31,15 @@ func load(t *testing.T, name string) *capacity.Run {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", name))
 	require.NoError(t, err)
-	var run capacity.Run
-	require.NoError(t, json.Unmarshal(b, &run))
-	return &run
+	run, err := capacity.DecodeRun(b)
+	require.NoError(t, err)
+	return run
+}
+
+// withID is run as stored under id.
+func withID(run *capacity.Run, id string) *capacity.Run {
+	run.ID = id
+	return run
 }
 
 func golden(t *testing.T, name string, got []byte) {
@@ -51,7 +57,7 @@ func golden(t *testing.T, name string, got []byte) {
 func TestGolden(t *testing.T) {
 	for _, tc := range []struct{ run, id string }{{"step-run.json", "knee-20261130T172029.946Z-0a1b2c3d"}, {"soak-run.json", ""}} {
 		t.Run(tc.run, func(t *testing.T) {
-			r := report.Build(load(t, tc.run), tc.id)
+			r := report.Build(withID(load(t, tc.run), tc.id))
 			var md bytes.Buffer
 			require.NoError(t, report.WriteMarkdown(&md, r))
 			golden(t, strings.TrimSuffix(tc.run, "-run.json")+".md", md.Bytes())
@@ -62,7 +68,7 @@ func TestGolden(t *testing.T) {
 	}
 	// The README's example HTML report, kept as the code writes it.
 	var h bytes.Buffer
-	require.NoError(t, report.WriteHTML(&h, report.Build(load(t, "step-run.json"), "knee-20261130T172029.946Z-0a1b2c3d")))
+	require.NoError(t, report.WriteHTML(&h, report.Build(withID(load(t, "step-run.json"), "knee-20261130T172029.946Z-0a1b2c3d"))))
 	golden(t, "../../examples/reports/knee.html", h.Bytes())
 }
 
@@ -73,7 +79,7 @@ func TestSchema(t *testing.T) {
 	sch, err := c.Compile(filepath.Join("schema", "report.json"))
 	require.NoError(t, err)
 	for _, name := range []string{"step-run.json", "soak-run.json"} {
-		r := report.Build(load(t, name), "id")
+		r := report.Build(withID(load(t, name), "id"))
 		b, err := json.Marshal(r)
 		require.NoError(t, err)
 		v, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
@@ -96,13 +102,13 @@ func TestSchema(t *testing.T) {
 // which moved what.
 func TestCompare(t *testing.T) {
 	run := load(t, "step-run.json")
-	a := report.Build(run, "a")
+	a := report.Build(withID(run, "a"))
 	c := report.Compare(a, a)
 	require.Empty(t, c.Changed)
 
 	other := load(t, "step-run.json")
 	other.Setup.Target.Replicas = 4
-	b := report.Build(other, "b")
+	b := report.Build(withID(other, "b"))
 	c = report.Compare(a, b)
 	require.Equal(t, []report.Change{{What: "replicas", A: "1", B: "4"}}, c.Changed)
 	var md bytes.Buffer
@@ -112,7 +118,7 @@ func TestCompare(t *testing.T) {
 
 	other.Setup.Scenarios[0].Input = "512"
 	other.Setup.Test = strings.Replace(other.Setup.Test, "steady: 10s", "steady: 20s", 1)
-	c = report.Compare(a, report.Build(other, "b"))
+	c = report.Compare(a, report.Build(withID(other, "b")))
 	require.Len(t, c.Changed, 3)
 	require.Equal(t, report.Change{What: "test configuration", A: "steady: 10s", B: "steady: 20s"}, c.Changed[2])
 	md.Reset()
@@ -128,7 +134,7 @@ func TestHostileStrings(t *testing.T) {
 	evil := "<script>alert(1)</script>|`x`<img src=x onerror=alert(2)>[link](http://127.0.0.1/)**bold**"
 	run.Identity.Servers = []capacity.Said{{Value: evil, Replies: 3}}
 	run.Setup.Target.Metadata = map[string]string{"gpu": evil}
-	r := report.Build(run, "")
+	r := report.Build(run)
 	var h, md bytes.Buffer
 	require.NoError(t, report.WriteHTML(&h, r))
 	require.NotContains(t, h.String(), "<script>")
@@ -148,7 +154,7 @@ func TestNotConcluded(t *testing.T) {
 	for _, verdict := range []string{"running", "aborted"} {
 		run := load(t, "step-run.json")
 		run.Verdict, run.Reason = verdict, "aborted through the API"
-		r := report.Build(run, "")
+		r := report.Build(run)
 		require.Nil(t, r.Capacity)
 		require.Nil(t, r.Scaling)
 		require.Nil(t, r.Cost)
@@ -174,7 +180,7 @@ func TestNotConcluded(t *testing.T) {
 func TestEngineQueue(t *testing.T) {
 	run := load(t, "step-run.json")
 	run.Sweep[0].EngineQueue = &capacity.EngineQueue{Samples: 30, Mean: 3.25, Max: 7}
-	r := report.Build(run, "")
+	r := report.Build(run)
 	var md bytes.Buffer
 	require.NoError(t, report.WriteMarkdown(&md, r))
 	require.Contains(t, md.String(), "engine queue: mean 3.2, max 7")

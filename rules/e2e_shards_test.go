@@ -20,7 +20,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sloprober/sloprober/promreport"
+	"github.com/sloprober/sloprober/report/canary"
 )
 
 // TestEndToEndShards runs the same canary (20 req/s, 3 requests in 100
@@ -212,9 +212,9 @@ func checkCanaryReports(t *testing.T, bin, promAddr string, scraped time.Time, s
 
 // canaryReport runs `sloprober report canary --format=json` on the
 // Prometheus at promAddr and decodes the report.
-func canaryReport(t *testing.T, bin, promAddr, selector string, end time.Time, length time.Duration) *promreport.Report {
+func canaryReport(t *testing.T, bin, promAddr, selector string, end time.Time, length time.Duration) *canary.Report {
 	t.Helper()
-	var r promreport.Report
+	var r canary.Report
 	out := runReport(t, bin, promAddr, selector, end, length, "json")
 	require.NoError(t, json.Unmarshal([]byte(out), &r), out)
 	return &r

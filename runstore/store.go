@@ -99,29 +99,15 @@ type Retention struct {
 	MaxAge  time.Duration
 }
 
-// Summary is a run without its levels: what List returns.
-type Summary struct {
-	ID      ID        `json:"id"`
-	Test    string    `json:"test"`
-	Kind    string    `json:"kind"`
-	Target  string    `json:"target"`
-	Start   time.Time `json:"start"`
-	End     time.Time `json:"end,omitzero"`
-	Verdict string    `json:"verdict"`
-	Reason  string    `json:"reason"`
-	// VerifiedRate is a step run's capacity conclusion, req/s (absent
-	// without one).
-	VerifiedRate *float64 `json:"verified_rate,omitempty"`
-}
-
 // entry is a run in the index.
 type entry struct {
-	Summary
+	capacity.Summary
 	// at is the start in the ID: the order of the index.
 	at time.Time
-	// capacity: the run has a capacity (a step test's conclusion).
-	capacity bool
 }
+
+// id is the entry's run ID.
+func (e *entry) id() ID { return ID(e.ID) }
 
 func (e *entry) running() bool { return e.Verdict == VerdictRunning }
 
@@ -139,23 +125,6 @@ func compareEntries(a, b *entry) int {
 		return c
 	}
 	return strings.Compare(string(a.ID), string(b.ID))
-}
-
-// meta is what Open reads of a run file.
-type meta struct {
-	Test     string        `json:"test"`
-	Kind     string        `json:"kind"`
-	Target   string        `json:"target"`
-	Start    time.Time     `json:"start"`
-	End      time.Time     `json:"end"`
-	Verdict  string        `json:"verdict"`
-	Reason   string        `json:"reason"`
-	Capacity *metaCapacity `json:"capacity"`
-}
-
-// metaCapacity is what Open reads of a run's capacity.
-type metaCapacity struct {
-	VerifiedRate float64 `json:"verified_rate"`
 }
 
 // Store is the runs of a storage directory. It is safe for concurrent use.
@@ -265,20 +234,27 @@ func (s *Store) load() error {
 			setAside++
 			continue
 		}
-		found = append(found, &entry{Summary: Summary{ID: ID(strings.TrimSuffix(name, runExt)), Test: test}, at: at})
+		found = append(found, &entry{Summary: capacity.Summary{ID: strings.TrimSuffix(name, runExt), Test: test}, at: at})
 	}
 	// Newest first: beyond MaxIndexedRuns the oldest go.
 	slices.SortFunc(found, func(a, b *entry) int { return compareEntries(b, a) })
-	aborted, dropped := 0, 0
+	aborted, dropped, skipped := 0, 0, 0
 	for _, e := range found {
 		if len(s.order) >= MaxIndexedRuns {
-			s.remove(e.ID)
+			s.remove(e.id())
 			dropped++
 			continue
 		}
-		name := string(e.ID) + runExt
-		m, modTime, err := readMeta(filepath.Join(s.runs, name), e.Test)
+		name := e.ID + runExt
+		m, modTime, err := readSummary(filepath.Join(s.runs, name), e.Test)
 		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if errors.Is(err, capacity.ErrNewerSchema) {
+			// A downgrade: the run is intact, for the sloprober that
+			// wrote it. Left where it is, not indexed.
+			s.logger.Warn("Skipping a run of a newer sloprober", "file", filepath.Join(s.runs, name), "err", err)
+			skipped++
 			continue
 		}
 		if err != nil {
@@ -287,7 +263,7 @@ func (s *Store) load() error {
 			continue
 		}
 		if m.Verdict == VerdictRunning {
-			if m, err = s.abortInterrupted(e.ID, modTime); err != nil {
+			if m, err = s.abortInterrupted(e.id(), modTime); err != nil {
 				if errors.Is(err, errUnreadable) {
 					s.setAside(name, err)
 					setAside++
@@ -297,22 +273,16 @@ func (s *Store) load() error {
 			}
 			aborted++
 		}
-		e.Summary = Summary{ID: e.ID, Test: m.Test, Kind: m.Kind, Target: m.Target, Start: m.Start, End: m.End,
-			Verdict: m.Verdict, Reason: m.Reason}
-		e.capacity = m.Capacity != nil
-		var c *capacity.Capacity
-		if m.Capacity != nil {
-			c = &capacity.Capacity{VerifiedRate: m.Capacity.VerifiedRate}
-		}
-		e.VerifiedRate = concludedRate(m.Kind, m.Verdict, c)
-		s.byID[e.ID] = e
+		m.ID = e.ID
+		e.Summary = m
+		s.byID[e.id()] = e
 		s.order = append(s.order, e)
 	}
 	slices.Reverse(s.order)
 	if dropped > 0 {
 		s.logger.Warn("Removed the oldest runs beyond the store's limit", "limit", MaxIndexedRuns, "removed", dropped)
 	}
-	s.logger.Info("Loaded the stored runs", "dir", s.runs, "runs", len(s.order), "aborted", aborted, "set_aside", setAside)
+	s.logger.Info("Loaded the stored runs", "dir", s.runs, "runs", len(s.order), "aborted", aborted, "set_aside", setAside, "newer", skipped)
 	s.expire("", MaxIndexedRuns, time.Now())
 	return nil
 }
@@ -322,10 +292,10 @@ var errUnreadable = errors.New("unreadable run")
 
 // abortInterrupted rewrites a run found running as aborted, its end the
 // file's modification time.
-func (s *Store) abortInterrupted(id ID, modTime time.Time) (meta, error) {
+func (s *Store) abortInterrupted(id ID, modTime time.Time) (capacity.Summary, error) {
 	run, err := readRun(s.path(id))
 	if err != nil {
-		return meta{}, fmt.Errorf("%w: %w", errUnreadable, err)
+		return capacity.Summary{}, fmt.Errorf("%w: %w", errUnreadable, err)
 	}
 	// The file was last written at the run's start or its last
 	// checkpoint; never before its start (the clocks of the two may
@@ -335,18 +305,10 @@ func (s *Store) abortInterrupted(id ID, modTime time.Time) (meta, error) {
 		run.End = run.Start
 	}
 	if err := s.write(id, run); err != nil {
-		return meta{}, fmt.Errorf("mark the interrupted run %s aborted: %w", id, err)
+		return capacity.Summary{}, fmt.Errorf("mark the interrupted run %s aborted: %w", id, err)
 	}
 	s.logger.Warn("A run was interrupted by the last stop of sloprober: marked aborted", "id", id, "end", modTime)
-	return meta{Test: run.Test, Kind: run.Kind, Target: run.Target, Start: run.Start, End: run.End,
-		Verdict: run.Verdict, Reason: run.Reason, Capacity: capacityPresence(run)}, nil
-}
-
-func capacityPresence(run *capacity.Run) *metaCapacity {
-	if run.Capacity == nil {
-		return nil
-	}
-	return &metaCapacity{VerifiedRate: run.Capacity.VerifiedRate}
+	return run.Header(), nil
 }
 
 // setAside renames a run file that cannot be read to <name>.corrupt.
@@ -415,30 +377,8 @@ func (s *Store) Begin(run *capacity.Run) (ID, error) {
 
 // set fills an entry's summary from a run.
 func (e *entry) set(id ID, run *capacity.Run) {
-	e.Summary = Summary{ID: id, Test: run.Test, Kind: run.Kind, Target: run.Target, Start: run.Start, End: run.End,
-		Verdict: run.Verdict, Reason: run.Reason}
-	e.capacity = run.Capacity != nil
-	e.VerifiedRate = concludedRate(run.Kind, run.Verdict, run.Capacity)
-}
-
-// concludedRate is the verified rate a step run concluded on: its own
-// after pass or fail, 0 after infeasible (or a fail without a capacity);
-// nil for a soak, a running or an aborted run (not concluded).
-func concludedRate(kind, verdict string, c *capacity.Capacity) *float64 {
-	if kind != config.TestStep {
-		return nil
-	}
-	var rate float64
-	switch verdict {
-	case capacity.VerdictPass, capacity.VerdictFail:
-		if c != nil {
-			rate = c.VerifiedRate
-		}
-	case capacity.VerdictInfeasible:
-	default:
-		return nil
-	}
-	return &rate
+	e.Summary = run.Header()
+	e.ID = string(id)
 }
 
 // Update stores the partial results of a running run; its verdict stays
@@ -546,11 +486,11 @@ func (s *Store) expire(test string, limit int, now time.Time) {
 	}
 	s.order = slices.DeleteFunc(s.order, func(e *entry) bool { return drop[e] })
 	for e := range drop {
-		delete(s.byID, e.ID)
+		delete(s.byID, e.id())
 	}
 	s.mu.Unlock()
 	for e := range drop {
-		s.remove(e.ID)
+		s.remove(e.id())
 	}
 	s.logger.Info("Removed runs past retention", "test", test, "removed", len(drop), "max_runs", maxRuns, "max_age", maxAge)
 }
@@ -564,10 +504,10 @@ func (s *Store) remove(id ID) {
 
 // List returns the summaries of the runs of test ("": of every test),
 // newest first.
-func (s *Store) List(test string) []Summary {
+func (s *Store) List(test string) []capacity.Summary {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := []Summary{}
+	out := []capacity.Summary{}
 	for _, e := range slices.Backward(s.order) {
 		if test == "" || e.Test == test {
 			out = append(out, e.Summary)
@@ -596,6 +536,7 @@ func (s *Store) Get(id ID) (*capacity.Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
+	run.ID = string(id) // the file's name is its id, whatever it holds
 	return run, nil
 }
 
@@ -630,7 +571,7 @@ func (s *Store) last(match func(*entry) bool) (*capacity.Run, bool) {
 	s.mu.RLock()
 	for _, e := range slices.Backward(s.order) {
 		if match(e) {
-			ids = append(ids, e.ID)
+			ids = append(ids, e.id())
 		}
 	}
 	s.mu.RUnlock()
@@ -650,7 +591,10 @@ func (s *Store) path(id ID) string { return filepath.Join(s.runs, string(id)+run
 
 // write writes a run's file atomically.
 func (s *Store) write(id ID, run *capacity.Run) error {
-	data, err := json.MarshalIndent(run, "", "  ")
+	r := *run
+	r.ID = string(id)
+	r.Seal()
+	data, err := json.MarshalIndent(&r, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode run %s: %w", id, err)
 	}
@@ -723,24 +667,24 @@ func readFile(path string) ([]byte, os.FileInfo, error) {
 	return data, fi, nil
 }
 
-// readMeta reads the summary of a run file, which must be of test, and its
-// modification time.
-func readMeta(path, test string) (meta, time.Time, error) {
+// readSummary reads the summary of a run file, which must be of test,
+// and its modification time.
+func readSummary(path, test string) (capacity.Summary, time.Time, error) {
 	data, fi, err := readFile(path)
 	if err != nil {
-		return meta{}, time.Time{}, err
+		return capacity.Summary{}, time.Time{}, err
 	}
-	var m meta
-	if err := json.Unmarshal(data, &m); err != nil {
-		return meta{}, time.Time{}, err
+	m, err := capacity.DecodeSummary(data)
+	if err != nil {
+		return capacity.Summary{}, time.Time{}, err
 	}
 	switch {
 	case m.Test != test:
-		return meta{}, time.Time{}, fmt.Errorf("the run is of test %q, its file name of %q", m.Test, test)
+		return capacity.Summary{}, time.Time{}, fmt.Errorf("the run is of test %q, its file name of %q", m.Test, test)
 	case m.Verdict == "":
-		return meta{}, time.Time{}, errors.New("the run has no verdict")
+		return capacity.Summary{}, time.Time{}, errors.New("the run has no verdict")
 	case m.Start.IsZero():
-		return meta{}, time.Time{}, errors.New("the run has no start")
+		return capacity.Summary{}, time.Time{}, errors.New("the run has no start")
 	}
 	return m, fi.ModTime(), nil
 }
@@ -751,11 +695,7 @@ func readRun(path string) (*capacity.Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	var run capacity.Run
-	if err := json.Unmarshal(data, &run); err != nil {
-		return nil, err
-	}
-	return &run, nil
+	return capacity.DecodeRun(data)
 }
 
 // Read reads one stored run from a storage directory without opening the
@@ -770,7 +710,11 @@ func Read(dir string, id ID) (*capacity.Run, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s in %s", ErrNotFound, id, dir)
 	}
-	return run, err
+	if err != nil {
+		return nil, err
+	}
+	run.ID = string(id)
+	return run, nil
 }
 
 // ReadFile reads a run from a file of its own, as `sloprober test run

@@ -59,7 +59,7 @@ func (b *logBuffer) logger() *slog.Logger {
 }
 
 func stepRun(test string, start time.Time) *capacity.Run {
-	return &capacity.Run{Test: test, Kind: config.TestStep, Target: "sim", Start: start}
+	return &capacity.Run{Summary: capacity.Summary{Test: test, Kind: config.TestStep, Target: "sim", Start: start}}
 }
 
 // finished runs a whole run through the store.
@@ -85,10 +85,19 @@ func files(t *testing.T, dir string) []string {
 	return names
 }
 
-func ids(list []runstore.Summary) []runstore.ID {
+// stored is run as the store keeps it: with its id, the schema version
+// and its header's concluded rate.
+func stored(run *capacity.Run, id runstore.ID) *capacity.Run {
+	r := *run
+	r.ID = string(id)
+	r.Seal()
+	return &r
+}
+
+func ids(list []capacity.Summary) []runstore.ID {
 	var out []runstore.ID
 	for _, s := range list {
-		out = append(out, s.ID)
+		out = append(out, runstore.ID(s.ID))
 	}
 	return out
 }
@@ -107,7 +116,7 @@ func TestRoundTrip(t *testing.T) {
 	got, err := s.Get(id)
 	require.NoError(t, err)
 	require.Equal(t, runstore.VerdictRunning, got.Verdict)
-	require.Equal(t, []runstore.Summary{{ID: id, Test: "nightly", Kind: "step", Target: "sim", Start: t0, Verdict: "running"}}, s.List(""))
+	require.Equal(t, []capacity.Summary{{ID: string(id), Test: "nightly", Kind: "step", Target: "sim", Start: t0, Verdict: "running"}}, s.List(""))
 	_, ok := s.Last("nightly", true)
 	require.False(t, ok, "a running run is not finished")
 	last, ok := s.Last("nightly", false)
@@ -130,34 +139,34 @@ func TestRoundTrip(t *testing.T) {
 	require.NoError(t, s.Finish(id, run))
 	got, err = s.Get(id)
 	require.NoError(t, err)
-	require.Equal(t, run, got)
+	require.Equal(t, stored(run, id), got)
 	rate := 10.0
-	want := runstore.Summary{ID: id, Test: "nightly", Kind: "step", Target: "sim", Start: t0, End: t0.Add(time.Hour),
+	want := capacity.Summary{ID: string(id), Test: "nightly", Kind: "step", Target: "sim", Start: t0, End: t0.Add(time.Hour),
 		Verdict: "pass", Reason: "10 req/s verified", VerifiedRate: &rate}
-	require.Equal(t, []runstore.Summary{want}, s.List(""))
-	require.Equal(t, []runstore.Summary{want}, s.List("nightly"))
+	require.Equal(t, []capacity.Summary{want}, s.List(""))
+	require.Equal(t, []capacity.Summary{want}, s.List("nightly"))
 	require.Empty(t, s.List("other"))
 	last, ok = s.Last("nightly", true)
 	require.True(t, ok)
-	require.Equal(t, run, last)
+	require.Equal(t, stored(run, id), last)
 	withCap, ok := s.LastWithCapacity("nightly")
 	require.True(t, ok)
-	require.Equal(t, run, withCap)
+	require.Equal(t, stored(run, id), withCap)
 
 	// The file is the run, as JSON.
 	data, err := os.ReadFile(filepath.Join(dir, "runs", string(id)+".json"))
 	require.NoError(t, err)
 	var onDisk capacity.Run
 	require.NoError(t, json.Unmarshal(data, &onDisk))
-	require.Equal(t, *run, onDisk)
+	require.Equal(t, *stored(run, id), onDisk, "the file holds its id, schema version and concluded rate too")
 
 	// A restart keeps it as it was.
 	require.NoError(t, s.Close())
 	s2 := open(t, dir, runstore.Retention{})
-	require.Equal(t, []runstore.Summary{want}, s2.List(""))
+	require.Equal(t, []capacity.Summary{want}, s2.List(""))
 	got, err = s2.Get(id)
 	require.NoError(t, err)
-	require.Equal(t, run, got)
+	require.Equal(t, stored(run, id), got)
 	for _, name := range files(t, dir) {
 		require.NotContains(t, name, "tmp", "no temporary file is left")
 	}
@@ -194,8 +203,7 @@ func TestOrderAndLast(t *testing.T) {
 	require.NoError(t, s.Finish(id, newer))
 	got, _ = s.LastWithCapacity("a")
 	require.Nil(t, got.Capacity, "an aborted run's capacity is unverified")
-	soak := &capacity.Run{Test: "a", Kind: config.TestSoak, Start: t0.Add(5 * time.Hour), End: t0.Add(6 * time.Hour),
-		Verdict: capacity.VerdictPass, Capacity: &capacity.Capacity{Concurrency: 99}}
+	soak := &capacity.Run{Summary: capacity.Summary{Test: "a", Kind: config.TestSoak, Start: t0.Add(5 * time.Hour), End: t0.Add(6 * time.Hour), Verdict: capacity.VerdictPass}, Capacity: &capacity.Capacity{Concurrency: 99}}
 	sid, err := s.Begin(soak)
 	require.NoError(t, err)
 	require.NoError(t, s.Finish(sid, soak))
@@ -207,7 +215,7 @@ func TestOrderAndLast(t *testing.T) {
 	require.NoError(t, s.Finish(id, withCap))
 	got, ok = s.LastWithCapacity("a")
 	require.True(t, ok)
-	require.Equal(t, withCap, got)
+	require.Equal(t, stored(withCap, id), got)
 	got, ok = s.LastWithCapacity("b")
 	require.True(t, ok)
 	require.Equal(t, b1, runID(t, s, got))
@@ -219,7 +227,7 @@ func TestOrderAndLast(t *testing.T) {
 		case capacity.VerdictAborted:
 			require.Nil(t, sum.VerifiedRate, sum.ID)
 		case capacity.VerdictPass:
-			if sum.ID == id {
+			if runstore.ID(sum.ID) == id {
 				require.Equal(t, 5.0, *sum.VerifiedRate)
 			}
 		}
@@ -234,7 +242,7 @@ func runID(t *testing.T, s *runstore.Store, r *capacity.Run) runstore.ID {
 	t.Helper()
 	for _, sum := range s.List(r.Test) {
 		if sum.Start.Equal(r.Start) {
-			return sum.ID
+			return runstore.ID(sum.ID)
 		}
 	}
 	t.Fatalf("no stored run of %s started at %s", r.Test, r.Start)
@@ -270,12 +278,12 @@ func TestRestartAbortsInterruptedRuns(t *testing.T) {
 			logs := &logBuffer{}
 			s2, err := runstore.Open(dir, runstore.Retention{MaxRuns: 1}, logs.logger())
 			require.NoError(t, err)
-			want := runstore.Summary{ID: id, Test: "nightly", Kind: "step", Target: "sim", Start: t0, End: mtime,
+			want := capacity.Summary{ID: string(id), Test: "nightly", Kind: "step", Target: "sim", Start: t0, End: mtime,
 				Verdict: capacity.VerdictAborted, Reason: runstore.ReasonInterrupted}
 			require.Equal(t, want, s2.List("nightly")[0])
 			require.Equal(t, "interrupted: sloprober stopped while the run was running", want.Reason)
 			require.Len(t, s2.List(""), 2, "the finished run is kept")
-			require.Equal(t, done, s2.List("other")[0].ID)
+			require.Equal(t, string(done), s2.List("other")[0].ID)
 			got, err := s2.Get(id)
 			require.NoError(t, err)
 			require.Equal(t, capacity.VerdictAborted, got.Verdict)
@@ -345,7 +353,7 @@ func TestRetention(t *testing.T) {
 				finished(t, s, r.test, now.Add(-r.ago-time.Hour), now.Add(-r.ago), capacity.VerdictPass)
 			}
 			list := s.List("")
-			require.Equal(t, running, list[len(list)-1].ID)
+			require.Equal(t, string(running), list[len(list)-1].ID)
 			require.Equal(t, tc.kept, summaries(s)[:len(list)-1])
 			require.Len(t, files(t, dir), len(tc.kept)+1)
 		})
@@ -522,7 +530,7 @@ func TestBeginChecksTheRun(t *testing.T) {
 
 	// The longest name is fine; a zero start is now.
 	before := time.Now()
-	id, err := s.Begin(&capacity.Run{Test: strings.Repeat("a", config.MaxNameBytes)})
+	id, err := s.Begin(&capacity.Run{Summary: capacity.Summary{Test: strings.Repeat("a", config.MaxNameBytes)}})
 	require.NoError(t, err)
 	got, err := s.Get(id)
 	require.NoError(t, err)
@@ -606,7 +614,7 @@ func TestConcurrentRuns(t *testing.T) {
 				default:
 				}
 				for _, sum := range s.List("") {
-					if _, err := s.Get(sum.ID); err != nil {
+					if _, err := s.Get(runstore.ID(sum.ID)); err != nil {
 						assert.ErrorIs(t, err, runstore.ErrNotFound) // removed by retention since
 					}
 				}
@@ -659,4 +667,42 @@ func TestConcurrentRuns(t *testing.T) {
 	for _, n := range names {
 		require.Regexp(t, regexp.MustCompile(`^t\d-.*\.json$`), n)
 	}
+}
+
+// TestOpenRunsBeforeSchemaVersion: run files stored before runs had a
+// schema version (capacity's testdata, written by sloprober 0.x) are
+// indexed with their concluded rate and read whole; a run file of a newer
+// schema (a downgrade) is left where it is, neither indexed nor misread.
+func TestOpenRunsBeforeSchemaVersion(t *testing.T) {
+	dir := t.TempDir()
+	runs := filepath.Join(dir, "runs")
+	require.NoError(t, os.MkdirAll(runs, 0o750))
+	step := "knee-20261130T172029.435Z-0a1b2c3d"
+	soak := "soak-outage-20261130T172308.838Z-0a1b2c3d"
+	newer := "knee-20261201T000000.000Z-0a1b2c3d"
+	for id, src := range map[string]string{step: "v1-step-run.json", soak: "v1-soak-run.json"} {
+		data, err := os.ReadFile(filepath.Join("..", "capacity", "testdata", src))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(runs, id+".json"), data, 0o640))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(runs, newer+".json"),
+		[]byte(`{"schema_version": 99, "test": "knee", "kind": "step", "start": "2026-12-01T00:00:00Z", "verdict": "pass"}`), 0o640))
+	var logs bytes.Buffer
+	s, err := runstore.Open(dir, runstore.Retention{}, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+
+	list := s.List("")
+	require.Len(t, list, 2)
+	require.Equal(t, step, list[1].ID)
+	require.Equal(t, capacity.VerdictPass, list[1].Verdict)
+	require.NotNil(t, list[1].VerifiedRate)
+	require.InDelta(t, 8.8795, *list[1].VerifiedRate, 1e-3)
+	require.Nil(t, list[0].VerifiedRate, "a soak concludes no rate")
+	run, err := s.Get(runstore.ID(step))
+	require.NoError(t, err)
+	require.Equal(t, 1, run.SchemaVersion)
+	require.NotNil(t, run.Capacity)
+	require.FileExists(t, filepath.Join(runs, newer+".json"))
+	require.Contains(t, logs.String(), "schema_version 99")
 }

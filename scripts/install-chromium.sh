@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs Debian's Chromium when it is not on the PATH: the tests of the HTML
-# reports (internal/browser) render them in a real headless Chromium, so that a
+# reports (internal/testkit/browser) render them in a real headless Chromium, so that a
 # blank or broken report fails the build. Prints the path of the browser, found
-# as internal/browser's Path finds it: SLOPROBER_CHROMIUM, then chromium,
+# as internal/testkit/browser's Path finds it: SLOPROBER_CHROMIUM, then chromium,
 # chromium-browser or google-chrome on the PATH.
 set -euo pipefail
 if [ -n "${SLOPROBER_CHROMIUM:-}" ]; then

@@ -10,62 +10,23 @@
 package simulator
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"os"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/sloprober/sloprober/faults"
 	"github.com/sloprober/sloprober/internal/strictyaml"
 )
 
-// Duration is a time.Duration that reads and writes Go duration strings
-// ("50us", "5ms", "2s") in YAML and JSON. Prometheus' model.Duration has no
-// unit below a millisecond, and per-token prefill costs are tens of microseconds.
-type Duration time.Duration
-
-// UnmarshalYAML implements yaml.Unmarshaler.
-func (d *Duration) UnmarshalYAML(unmarshal func(any) error) error {
-	var s string
-	if err := unmarshal(&s); err != nil {
-		return err
-	}
-	return d.set(s)
-}
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration must be a string such as \"5ms\": %w", err)
-	}
-	return d.set(s)
-}
-
-func (d *Duration) set(s string) error {
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalYAML implements yaml.Marshaler.
-func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
-
-// MarshalJSON implements json.Marshaler.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
-
-func (d Duration) String() string { return time.Duration(d).String() }
+// Duration is a time.Duration read and written as a Go duration string
+// ("50us", "5ms", "2s"); the type is the fault schema's (package faults).
+type Duration = faults.Duration
 
 // Config is the simulator's configuration. Every field has a default (see
 // DefaultConfig), so an empty file is a valid configuration.
@@ -173,73 +134,15 @@ type TokenizerConfig struct {
 	Words bool `yaml:"words,omitempty" json:"words,omitempty"`
 }
 
-// Faults are injected at the given per-request rates; every decision is drawn
-// from the seeded fault stream. They can be replaced at run time by
-// PUT /sim/faults.
-type Faults struct {
-	// ErrorRate maps an HTTP status (400-599) to the share of requests
-	// answered with it before they reach the engine, in each API's error
-	// form; the Messages API answers 503 as Anthropic's overload, 529
-	// overloaded_error.
-	ErrorRate map[string]float64 `yaml:"error_rate,omitempty" json:"error_rate,omitempty"`
-	// ResetRate is the share of streams whose connection is reset (TCP RST)
-	// halfway through the output.
-	ResetRate float64 `yaml:"reset_rate" json:"reset_rate"`
-	// Stall pauses the share Rate of streams for Duration halfway through.
-	Stall StallConfig `yaml:"stall" json:"stall"`
-	// MalformedRate is the share of streams that get one chunk that is not
-	// valid JSON halfway through (the stream then goes on).
-	MalformedRate float64 `yaml:"malformed_rate" json:"malformed_rate"`
-	// MissingDoneRate is the share of streams that end without "data: [DONE]".
-	MissingDoneRate float64 `yaml:"missing_done_rate" json:"missing_done_rate"`
-	// StreamErrorRate is the share of streams that fail halfway with the
-	// API's in-stream error: a chunk {"error": {...}} (chat, completions),
-	// response.failed (Responses), an error event of type
-	// overloaded_error (Messages).
-	StreamErrorRate float64 `yaml:"stream_error_rate" json:"stream_error_rate"`
-	// HeaderDelay delays the response headers of every request.
-	HeaderDelay Duration `yaml:"header_delay" json:"header_delay"`
-	// WrongToolRate is the share of tool calls that are wrong: every
-	// other one, starting with the first, calls a name that is not among
-	// the request's tools; the others leave out a required argument
-	// (where the tool has none, they too call a wrong name).
-	WrongToolRate float64 `yaml:"wrong_tool_rate" json:"wrong_tool_rate"`
-	// InvalidJSONRate is the share of structured-output replies (a
-	// json_schema or json_object format) that are invalid: every other
-	// one, starting with the first, is truncated JSON (the document stops
-	// halfway, with a normal stop); the others are valid JSON without a
-	// required property (where the schema requires none, they too are
-	// truncated).
-	InvalidJSONRate float64 `yaml:"invalid_json_rate" json:"invalid_json_rate"`
-	// WrongAnswerRate is the share of known-answer questions answered
-	// wrong: off by 1 to 10, either way.
-	WrongAnswerRate float64 `yaml:"wrong_answer_rate" json:"wrong_answer_rate"`
-	// Degrade slows the engine down over time; nil: it does not.
-	Degrade *DegradeConfig `yaml:"degrade,omitempty" json:"degrade,omitempty"`
-}
-
-// DegradeConfig is a slow degradation, for soak tests: phase times grow
-// linearly with the time since the fault was set (at start for the file's
-// faults, by PUT /sim/faults otherwise), and every request completed since
-// then adds Leak to each decode step, up to LeakMax. With slots: 0 the
-// fixed TTFT degrades as prefill and the fixed ITL as a decode step.
-type DegradeConfig struct {
-	// Prefill and Decode are the fractions by which prefill time and decode
-	// step time grow per Per: 0.5 is +50% per Per, linearly.
-	Prefill float64  `yaml:"prefill" json:"prefill"`
-	Decode  float64  `yaml:"decode" json:"decode"`
-	Per     Duration `yaml:"per" json:"per"`
-	// Leak is added to every decode step per request completed since the
-	// fault was set, up to LeakMax in all.
-	Leak    Duration `yaml:"leak" json:"leak"`
-	LeakMax Duration `yaml:"leak_max" json:"leak_max"`
-}
-
-// StallConfig is a pause mid-stream.
-type StallConfig struct {
-	Rate     float64  `yaml:"rate" json:"rate"`
-	Duration Duration `yaml:"duration" json:"duration"`
-}
+// Faults, DegradeConfig and StallConfig are the faults the simulator
+// injects; their schema and validation live in the leaf package faults, so
+// that the prober's configuration checks a fault plan without linking the
+// simulator.
+type (
+	Faults        = faults.Faults
+	DegradeConfig = faults.DegradeConfig
+	StallConfig   = faults.StallConfig
+)
 
 // DefaultConfig is the configuration used without a file, and the base every
 // file is read over.
@@ -255,18 +158,12 @@ var DefaultConfig = Config{
 		Distribution: "lognormal", Median: 200, P90: 800, Min: 1, Max: 4096,
 	},
 	Tokenizer: TokenizerConfig{CharsPerToken: 4},
-	Faults:    Faults{Stall: StallConfig{Duration: Duration(5 * time.Second)}},
+	Faults:    Faults{Stall: StallConfig{Duration: faults.DefaultStallDuration}},
 	Seed:      1,
 }
 
 // DefaultPrefixCacheConfig applies when a prefix_cache block is present.
 var DefaultPrefixCacheConfig = PrefixCacheConfig{BlockTokens: 512, MaxBlocks: 65536}
-
-// DefaultDegradeConfig applies when a degrade block is present.
-var DefaultDegradeConfig = DegradeConfig{Per: Duration(time.Hour)}
-
-// maxDegradeFraction bounds degrade.prefill and degrade.decode.
-const maxDegradeFraction = 1000
 
 // UnmarshalYAML implements yaml.Unmarshaler: keys not given keep their default.
 func (c *Config) UnmarshalYAML(unmarshal func(any) error) error {
@@ -296,23 +193,6 @@ func (c *PrefixCacheConfig) UnmarshalYAML(unmarshal func(any) error) error {
 	return unmarshal((*plain)(c))
 }
 
-// UnmarshalYAML implements yaml.Unmarshaler: keys not given are 0, except
-// per, which defaults to 1h.
-func (d *DegradeConfig) UnmarshalYAML(unmarshal func(any) error) error {
-	*d = DefaultDegradeConfig
-	type plain DegradeConfig
-	return unmarshal((*plain)(d))
-}
-
-// UnmarshalYAML implements yaml.Unmarshaler. A faults block replaces the
-// current faults whole: keys it omits are 0, except the stall duration,
-// which keeps its default of 5s so that "stall: {rate: 0.1}" works.
-func (f *Faults) UnmarshalYAML(unmarshal func(any) error) error {
-	*f = Faults{Stall: StallConfig{Duration: DefaultConfig.Faults.Stall.Duration}}
-	type plain Faults
-	return unmarshal((*plain)(f))
-}
-
 // LoadFile reads and validates a configuration file. Errors name the file.
 func LoadFile(filename string) (*Config, error) {
 	b, err := os.ReadFile(filename)
@@ -340,17 +220,7 @@ func Parse(b []byte) (*Config, error) {
 }
 
 // ParseFaults reads a faults block, as YAML or JSON, strictly.
-func ParseFaults(b []byte) (Faults, error) {
-	var f Faults
-	if err := strictyaml.Unmarshal(b, &f); err != nil {
-		return Faults{}, err
-	}
-	if errs := f.validate("faults."); len(errs) > 0 {
-		sortErrors(errs)
-		return Faults{}, errors.Join(errs...)
-	}
-	return f, nil
-}
+func ParseFaults(b []byte) (Faults, error) { return faults.Parse(b) }
 
 // Validate checks every value and names the key of the first bad one.
 func (c *Config) Validate() error {
@@ -395,7 +265,7 @@ func (c *Config) Validate() error {
 	case !c.Tokenizer.Words && c.Tokenizer.CharsPerToken <= 0:
 		errs = append(errs, fmt.Errorf("tokenizer.chars_per_token: must be positive, got %d", c.Tokenizer.CharsPerToken))
 	}
-	errs = append(errs, c.Faults.validate("faults.")...)
+	errs = append(errs, c.Faults.Errors("faults.")...)
 	sortErrors(errs)
 	return errors.Join(errs...)
 }
@@ -427,71 +297,6 @@ func (d Distribution) validate() error {
 	return nil
 }
 
-// Validate checks the fault rates; errors name the key below "faults".
-func (f *Faults) Validate() error {
-	errs := f.validate("")
-	sortErrors(errs)
-	return errors.Join(errs...)
-}
-
-func (f *Faults) validate(prefix string) []error {
-	var errs []error
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s%s: "+format, append([]any{prefix, key}, args...)...))
-	}
-	sum := 0.0
-	for code, rate := range f.ErrorRate {
-		n, err := strconv.Atoi(code)
-		if err != nil || n < 400 || n > 599 {
-			bad("error_rate", "key must be an HTTP status from 400 to 599, got %q", code)
-			continue
-		}
-		if !validRate(rate) {
-			bad("error_rate."+code, "must be between 0 and 1, got %g", rate)
-		}
-		sum += rate
-	}
-	if len(errs) == 0 && sum > 1+1e-9 {
-		bad("error_rate", "rates must add up to at most 1, got %g", sum)
-	}
-	for key, rate := range map[string]float64{
-		"reset_rate": f.ResetRate, "stall.rate": f.Stall.Rate,
-		"malformed_rate": f.MalformedRate, "missing_done_rate": f.MissingDoneRate,
-		"stream_error_rate": f.StreamErrorRate, "wrong_tool_rate": f.WrongToolRate,
-		"invalid_json_rate": f.InvalidJSONRate, "wrong_answer_rate": f.WrongAnswerRate,
-	} {
-		if !validRate(rate) {
-			bad(key, "must be between 0 and 1, got %g", rate)
-		}
-	}
-	if f.Stall.Duration < 0 {
-		bad("stall.duration", "must not be negative, got %s", f.Stall.Duration)
-	}
-	if f.HeaderDelay < 0 {
-		bad("header_delay", "must not be negative, got %s", f.HeaderDelay)
-	}
-	if d := f.Degrade; d != nil {
-		for key, v := range map[string]float64{"degrade.prefill": d.Prefill, "degrade.decode": d.Decode} {
-			if !(v >= 0 && v <= maxDegradeFraction) { // false for NaN too
-				bad(key, "must be between 0 and %d, got %g", maxDegradeFraction, v)
-			}
-		}
-		if d.Per <= 0 {
-			bad("degrade.per", "must be positive, got %s", d.Per)
-		}
-		if d.Leak < 0 {
-			bad("degrade.leak", "must not be negative, got %s", d.Leak)
-		}
-		switch {
-		case d.LeakMax < 0:
-			bad("degrade.leak_max", "must not be negative, got %s", d.LeakMax)
-		case d.Leak > 0 && d.LeakMax == 0:
-			bad("degrade.leak_max", "must be positive when degrade.leak is set (a leak must be bounded)")
-		}
-	}
-	return errs
-}
-
 // validate checks a header's name and value; errors name key.
 func (h *HeaderConfig) validate(key string) []error {
 	var errs []error
@@ -513,9 +318,5 @@ var reservedHeaders = map[string]bool{
 	"Server-Timing": true, "Retry-After": true, "Transfer-Encoding": true, "Connection": true,
 }
 
-func validRate(r float64) bool { return r >= 0 && r <= 1 && !math.IsNaN(r) }
-
 // sortErrors orders errors found by ranging over maps, so messages are stable.
-func sortErrors(errs []error) {
-	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
-}
+func sortErrors(errs []error) { faults.SortErrors(errs) }

@@ -8,40 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestParseDegrade: a degrade block reads as YAML or JSON, per defaults to
-// 1h, and bad values are errors that name the key.
+// TestParseDegrade: a simulator's configuration takes a degrade block
+// (the fault schema's own cases are package faults' tests).
 func TestParseDegrade(t *testing.T) {
-	f, err := ParseFaults([]byte(`{"degrade": {"prefill": 0.5, "decode": 1, "per": "2s", "leak": "1ms", "leak_max": "5ms"}}`))
-	require.NoError(t, err)
-	require.Equal(t, &DegradeConfig{Prefill: 0.5, Decode: 1, Per: Duration(2 * time.Second),
-		Leak: Duration(time.Millisecond), LeakMax: Duration(5 * time.Millisecond)}, f.Degrade)
-
-	f, err = ParseFaults([]byte("degrade: {decode: 0.5}\n"))
-	require.NoError(t, err)
-	require.Equal(t, &DegradeConfig{Decode: 0.5, Per: Duration(time.Hour)}, f.Degrade, "per defaults to 1h")
-
-	f, err = ParseFaults([]byte("reset_rate: 0.1\n"))
-	require.NoError(t, err)
-	require.Nil(t, f.Degrade, "no degrade block, no degradation")
-
 	c, err := Parse([]byte("slots: 0\nfaults: {degrade: {prefill: 1000, leak: 1us, leak_max: 1h}}\n"))
 	require.NoError(t, err)
 	require.Equal(t, 1000.0, c.Faults.Degrade.Prefill)
-
-	for body, want := range map[string]string{
-		"degrade: {decode: -0.1}":                          "faults.degrade.decode: must be between 0 and 1000, got -0.1",
-		"degrade: {prefill: .inf}":                         "faults.degrade.prefill: must be between 0 and 1000, got +Inf",
-		"degrade: {prefill: 1000.5}":                       "faults.degrade.prefill: must be between 0 and 1000, got 1000.5",
-		"degrade: {per: -1s}":                              "faults.degrade.per: must be positive, got -1s",
-		"degrade: {leak: 1ms}":                             "faults.degrade.leak_max: must be positive when degrade.leak is set (a leak must be bounded)",
-		"degrade: {leak_max: -1ms}":                        "faults.degrade.leak_max: must not be negative, got -1ms",
-		`{"degrade": {"leak": "-1ms", "leak_max": "1ms"}}`: "faults.degrade.leak: must not be negative, got -1ms",
-		"degrade: {rate: 1}":                               "line 1: field rate not found",
-		`{"degrade": {"decode": "fast"}}`:                  "line 1: cannot unmarshal !!str `fast` into float64",
-	} {
-		_, err := ParseFaults([]byte(body))
-		require.EqualError(t, err, want, body)
-	}
+	_, err = Parse([]byte("faults: {degrade: {decode: -0.1}}\n"))
+	require.EqualError(t, err, "faults.degrade.decode: must be between 0 and 1000, got -0.1")
 }
 
 // TestDegradationAt: the factors grow linearly with the time since the

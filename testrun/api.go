@@ -60,7 +60,7 @@ func NewAPI(s *Service, mutations bool) http.Handler {
 		}
 	})
 	mux.HandleFunc("GET /reports/{id}", func(w http.ResponseWriter, r *http.Request) {
-		run, id, ok := getRun(w, r)
+		run, _, ok := getRun(w, r)
 		if !ok {
 			return
 		}
@@ -69,7 +69,7 @@ func NewAPI(s *Service, mutations bool) http.Handler {
 			format = "html"
 		}
 		var b bytes.Buffer
-		if err := report.Write(&b, report.Build(run, string(id)), format); err != nil {
+		if err := report.Write(&b, report.Build(run), format); err != nil {
 			writeError(w, http.StatusBadRequest, err)
 			return
 		}

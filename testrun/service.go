@@ -18,7 +18,6 @@ import (
 
 	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/config"
-	"github.com/sloprober/sloprober/exporter"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/runstore"
 	"github.com/sloprober/sloprober/validity"
@@ -55,8 +54,8 @@ type Service struct {
 	// metrics (SetQueues).
 	queues func(target string) capacity.QueueProbe
 
-	// runTest runs one test (runTest by default; tests replace it).
-	runTest func(ctx context.Context, t *config.TestConfig, load config.LoadSpec, maxRate float64, id runstore.ID) *capacity.Run
+	// execute runs one test (capacity.Execute; tests replace it).
+	execute func(ctx context.Context, env capacity.Env, t *config.TestConfig, load config.LoadSpec) *capacity.Run
 }
 
 // scheduled is a configured test and its next scheduled run.
@@ -82,7 +81,7 @@ func New(logger *slog.Logger, manager *prober.Manager, recorder *capacity.Record
 		logger: logger, manager: manager, recorder: recorder, store: store, metrics: metrics,
 		tests: map[string]*scheduled{}, running: map[string]*active{}, wake: make(chan struct{}, 1),
 	}
-	s.runTest = s.run
+	s.execute = capacity.Execute
 	return s
 }
 
@@ -95,55 +94,98 @@ func (s *Service) SetValidity(v validity.Config) { s.validity = &v }
 // engine metrics. Call it before Run.
 func (s *Service) SetQueues(queue func(target string) capacity.QueueProbe) { s.queues = queue }
 
-// run runs a step or soak test through the manager.
-func (s *Service) run(ctx context.Context, t *config.TestConfig, load config.LoadSpec, maxRate float64, id runstore.ID) *capacity.Run {
-	s.mu.Lock()
-	hash := ""
-	if s.cfg != nil {
-		hash = s.cfg.Hash()
+// env is what a run of a test on target, of configuration cfg, takes
+// from the daemon.
+func (s *Service) env(cfg *config.Config, target string, maxRate float64) capacity.Env {
+	env := capacity.Env{Manager: s.manager, Recorder: s.recorder, Logger: s.logger, MaxRate: maxRate, ConfigHash: cfg.Hash(), Validity: s.validity}
+	if s.queues != nil {
+		env.Queue = s.queues(target)
 	}
-	s.mu.Unlock()
-	// The partial results are stored at every level or window: a run
-	// cut short by a crash keeps them, and its end (the file's last
-	// write) is known to within a level.
-	checkpoint := func(r *capacity.Run) {
-		if err := s.store.Update(id, r); err != nil {
-			s.logger.Warn("Storing a running test's partial results", "test", t.Name, "run", id, "err", err)
+	return env
+}
+
+// Begin stores a run of test t as it starts (verdict running) and returns
+// its id: a run cut short by a crash leaves its evidence.
+func Begin(store *runstore.Store, t *config.TestConfig) (runstore.ID, error) {
+	run := &capacity.Run{Summary: capacity.Summary{Test: t.Name, Kind: t.Kind, Target: t.Target, Start: time.Now()}}
+	id, err := store.Begin(run)
+	if err != nil {
+		return "", fmt.Errorf("test %q: storing the run: %w", t.Name, err)
+	}
+	return id, nil
+}
+
+// Stored runs test t through execute (capacity.Execute), its run begun as
+// id in store: the partial results are stored at every level or window
+// (a run cut short by a crash keeps them, and its end, the file's last
+// write, is known to within a level) and the final run at its end. The
+// error is the final write's; the run is returned whatever it says.
+func Stored(ctx context.Context, store *runstore.Store, id runstore.ID, env capacity.Env, t *config.TestConfig, load config.LoadSpec,
+	execute func(context.Context, capacity.Env, *config.TestConfig, config.LoadSpec) *capacity.Run) (*capacity.Run, error) {
+	logger := env.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	env.Checkpoint = func(r *capacity.Run) {
+		if err := store.Update(id, r); err != nil {
+			logger.Warn("Storing a running test's partial results", "test", t.Name, "run", id, "err", err)
 		}
 	}
-	var queue capacity.QueueProbe
-	if s.queues != nil {
-		queue = s.queues(load.Target.Name)
+	r := execute(ctx, env, t, load)
+	r.ID = string(id)
+	if err := store.Finish(id, r); err != nil {
+		return r, fmt.Errorf("test %q: storing the run %s: %w", t.Name, id, err)
 	}
-	if t.Kind == config.TestSoak {
-		return (&capacity.Soak{Manager: s.manager, Recorder: s.recorder, Test: t, Load: load, Logger: s.logger, ConfigHash: hash, Checkpoint: checkpoint, Queue: queue,
-			Validity: s.validity}).Run(ctx)
-	}
-	return (&capacity.Step{Manager: s.manager, Recorder: s.recorder, Test: t, Load: load, MaxRate: maxRate, Logger: s.logger, ConfigHash: hash, Checkpoint: checkpoint, Queue: queue,
-		Validity: s.validity}).Run(ctx)
+	return r, nil
 }
 
 // ApplyConfig takes a configuration's tests: new schedules apply from now;
 // a running test goes on with the configuration it started with, to its
-// end.
+// end. It is PrepareConfig, then the change's Commit.
 func (s *Service) ApplyConfig(cfg *config.Config) error {
+	c, err := s.PrepareConfig(cfg)
+	if err != nil {
+		return err
+	}
+	c.Commit()
+	return nil
+}
+
+// ConfigChange is a configuration's tests with their schedules parsed,
+// not yet in force.
+type ConfigChange struct {
+	s     *Service
+	cfg   *config.Config
+	tests map[string]*scheduled
+}
+
+// PrepareConfig parses the schedules of cfg's tests, changing nothing in
+// force.
+func (s *Service) PrepareConfig(cfg *config.Config) (*ConfigChange, error) {
 	tests := map[string]*scheduled{}
 	now := time.Now()
-	s.mu.Lock()
-	old := s.tests
-	s.mu.Unlock()
 	for _, t := range cfg.Tests {
 		st := &scheduled{cfg: t}
 		if t.Schedule != nil {
 			sched, err := t.Schedule.Parse()
 			if err != nil {
-				return fmt.Errorf("test %q: schedule: %w", t.Name, err)
+				return nil, fmt.Errorf("test %q: schedule: %w", t.Name, err)
 			}
 			st.sched, st.next = sched, sched.Next(now)
 		}
 		tests[t.Name] = st
 	}
+	return &ConfigChange{s: s, cfg: cfg, tests: tests}, nil
+}
+
+// Discard drops the change.
+func (c *ConfigChange) Discard() {}
+
+// Commit puts the change's tests and schedules in force.
+func (c *ConfigChange) Commit() {
+	s, cfg, tests := c.s, c.cfg, c.tests
 	s.mu.Lock()
+	old := s.tests
 	next := map[string]time.Time{}
 	for name, st := range tests {
 		// An unchanged schedule keeps its next run: reloads more often
@@ -162,7 +204,6 @@ func (s *Service) ApplyConfig(cfg *config.Config) error {
 	case s.wake <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // Run starts the scheduled runs as they fall due, until ctx is done. A run
@@ -253,22 +294,13 @@ func (s *Service) Start(name, why string) (runstore.ID, error) {
 			return "", fmt.Errorf("%w: %s still runs on %s (run %s)", ErrBusy, name, target, a.id)
 		}
 	}
-	maxRate := t.MaxRate
-	if maxRate == 0 {
-		// The canary keeps running: a test gets what global.max_rate
-		// leaves it.
-		maxRate = cfg.Global.MaxRate
-		for _, l := range cfg.CanaryLoads() {
-			maxRate -= l.PeakRate()
-		}
-	}
-	if maxRate <= 0 {
-		return "", fmt.Errorf("test %q: the canary takes all of global.max_rate %g: set the test's max_rate or raise global.max_rate", name, cfg.Global.MaxRate)
-	}
-	run := &capacity.Run{Test: t.Name, Kind: t.Kind, Target: t.Target, Start: time.Now()}
-	id, err := s.store.Begin(run)
+	maxRate, err := cfg.TestMaxRate(t, true)
 	if err != nil {
-		return "", fmt.Errorf("test %q: storing the run: %w", name, err)
+		return "", err
+	}
+	id, err := Begin(s.store, t)
+	if err != nil {
+		return "", err
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	a := &active{id: id, test: t.Name, cancel: cancel, done: make(chan struct{})}
@@ -280,8 +312,9 @@ func (s *Service) Start(name, why string) (runstore.ID, error) {
 		defer s.runs.Done()
 		defer close(a.done)
 		defer cancel(nil)
-		r := s.runTest(ctx, t, cfg.TestLoad(t), maxRate, id)
-		if err := s.store.Finish(id, r); err != nil {
+		load := cfg.TestLoad(t)
+		r, err := Stored(ctx, s.store, id, s.env(cfg, load.Target.Name, maxRate), t, load, s.execute)
+		if err != nil {
 			s.logger.Error("Storing a test run", "test", t.Name, "run", id, "err", err)
 		}
 		s.metrics.finished(r)
@@ -338,7 +371,7 @@ type TestStatus struct {
 }
 
 // RunSummary is a stored run without its levels.
-type RunSummary = runstore.Summary
+type RunSummary = capacity.Summary
 
 // Tests lists the configured tests.
 func (s *Service) Tests() []TestStatus {
@@ -369,26 +402,6 @@ func (s *Service) Tests() []TestStatus {
 
 // Runs lists the stored runs of a test ("": all), newest first.
 func (s *Service) Runs(test string) []RunSummary { return s.store.List(test) }
-
-// maxReportLinks bounds the runs the landing page lists.
-const maxReportLinks = 20
-
-// ReportLinks lists the newest stored runs for the landing page, with
-// their reports.
-func (s *Service) ReportLinks() []exporter.ReportLink {
-	var out []exporter.ReportLink
-	for _, r := range s.store.List("") {
-		if len(out) == maxReportLinks {
-			break
-		}
-		l := exporter.ReportLink{ID: string(r.ID), Test: r.Test, Kind: r.Kind, Target: r.Target, Verdict: r.Verdict, End: r.End}
-		if r.VerifiedRate != nil {
-			l.Capacity = fmt.Sprintf("%.3g req/s", *r.VerifiedRate)
-		}
-		out = append(out, l)
-	}
-	return out
-}
 
 // Get returns a stored run.
 func (s *Service) Get(id runstore.ID) (*capacity.Run, error) { return s.store.Get(id) }

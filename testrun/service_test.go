@@ -51,7 +51,7 @@ func newService(t *testing.T, dir string, cfg *config.Config, d time.Duration) f
 	rec := capacity.NewRecorder()
 	svc := testrun.New(logger, prober.NewManager(logger, rec, "sloprober/test"), rec, store, testrun.NewMetrics(reg))
 	svc.SetRunner(func(ctx context.Context, tc *config.TestConfig, _ config.LoadSpec, _ float64) *capacity.Run {
-		r := &capacity.Run{Test: tc.Name, Kind: tc.Kind, Target: tc.Target, Start: time.Now()}
+		r := &capacity.Run{Summary: capacity.Summary{Test: tc.Name, Kind: tc.Kind, Target: tc.Target, Start: time.Now()}}
 		select {
 		case <-time.After(d):
 			r.Verdict, r.Reason = capacity.VerdictPass, "ok"
@@ -174,8 +174,7 @@ func TestRestoredAfterRestart(t *testing.T) {
 	// capacity of none: 0, and still 0 after the next restart, not the
 	// older run's.
 	g.svc.SetRunner(func(_ context.Context, tc *config.TestConfig, _ config.LoadSpec, _ float64) *capacity.Run {
-		return &capacity.Run{Test: tc.Name, Kind: tc.Kind, Target: tc.Target, Start: time.Now(), End: time.Now(),
-			Verdict: capacity.VerdictInfeasible, Reason: "one request at a time already misses the objective"}
+		return &capacity.Run{Summary: capacity.Summary{Test: tc.Name, Kind: tc.Kind, Target: tc.Target, Start: time.Now(), End: time.Now(), Verdict: capacity.VerdictInfeasible, Reason: "one request at a time already misses the objective"}}
 	})
 	_, err = g.svc.Start("a", "test")
 	require.NoError(t, err)

@@ -128,7 +128,7 @@ func TestCollectorDownOrSilent(t *testing.T) {
 		require.NoError(t, err)
 		rec := newRecorder(250)
 		m := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
-		require.NoError(t, m.ApplyConfig(cfg, nil))
+		require.NoError(t, m.ApplyConfig(cfg))
 		<-rec.reached
 		m.Stop(time.Second)
 		return rec.p99()
@@ -155,7 +155,7 @@ func TestCollectorDownOrSilent(t *testing.T) {
 			rec := newRecorder(250)
 			m := prober.NewManager(promslog.NewNopLogger(), prober.Fanout(rec, tr), "sloprober/test")
 			m.SetTracing(true, 1)
-			require.NoError(t, m.ApplyConfig(cfg, nil))
+			require.NoError(t, m.ApplyConfig(cfg))
 			select {
 			case <-rec.reached:
 			case <-time.After(20 * time.Second):

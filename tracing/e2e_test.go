@@ -20,7 +20,7 @@ import (
 
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/exporter"
-	"github.com/sloprober/sloprober/internal/jaegertest"
+	"github.com/sloprober/sloprober/internal/testkit/jaegertest"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/simulator/simtest"
 	"github.com/sloprober/sloprober/tracing"
@@ -110,7 +110,8 @@ func testTracesInJaeger(t *testing.T, client string) {
 	fin := &finished{}
 	m := prober.NewManager(promslog.NewNopLogger(), prober.Fanout(metrics, fin, tr), "sloprober/test")
 	m.SetTracing(cfg.Tracing.Enabled(), cfg.Tracing.SamplingFraction)
-	require.NoError(t, m.ApplyConfig(cfg, func() { metrics.ApplyConfig(cfg) }))
+	metrics.ApplyConfig(cfg)
+	require.NoError(t, m.ApplyConfig(cfg))
 	require.Eventually(t, func() bool {
 		fin.mu.Lock()
 		defer fin.mu.Unlock()
@@ -271,7 +272,7 @@ canary: [{target: sim, scenario: chat, rate: 20, arrival: constant}]
 	apply := func(cfg *config.Config) {
 		require.NoError(t, tr.ApplyConfig(cfg))
 		m.SetTracing(cfg.Tracing.Enabled(), cfg.Tracing.SamplingFraction)
-		require.NoError(t, m.ApplyConfig(cfg, nil))
+		require.NoError(t, m.ApplyConfig(cfg))
 	}
 	// next waits for n more finished requests and returns them.
 	next := func(n int) []*prober.Result {

@@ -44,7 +44,7 @@ func newBenchCommand(app *kingpin.Application) *benchCommand {
 	return c
 }
 
-func (c *benchCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
+func (c *benchCommand) run(ctx context.Context, logger *slog.Logger, stdout, stderr io.Writer) int {
 	var steps []bench.Step
 	for _, f := range strings.Split(*c.streams, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -76,7 +76,7 @@ func (c *benchCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	opts := bench.Options{Binary: binary, Steps: steps, Measure: *c.measure, Logger: logger, HeapProfile: *c.heap}
 	var results any

@@ -80,7 +80,7 @@ func TestHealthcheck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			start := time.Now()
-			code := runMain(append([]string{"healthcheck"}, tc.args...), &stdout, &stderr)
+			code := runMain(t.Context(), append([]string{"healthcheck"}, tc.args...), &stdout, &stderr, func(int) { t.Error("exit") })
 			elapsed := time.Since(start)
 			require.Equal(t, tc.code, code, "stderr: %s", stderr.String())
 			require.Less(t, elapsed, 3*time.Second, "a health check must end within its timeout")

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -14,12 +15,16 @@ import (
 )
 
 func main() {
-	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(runMain(context.Background(), os.Args[1:], os.Stdout, os.Stderr, os.Exit))
 }
 
-// runMain parses the command line and runs the chosen command; it returns the
-// process exit code.
-func runMain(args []string, stdout, stderr io.Writer) int {
+// runMain parses the command line and runs the chosen command; it returns
+// the process exit code. It is the whole program, as main runs it and as
+// the tests run it in-process (alertmanager's app does the same): ctx
+// done stops a daemon or a test run as SIGTERM does, and exit is what a
+// daemon calls when its stop outlasts its deadline (os.Exit in main; a
+// test's records it instead of ending the test binary).
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer, exit func(int)) int {
 	app := kingpin.New("sloprober", "A Prometheus-native continuous SLO prober for LLM serving endpoints.")
 	app.Version(version.Print("sloprober"))
 	app.HelpFlag.Short('h')
@@ -44,19 +49,19 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	logger := promslog.New(logConfig)
 	switch cmd {
 	case runCmd.cmd.FullCommand():
-		return runCmd.run(logger)
+		return runCmd.run(ctx, logger, exit)
 	case check.cmd.FullCommand():
 		return check.run(stdout, stderr)
 	case probe.cmd.FullCommand():
 		return probe.run(logger, stdout, stderr)
 	case sim.cmd.FullCommand():
-		return sim.run(logger)
+		return sim.run(ctx, logger)
 	case wstats.cmd.FullCommand():
 		return wstats.run(stdout, stderr)
 	case benchCmd.cmd.FullCommand():
-		return benchCmd.run(logger, stdout, stderr)
+		return benchCmd.run(ctx, logger, stdout, stderr)
 	case testCmd.cmd.FullCommand():
-		return testCmd.run(logger, stdout, stderr)
+		return testCmd.run(ctx, logger, stdout, stderr)
 	case reportCmd.show.FullCommand():
 		return reportCmd.runShow(stdout, stderr)
 	case reportCmd.compare.FullCommand():

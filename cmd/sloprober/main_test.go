@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -28,23 +29,17 @@ import (
 	"github.com/sloprober/sloprober/simulator/simtest"
 )
 
-// binary is the sloprober binary built once for these tests.
-var binary string
+// asSloprober, set in a process's environment, makes this test binary the
+// sloprober binary: the few tests of what only a process shows (signals,
+// exit codes, a stop's deadline) run it so, with the very main the program
+// has, and no separate build.
+const asSloprober = "SLOPROBER_TEST_AS_BINARY"
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sloprober-test")
-	if err != nil {
-		panic(err)
+	if os.Getenv(asSloprober) == "1" {
+		os.Exit(runMain(context.Background(), os.Args[1:], os.Stdout, os.Stderr, os.Exit))
 	}
-	binary = filepath.Join(dir, "sloprober")
-	build := exec.Command("go", "build", "-race", "-o", binary, ".")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		panic(err)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // freeAddr returns a loopback address with a port that was free a moment ago.
@@ -57,54 +52,122 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// process is a running sloprober.
+// output is a writer safe for the goroutines of a running sloprober.
+type output struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (o *output) Write(b []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(b)
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+// process is a running `sloprober run`: in-process (start), or a process
+// of its own (startProcess).
 type process struct {
-	cmd  *exec.Cmd
 	addr string
-	mu   sync.Mutex
-	log  bytes.Buffer
-	done chan error
+	log  output
+	// cmd is the process; nil in-process, where cancel stops the daemon
+	// as SIGTERM does and done receives its exit code.
+	cmd    *exec.Cmd
+	cancel context.CancelFunc
+	done   chan int
+	code   int
+	exited bool
 }
 
-func (p *process) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.Write(b)
-}
+func (p *process) logs() string { return p.log.String() }
 
-func (p *process) logs() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
-
-// start runs `sloprober run` with args. Unless args set it, the linger
-// after the drain is short: these tests do not scrape while stopping, and
-// the shutdown tests check the linger itself.
-func start(t *testing.T, args ...string) *process {
-	t.Helper()
-	p := &process{addr: freeAddr(t), done: make(chan error, 1)}
-	flags := []string{"run", "--web.listen-address=" + p.addr}
+// daemonArgs are the arguments of `sloprober run` with args. Unless args
+// set them, the linger after the drain is short (these tests do not
+// scrape while stopping, and the shutdown tests check the linger itself)
+// and the runs are stored in a directory of the test's.
+func daemonArgs(t *testing.T, addr string, args []string) []string {
+	flags := []string{"run", "--web.listen-address=" + addr}
 	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--shutdown.linger=") }) {
 		flags = append(flags, "--shutdown.linger=200ms")
 	}
 	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--storage.path=") }) {
 		flags = append(flags, "--storage.path="+t.TempDir())
 	}
-	p.cmd = exec.Command(binary, append(flags, args...)...)
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	require.NoError(t, p.cmd.Start())
-	go func() { p.done <- p.cmd.Wait() }()
+	return append(flags, args...)
+}
+
+// start runs `sloprober run` with args in-process, as main would. A stop
+// that outlasts its deadline fails the test instead of ending the test
+// binary.
+func start(t *testing.T, args ...string) *process {
+	t.Helper()
+	p := &process{addr: freeAddr(t), done: make(chan int, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	exit := func(code int) { t.Errorf("sloprober called exit(%d): its stop outlasted the deadline", code) }
+	go func() { p.done <- runMain(ctx, daemonArgs(t, p.addr, args), &p.log, &p.log, exit) }()
 	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
-			_ = p.cmd.Process.Kill()
-			<-p.done
+		if !p.exited {
+			cancel()
+			p.wait(t, time.Minute)
 		}
 		if t.Failed() {
 			t.Logf("sloprober log:\n%s", p.logs())
 		}
 	})
 	return p
+}
+
+// startProcess runs `sloprober run` with args as a process of its own: for
+// the tests of signals and exit codes.
+func startProcess(t *testing.T, args ...string) *process {
+	t.Helper()
+	p := &process{addr: freeAddr(t), done: make(chan int, 1)}
+	p.cmd = exec.Command(os.Args[0], daemonArgs(t, p.addr, args)...)
+	p.cmd.Env = append(os.Environ(), asSloprober+"=1")
+	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
+	require.NoError(t, p.cmd.Start())
+	go func() {
+		_ = p.cmd.Wait()
+		p.done <- p.cmd.ProcessState.ExitCode()
+	}()
+	t.Cleanup(func() {
+		if !p.exited {
+			_ = p.cmd.Process.Kill()
+			p.wait(t, time.Minute)
+		}
+		if t.Failed() {
+			t.Logf("sloprober log:\n%s", p.logs())
+		}
+	})
+	return p
+}
+
+// signal sends sig to a process of its own.
+func (p *process) signal(t *testing.T, sig os.Signal) {
+	t.Helper()
+	require.NotNil(t, p.cmd, "signals are for a process of its own (startProcess)")
+	require.NoError(t, p.cmd.Process.Signal(sig))
+}
+
+// wait waits up to d for the exit, and returns its code.
+func (p *process) wait(t *testing.T, d time.Duration) int {
+	t.Helper()
+	if p.exited {
+		return p.code
+	}
+	select {
+	case p.code = <-p.done:
+		p.exited = true
+	case <-time.After(d):
+		t.Fatalf("sloprober did not stop within %s", d)
+	}
+	return p.code
 }
 
 func (p *process) get(t *testing.T, path string) (int, string) {
@@ -155,16 +218,36 @@ func (p *process) metric(t *testing.T, series string) float64 {
 	return -1
 }
 
-// stop sends SIGTERM and waits for the exit code.
+// terminate begins sloprober's stop: SIGTERM to a process of its own, the
+// context's end in-process (the same path); it does not wait.
+func (p *process) terminate(t *testing.T) {
+	t.Helper()
+	if p.cmd != nil {
+		p.signal(t, syscall.SIGTERM)
+		return
+	}
+	p.cancel()
+}
+
+// hasExited reports whether sloprober has exited, without waiting.
+func (p *process) hasExited() bool {
+	if p.exited {
+		return true
+	}
+	select {
+	case p.code = <-p.done:
+		p.exited = true
+	default:
+	}
+	return p.exited
+}
+
+// stop stops sloprober as SIGTERM does (SIGTERM itself to a process of
+// its own) and waits for the exit code.
 func (p *process) stop(t *testing.T) int {
 	t.Helper()
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("sloprober did not stop within 30s of SIGTERM")
-	}
-	return p.cmd.ProcessState.ExitCode()
+	p.terminate(t)
+	return p.wait(t, 30*time.Second)
 }
 
 // TestEmbeddedDefault: without a config file sloprober probes its built-in
@@ -174,7 +257,7 @@ func (p *process) stop(t *testing.T) int {
 // alongside the web server, within the margin.
 func TestEmbeddedDefault(t *testing.T) {
 	const grace, linger = time.Second, 200 * time.Millisecond
-	p := start(t, "--shutdown.grace-period="+grace.String(), "--shutdown.linger="+linger.String())
+	p := startProcess(t, "--shutdown.grace-period="+grace.String(), "--shutdown.linger="+linger.String())
 	p.waitReady(t)
 	require.Eventually(t, func() bool {
 		return p.metric(t, `sloprober_time_to_first_token_seconds_count{scenario="chat",target="sim",test="canary"}`) > 0 &&
@@ -202,14 +285,10 @@ func TestEmbeddedDefault(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond)
 
 	signalled := time.Now()
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-p.done:
-	case <-time.After(grace + linger + exitMargin + 5*time.Second):
-		t.Fatal("sloprober did not exit")
-	}
+	p.signal(t, syscall.SIGTERM)
+	code := p.wait(t, grace+linger+exitMargin+5*time.Second)
 	took := time.Since(signalled)
-	require.Equal(t, 0, p.cmd.ProcessState.ExitCode(), p.logs())
+	require.Equal(t, 0, code, p.logs())
 	require.GreaterOrEqual(t, took, grace, "the stalled streams had the grace period")
 	require.Less(t, took, grace+linger+exitMargin)
 	require.NotContains(t, p.logs(), "did not stop within")
@@ -272,7 +351,7 @@ canary:
   - {target: sim, scenario: chat, rate: 20, arrival: constant}
 `, srv.URL, freeAddr(t))
 	write(good)
-	p := start(t, "--config.file="+file)
+	p := startProcess(t, "--config.file="+file)
 	p.waitReady(t)
 	require.Eventually(t, func() bool {
 		return p.metric(t, `sloprober_requests_good_total{scenario="chat",target="sim",test="canary"}`) > 0
@@ -299,13 +378,13 @@ canary:
 	}, 5*time.Second, 50*time.Millisecond, "the old configuration keeps running")
 
 	write(good + "  - {target: sim, scenario: second, rate: 5}\nscenarios_extra: 1\n")
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	p.signal(t, syscall.SIGHUP)
 	require.Eventually(t, func() bool {
 		return strings.Contains(p.logs(), "field scenarios_extra not found")
 	}, 5*time.Second, 20*time.Millisecond, "SIGHUP reloads")
 
 	write(strings.Replace(good, "  - {name: chat,", "  - {name: second, slo: {ttft: 1s}}\n  - {name: chat,", 1) + "  - {target: sim, scenario: second, rate: 5}\n")
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	p.signal(t, syscall.SIGHUP)
 	require.Eventually(t, func() bool {
 		return p.metric(t, "sloprober_config_last_reload_successful") == 1 &&
 			p.metric(t, `sloprober_intended_request_rate{scenario="second",target="sim",test="canary"}`) == 5
@@ -370,13 +449,26 @@ func TestWebConfig(t *testing.T) {
 	require.Equal(t, 0, p.stop(t))
 }
 
+// runCLI runs sloprober's command line with args in-process, as main
+// would, and returns its exit code, standard output and standard error.
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
+	var stdout, stderr output
+	exit := func(code int) { t.Errorf("sloprober called exit(%d)", code) }
+	code := runMain(t.Context(), args, &stdout, &stderr, exit)
+	return code, stdout.String(), stderr.String()
+}
+
+// runProcess runs sloprober's command line with args as a process of its
+// own (this test binary as sloprober), for a command that starts
+// sloprober processes itself (bench starts its simulator so).
+func runProcess(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), asSloprober+"=1")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if err != nil {
+	if err := cmd.Run(); err != nil {
 		if _, ok := err.(*exec.ExitError); !ok {
 			t.Fatal(err)
 		}
@@ -450,7 +542,7 @@ func TestWorkloadStats(t *testing.T) {
 // without drops and report its numbers (speed belongs to make bench).
 func TestBenchSmoke(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "bench.json")
-	code, stdout, stderr := runCLI(t, "bench", "--streams=20", "--measure=1s", "--log.level=warn", "--json="+out)
+	code, stdout, stderr := runProcess(t, "bench", "--streams=20", "--measure=1s", "--log.level=warn", "--json="+out)
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "streams")
 	b, err := os.ReadFile(out)

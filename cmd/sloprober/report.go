@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/sloprober/sloprober/capacity"
-	"github.com/sloprober/sloprober/promreport"
 	"github.com/sloprober/sloprober/report"
+	"github.com/sloprober/sloprober/report/canary"
 	"github.com/sloprober/sloprober/runstore"
 )
 
@@ -60,37 +60,37 @@ func newReportCommand(app *kingpin.Application) *reportCommand {
 	c.prom.end = c.canary.Flag("end", "The window's end, RFC 3339 (2026-05-01T12:00:00Z) or Unix seconds; default now.").String()
 	c.prom.targets = c.canary.Flag("target", "Report on this target only; repeatable.").Strings()
 	c.prom.scenarios = c.canary.Flag("scenario", "Report on this scenario only; repeatable.").Strings()
-	c.prom.selector = c.canary.Flag("selector", "Label matchers in braces that pick sloprober's series in Prometheus: its job, or the instances to include.").Default(promreport.DefaultSelector).String()
-	c.prom.timeout = c.canary.Flag("query.timeout", "How long each query may take, in Prometheus and waiting for it.").Default(promreport.DefaultTimeout.String()).Duration()
-	c.prom.maxSeries = c.canary.Flag("query.max-series", "The most series a query may return; beyond it the report fails, naming the query.").Default(strconv.Itoa(promreport.DefaultMaxSeries)).Int()
+	c.prom.selector = c.canary.Flag("selector", "Label matchers in braces that pick sloprober's series in Prometheus: its job, or the instances to include.").Default(canary.DefaultSelector).String()
+	c.prom.timeout = c.canary.Flag("query.timeout", "How long each query may take, in Prometheus and waiting for it.").Default(canary.DefaultTimeout.String()).Duration()
+	c.prom.maxSeries = c.canary.Flag("query.max-series", "The most series a query may return; beyond it the report fails, naming the query.").Default(strconv.Itoa(canary.DefaultMaxSeries)).Int()
 	return c
 }
 
 // readRun reads a run given as a file, else as an id in the storage
 // directory.
-func (c *reportCommand) readRun(arg string) (*capacity.Run, string, error) {
+func (c *reportCommand) readRun(arg string) (*capacity.Run, error) {
 	if fi, err := os.Stat(arg); err == nil && fi.Mode().IsRegular() {
 		run, err := runstore.ReadFile(arg)
 		if err != nil {
-			return nil, "", fmt.Errorf("reading the run file %s: %w", arg, err)
+			return nil, fmt.Errorf("reading the run file %s: %w", arg, err)
 		}
-		return run, "", nil
+		return run, nil
 	}
 	run, err := runstore.Read(*c.storage, runstore.ID(arg))
 	if err != nil {
-		return nil, "", fmt.Errorf("%s is no run file, nor a run in %s: %w", arg, *c.storage, err)
+		return nil, fmt.Errorf("%s is no run file, nor a run in %s: %w", arg, *c.storage, err)
 	}
-	return run, arg, nil
+	return run, nil
 }
 
 func (c *reportCommand) runShow(stdout, stderr io.Writer) int {
-	run, id, err := c.readRun(*c.run)
+	run, err := c.readRun(*c.run)
 	if err != nil {
 		fmt.Fprintf(stderr, "sloprober: %v\n", err)
 		return exitError
 	}
 	var b bytes.Buffer
-	if err := report.Write(&b, report.Build(run, id), *c.format); err != nil {
+	if err := report.Write(&b, report.Build(run), *c.format); err != nil {
 		fmt.Fprintf(stderr, "sloprober: writing the report: %v\n", err)
 		return exitError
 	}
@@ -104,12 +104,12 @@ func (c *reportCommand) runCompare(stdout, stderr io.Writer) int {
 	}
 	var reps []*report.Report
 	for _, arg := range []string{*c.a, *c.b} {
-		run, id, err := c.readRun(arg)
+		run, err := c.readRun(arg)
 		if err != nil {
 			fmt.Fprintf(stderr, "sloprober: %v\n", err)
 			return exitError
 		}
-		reps = append(reps, report.Build(run, id))
+		reps = append(reps, report.Build(run))
 	}
 	cmp := report.Compare(reps[0], reps[1])
 	var b bytes.Buffer
@@ -131,8 +131,8 @@ func (c *reportCommand) runCompare(stdout, stderr io.Writer) int {
 // failure (no Prometheus, a query refused, nothing matching) exits 2 with
 // one line naming the URL, the query or the selector.
 func (c *reportCommand) runCanary(stdout, stderr io.Writer) int {
-	if !slices.Contains(promreport.Formats, *c.format) {
-		fmt.Fprintf(stderr, "sloprober: report canary writes %s, not %s\n", strings.Join(promreport.Formats, " or "), *c.format)
+	if !slices.Contains(canary.Formats, *c.format) {
+		fmt.Fprintf(stderr, "sloprober: report canary writes %s, not %s\n", strings.Join(canary.Formats, " or "), *c.format)
 		return exitError
 	}
 	opts, err := c.prom.options()
@@ -140,13 +140,13 @@ func (c *reportCommand) runCanary(stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sloprober: %v\n", err)
 		return exitError
 	}
-	rep, err := promreport.Build(context.Background(), opts)
+	rep, err := canary.Build(context.Background(), opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "sloprober: %v\n", err)
 		return exitError
 	}
 	var b bytes.Buffer
-	if err := promreport.Write(&b, rep, *c.format); err != nil {
+	if err := canary.Write(&b, rep, *c.format); err != nil {
 		fmt.Fprintf(stderr, "sloprober: writing the report: %v\n", err)
 		return exitError
 	}
@@ -155,16 +155,16 @@ func (c *reportCommand) runCanary(stdout, stderr io.Writer) int {
 
 // options turns the flags into the report's options; promreport checks
 // the rest.
-func (f *canaryFlags) options() (promreport.Options, error) {
+func (f *canaryFlags) options() (canary.Options, error) {
 	length, err := model.ParseDuration(*f.rangeLength)
 	if err != nil {
-		return promreport.Options{}, fmt.Errorf("--range %s: %w", *f.rangeLength, err)
+		return canary.Options{}, fmt.Errorf("--range %s: %w", *f.rangeLength, err)
 	}
 	end, err := parseTime(*f.end)
 	if err != nil {
-		return promreport.Options{}, fmt.Errorf("--end %s: %w", *f.end, err)
+		return canary.Options{}, fmt.Errorf("--end %s: %w", *f.end, err)
 	}
-	return promreport.Options{
+	return canary.Options{
 		URL: *f.url, End: end, Range: time.Duration(length), Selector: *f.selector,
 		Targets: *f.targets, Scenarios: *f.scenarios, Timeout: *f.timeout, MaxSeries: *f.maxSeries,
 	}, nil

@@ -30,6 +30,7 @@ import (
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/exporter"
 	"github.com/sloprober/sloprober/internal/proc"
+	"github.com/sloprober/sloprober/internal/reload"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/runstore"
 	"github.com/sloprober/sloprober/servermetrics"
@@ -214,11 +215,39 @@ type daemon struct {
 	// validity says whether the process's measurements can be trusted.
 	validity *validity.Monitor
 
+	// parts are what a configuration applies to, all or nothing
+	// (subscribe).
+	parts    reload.Coordinator
 	reloadMu sync.Mutex
 	cfg      atomic.Pointer[config.Config]
 	// stopping is set as soon as sloprober begins to stop: reloads are
 	// then refused at once, without waiting for the drain.
 	stopping atomic.Bool
+}
+
+// subscribe makes the daemon's parts take each configuration, in this
+// order: what can fail is prepared first in every part (clients of the
+// engines' metrics and the trace exporter, a TLS file missing; the loads
+// against the caps; the tests' schedules), and committed in this order
+// once none failed, the metrics before the loads that feed them.
+func (d *daemon) subscribe() {
+	d.parts.Subscribe("engine metrics", reload.Of(d.engines.Prepare))
+	d.parts.Subscribe("tracing", reload.Of(d.tracer.Prepare))
+	d.parts.Subscribe("metrics", reload.Always(d.metrics.ApplyConfig))
+	d.parts.Subscribe("probe tracing", reload.Always(func(cfg *config.Config) {
+		d.manager.SetTracing(cfg.Tracing.Enabled(), cfg.Tracing.SamplingFraction)
+	}))
+	d.parts.Subscribe("loads", reload.Of(d.manager.PrepareConfig))
+	d.parts.Subscribe("tests", reload.Of(func(cfg *config.Config) (*testrun.ConfigChange, error) {
+		if d.shard.Index != 0 {
+			// Step and soak tests run on shard 0 only: the others
+			// keep no schedule and start nothing.
+			noTests := *cfg
+			noTests.Tests = nil
+			cfg = &noTests
+		}
+		return d.tests.PrepareConfig(cfg)
+	}))
 }
 
 // errStopping is the error of a reload refused because sloprober is stopping.
@@ -239,44 +268,8 @@ func (d *daemon) reload() error {
 		return errStopping
 	}
 	cfg, err := d.source.load(d.simURL + "/v1")
-	// What can fail is built first (clients of the engines' metrics and
-	// the trace exporter: a TLS file missing), and committed with the
-	// loads once the manager knows nothing can: a failed reload changes
-	// nothing.
-	var engines *servermetrics.Prepared
-	var tracer *tracing.Prepared
 	if err == nil {
-		engines, err = d.engines.Prepare(cfg)
-	}
-	if err == nil {
-		if tracer, err = d.tracer.Prepare(cfg); err != nil {
-			engines.Discard()
-		}
-	}
-	if err == nil {
-		committed := false
-		err = d.manager.ApplyConfig(cfg, func() {
-			d.metrics.ApplyConfig(cfg)
-			engines.Commit()
-			tracer.Commit()
-			d.manager.SetTracing(cfg.Tracing.Enabled(), cfg.Tracing.SamplingFraction)
-			committed = true
-		})
-		if !committed {
-			engines.Discard()
-			tracer.Discard()
-		}
-	}
-	if err == nil {
-		tests := cfg
-		if d.shard.Index != 0 {
-			// Step and soak tests run on shard 0 only: the others
-			// keep no schedule and start nothing.
-			noTests := *cfg
-			noTests.Tests = nil
-			tests = &noTests
-		}
-		err = d.tests.ApplyConfig(tests)
+		err = d.parts.Apply(cfg)
 	}
 	if err != nil && d.stopping.Load() {
 		// The manager refused it because it is stopping: not a bad
@@ -295,7 +288,7 @@ func (d *daemon) reload() error {
 	return nil
 }
 
-func (c *runCommand) run(logger *slog.Logger) int {
+func (c *runCommand) run(ctx context.Context, logger *slog.Logger, exit func(int)) int {
 	logger.Info("Starting sloprober", "version", version.Info())
 	logger.Info("Build context", "build_context", version.BuildContext())
 
@@ -362,6 +355,7 @@ func (c *runCommand) run(logger *slog.Logger) int {
 		logger.Info("No --config.file: probing the built-in simulator with the embedded default configuration",
 			"simulator", d.simURL, "inject_faults", "curl -X PUT "+d.simURL+"/sim/faults -d '{\"error_rate\":{\"503\":0.2}}'")
 	}
+	d.subscribe()
 	if err := d.reload(); err != nil {
 		if sim != nil {
 			sim.stop(simStopTimeout)
@@ -375,8 +369,17 @@ func (c *runCommand) run(logger *slog.Logger) int {
 	// comes before the web server's, which waits for the drain; the
 	// embedded simulator's, which only starts its stop, comes before the
 	// web server's too, so that the two close side by side.
+	// deadline is the exit's deadline once the stop has begun: main exits
+	// before it fires; a test's in-process run returns, and stops it.
+	var deadline atomic.Pointer[time.Timer]
+	defer func() {
+		if t := deadline.Load(); t != nil {
+			t.Stop()
+		}
+	}()
 	var g run.Group
-	g.Add(run.SignalHandler(context.Background(), os.Interrupt, syscall.SIGTERM))
+	// SIGINT, SIGTERM, or ctx done (a test's in-process run) stop it.
+	g.Add(run.SignalHandler(ctx, os.Interrupt, syscall.SIGTERM))
 	managerDone := make(chan struct{})
 	{
 		ctx, cancel := context.WithCancel(context.Background())
@@ -413,7 +416,7 @@ func (c *runCommand) run(logger *slog.Logger) int {
 		}, func(error) {
 			once.Do(func() {
 				d.stopping.Store(true)
-				exitDeadline(logger, *c.grace+*c.linger+exitMargin, os.Exit)
+				deadline.Store(exitDeadline(logger, *c.grace+*c.linger+exitMargin, exit))
 				close(stop)
 			})
 		})
@@ -450,34 +453,7 @@ func (c *runCommand) run(logger *slog.Logger) int {
 		})
 	}
 	{
-		handler := exporter.NewHandler(exporter.WebOptions{
-			Logger:   logger,
-			Gatherer: reg,
-			Recent:   recent,
-			Reload:   d.reload,
-			Config: func() string {
-				if cfg := d.cfg.Load(); cfg != nil {
-					return cfg.String()
-				}
-				return ""
-			},
-			Loads:    d.manager.Loads,
-			Pprof:    *c.pprof,
-			API:      testrun.NewAPI(d.tests, *c.testAPI),
-			Reports:  d.tests.ReportLinks,
-			Ready:    func() bool { return d.cfg.Load() != nil },
-			Stopping: d.stopping.Load,
-			Health:   d.validity.Status,
-			Notes: func() []string {
-				if sim == nil {
-					return []string{"Configuration: " + *c.config.file}
-				}
-				return []string{
-					"No configuration file: probing the built-in simulator at " + d.simURL + " with the embedded default configuration.",
-					"Inject faults with: curl -X PUT " + d.simURL + `/sim/faults -d '{"error_rate":{"503":0.2}}'`,
-				}
-			},
-		})
+		handler := c.handler(d, logger, reg, recent, sim)
 		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 		serving := make(chan struct{})
 		g.Add(func() error {
@@ -500,12 +476,62 @@ func (c *runCommand) run(logger *slog.Logger) int {
 	}
 	err = g.Run()
 	var sigErr run.SignalError
-	if err != nil && !errors.As(err, &sigErr) {
+	if err != nil && !errors.As(err, &sigErr) && (ctx.Err() == nil || !errors.Is(err, ctx.Err())) {
 		logger.Error("sloprober stopped", "err", err)
 		return 1
 	}
 	logger.Info("See you next time!")
 	return 0
+}
+
+// handler is the daemon's web: /metrics, the landing page, reload, the
+// test API and the reports, each endpoint reading the daemon's state.
+func (c *runCommand) handler(d *daemon, logger *slog.Logger, reg prometheus.Gatherer, recent *exporter.Recent, sim *embeddedSim) *exporter.Handler {
+	return exporter.NewHandler(exporter.WebOptions{
+		Logger:   logger,
+		Gatherer: reg,
+		Recent:   recent,
+		Reload:   d.reload,
+		Config: func() string {
+			if cfg := d.cfg.Load(); cfg != nil {
+				return cfg.String()
+			}
+			return ""
+		},
+		Loads:    d.manager.Loads,
+		Pprof:    *c.pprof,
+		API:      testrun.NewAPI(d.tests, *c.testAPI),
+		Reports:  func() []exporter.ReportLink { return reportLinks(d.tests.Runs("")) },
+		Ready:    func() bool { return d.cfg.Load() != nil },
+		Stopping: d.stopping.Load,
+		Health:   d.validity.Status,
+		Notes: func() []string {
+			if sim == nil {
+				return []string{"Configuration: " + *c.config.file}
+			}
+			return []string{
+				"No configuration file: probing the built-in simulator at " + d.simURL + " with the embedded default configuration.",
+				"Inject faults with: curl -X PUT " + d.simURL + `/sim/faults -d '{"error_rate":{"503":0.2}}'`,
+			}
+		},
+	})
+}
+
+// maxReportLinks bounds the runs the landing page lists.
+const maxReportLinks = 20
+
+// reportLinks are the landing page's rows of the newest stored runs
+// (runs newest first), each linking its report.
+func reportLinks(runs []capacity.Summary) []exporter.ReportLink {
+	out := make([]exporter.ReportLink, 0, min(len(runs), maxReportLinks))
+	for _, r := range runs[:min(len(runs), maxReportLinks)] {
+		l := exporter.ReportLink{ID: r.ID, Test: r.Test, Kind: r.Kind, Target: r.Target, Verdict: r.Verdict, End: r.End}
+		if r.VerifiedRate != nil {
+			l.Capacity = fmt.Sprintf("%.3g req/s", *r.VerifiedRate)
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 // lingerFor waits, after the drain, until a scrape of /metrics has been

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,7 +32,8 @@ scenarios: [{name: long, input_tokens: 16, output_tokens: 1000, ignore_eos: true
 canary: [{target: sim, scenario: long, rate: 50, arrival: constant}]
 `
 
-// TestShutdownWithLongStreams: on SIGTERM with 52 streams in flight, the
+// TestShutdownWithLongStreams: on SIGTERM (here its in-process
+// equivalent, the end of runMain's context) with 52 streams in flight, the
 // landing page keeps answering and /-/reload is refused at once through the
 // grace period; the streams are cancelled when it ends (outcome shutdown);
 // /metrics serves those final counts, and sloprober exits right after that
@@ -50,7 +50,7 @@ func TestShutdownWithLongStreams(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 
 	signalled := time.Now()
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	p.terminate(t)
 	require.Eventually(t, func() bool {
 		return strings.Contains(p.logs(), "Stopping loads")
 	}, time.Second, 5*time.Millisecond)
@@ -71,10 +71,8 @@ func TestShutdownWithLongStreams(t *testing.T) {
 	// answer has the final counts.
 	shutdown := -1.0
 	require.Eventually(t, func() bool {
-		select {
-		case <-p.done:
+		if p.hasExited() {
 			return true
-		default:
 		}
 		if v := p.metric(t, `sloprober_requests_finished_total{outcome="shutdown",scenario="long",target="sim",test="canary"}`); v >= 0 {
 			shutdown = v
@@ -82,7 +80,7 @@ func TestShutdownWithLongStreams(t *testing.T) {
 		return false
 	}, grace+3*time.Second, 20*time.Millisecond, "sloprober did not exit after the final counts were scraped")
 	took := time.Since(signalled)
-	require.Equal(t, 0, p.cmd.ProcessState.ExitCode())
+	require.Equal(t, 0, p.wait(t, 0))
 	require.Equal(t, 52.0, shutdown, "the final counts were served")
 	require.GreaterOrEqual(t, took, grace, "the streams had the grace period")
 	require.Less(t, took, grace+2500*time.Millisecond, "exit right after the scrape, not after the linger")
@@ -103,7 +101,7 @@ func TestShutdownLingerWithoutScrape(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 
 	signalled := time.Now()
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	p.terminate(t)
 	require.Eventually(t, func() bool {
 		return strings.Contains(p.logs(), "serving the final counts until the next scrape")
 	}, grace+time.Second, 5*time.Millisecond)
@@ -111,13 +109,9 @@ func TestShutdownLingerWithoutScrape(t *testing.T) {
 		code, _ := p.get(t, path)
 		require.Equal(t, http.StatusOK, code, "%s answers while lingering", path)
 	}
-	select {
-	case <-p.done:
-	case <-time.After(grace + linger + 5*time.Second):
-		t.Fatal("sloprober did not exit after the linger")
-	}
+	code := p.wait(t, grace+linger+5*time.Second)
 	took := time.Since(signalled)
-	require.Equal(t, 0, p.cmd.ProcessState.ExitCode())
+	require.Equal(t, 0, code)
 	require.GreaterOrEqual(t, took, grace+linger)
 	require.Less(t, took, grace+linger+exitMargin)
 	require.Contains(t, p.logs(), "No scrape of the final counts within the linger time")

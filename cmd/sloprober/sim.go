@@ -35,7 +35,7 @@ func newSimCommand(app *kingpin.Application) *simCommand {
 	return c
 }
 
-func (c *simCommand) run(logger *slog.Logger) int {
+func (c *simCommand) run(ctx context.Context, logger *slog.Logger) int {
 	cfg := simulator.DefaultConfig
 	if *c.configFile != "" {
 		loaded, err := simulator.LoadFile(*c.configFile)
@@ -59,7 +59,7 @@ func (c *simCommand) run(logger *slog.Logger) int {
 	logger.Info("Starting sloprober simulator", "version", version.Info(), "model", cfg.Model, "slots", cfg.Slots)
 
 	var g run.Group
-	g.Add(run.SignalHandler(context.Background(), os.Interrupt, syscall.SIGTERM))
+	g.Add(run.SignalHandler(ctx, os.Interrupt, syscall.SIGTERM))
 	{
 		ctx, cancel := context.WithCancel(context.Background())
 		g.Add(func() error {
@@ -80,7 +80,7 @@ func (c *simCommand) run(logger *slog.Logger) int {
 			_ = srv.Shutdown(ctx)
 		})
 	}
-	if err := g.Run(); err != nil && !errors.As(err, &run.SignalError{}) {
+	if err := g.Run(); err != nil && !errors.As(err, &run.SignalError{}) && (ctx.Err() == nil || !errors.Is(err, ctx.Err())) {
 		logger.Error("Simulator stopped", "err", err)
 		return 1
 	}

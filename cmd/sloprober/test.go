@@ -19,7 +19,9 @@ import (
 	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/runstore"
 	"github.com/sloprober/sloprober/servermetrics"
+	"github.com/sloprober/sloprober/testrun"
 	"github.com/sloprober/sloprober/validity"
 )
 
@@ -37,6 +39,7 @@ type testCommand struct {
 	json     *string
 	source   configSource
 	simArg   *string
+	storage  *string
 	validity validity.Config
 }
 
@@ -45,13 +48,14 @@ func newTestCommand(app *kingpin.Application) *testCommand {
 	c := &testCommand{cmd: test.Command("run", "Run a step or soak test of the configuration once, now, and print its results. Exit code: 0 pass, 1 fail or infeasible, 2 error or aborted.")}
 	c.name = c.cmd.Arg("name", "The test's name in the configuration's tests section (the embedded default has \"knee\").").Required().String()
 	c.json = c.cmd.Flag("json", "Also write the run's results as JSON to this file.").String()
+	c.storage = c.cmd.Flag("storage.path", "Directory the run is stored in, as `sloprober run` stores its runs: `sloprober report show ID` reads it from there. A running daemon locks its directory: give another one.").Default("data/").String()
 	c.source = addConfigFlags(c.cmd)
 	c.simArg = c.cmd.Flag("sim.listen-address", "Address of the built-in simulator started without --config.file (loopback only).").Default("127.0.0.1:0").String()
 	addValidityFlags(c.cmd, &c.validity)
 	return c
 }
 
-func (c *testCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
+func (c *testCommand) run(ctx context.Context, logger *slog.Logger, stdout, stderr io.Writer) int {
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "sloprober: %v\n", err)
 		return exitError
@@ -81,6 +85,18 @@ func (c *testCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 		return fail(fmt.Errorf("no test %q in the configuration (tests: %s)", *c.name, strings.Join(names, ", ")))
 	}
 
+	maxRate, err := cfg.TestMaxRate(t, false)
+	if err != nil {
+		return fail(err)
+	}
+	// The run is stored as the daemon stores its runs; a daemon holding
+	// the directory is found before the test starts, not after.
+	store, err := runstore.Open(*c.storage, runstore.Retention{}, logger)
+	if err != nil {
+		return fail(fmt.Errorf("opening --storage.path %s: %w", *c.storage, err))
+	}
+	defer store.Close()
+
 	// One-shot: the test alone, without the canary, within the global caps.
 	rec := capacity.NewRecorder()
 	m := prober.NewManager(logger, rec, userAgent())
@@ -88,34 +104,28 @@ func (c *testCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 	if err := m.SetLimits(prober.Limits{MaxRate: cfg.Global.MaxRate, MaxInFlight: cfg.Global.MaxInFlight}); err != nil {
 		return fail(err)
 	}
-	maxRate := cfg.Global.MaxRate
-	if t.MaxRate > 0 {
-		maxRate = t.MaxRate
-	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	progress := func(p capacity.Progress) { fmt.Fprintln(stderr, progressLine(p)) }
 	// The engine's queue depth, for the drain checks and the report,
 	// read afresh when asked: no series are exported by a one-shot run.
 	engines := servermetrics.NewManager(logger, servermetrics.NewMetrics(prometheus.NewRegistry()))
 	if err := engines.Apply(cfg); err != nil {
 		return fail(err)
 	}
-	queue := engineQueue(cfg, engines)(t.Target)
-	var run *capacity.Run
-	if t.Kind == config.TestSoak {
-		fmt.Fprintf(stderr, "Running soak test %s on target %s: %g req/s for %s, windows of %s\n", t.Name, t.Target,
-			t.Rate, time.Duration(t.Duration), time.Duration(t.Window.Steady))
-		soak := &capacity.Soak{Manager: m, Recorder: rec, Test: t, Load: cfg.TestLoad(t), Logger: logger, Progress: progress, ConfigHash: cfg.Hash(), Queue: queue, Validity: &c.validity}
-		run = soak.Run(ctx)
-	} else {
-		fmt.Fprintf(stderr, "Running step test %s on target %s: sweep %v, windows %s + %s a level\n", t.Name, t.Target,
-			t.Sweep.Concurrency, time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady))
-		step := &capacity.Step{Manager: m, Recorder: rec, Test: t, Load: cfg.TestLoad(t), MaxRate: maxRate, Logger: logger, Progress: progress, ConfigHash: cfg.Hash(), Queue: queue,
-			Validity: &c.validity}
-		run = step.Run(ctx)
+	env := capacity.Env{Manager: m, Recorder: rec, Logger: logger, MaxRate: maxRate, ConfigHash: cfg.Hash(),
+		Queue: engineQueue(cfg, engines)(t.Target), Validity: &c.validity,
+		Started:  func(plan string) { fmt.Fprintln(stderr, "Running "+plan) },
+		Progress: func(p capacity.Progress) { fmt.Fprintln(stderr, progressLine(p)) },
 	}
+	id, err := testrun.Begin(store, t)
+	if err != nil {
+		return fail(err)
+	}
+	run, serr := testrun.Stored(ctx, store, id, env, t, cfg.TestLoad(t), capacity.Execute)
 	capacity.WriteTable(stdout, run)
+	if serr == nil {
+		fmt.Fprintf(stderr, "Run %s stored in %s: sloprober report show %s --storage.path=%s\n", id, store.Dir(), id, store.Dir())
+	}
 	if *c.json != "" {
 		b, err := json.MarshalIndent(run, "", "  ")
 		if err == nil {
@@ -124,6 +134,10 @@ func (c *testCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail(fmt.Errorf("--json: %w", err))
 		}
+	}
+	if serr != nil {
+		// The table and --json have the results; the store does not.
+		return fail(serr)
 	}
 	switch run.Verdict {
 	case capacity.VerdictPass:

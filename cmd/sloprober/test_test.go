@@ -12,13 +12,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sloprober/sloprober/capacity"
+	"github.com/sloprober/sloprober/runstore"
 	"github.com/sloprober/sloprober/simulator/simtest"
 )
 
 // TestTestRunExitCodes: `sloprober test run` exits 0 on pass, 1 on an
 // infeasible (or failed) test, 2 on an unknown test, a kind it cannot run,
-// a usage or a configuration error; --json writes the run. A soak runs its
-// windows.
+// a usage or a configuration error, or a storage directory a daemon holds;
+// it stores the run through the run store, and `report show ID` reads it
+// there; --json writes the run too. A soak runs its windows.
 // testValidity are the validity thresholds the step tests here run with:
 // a sloprober built with -race, on 2 cores shared with the simulator and
 // other test binaries, sees scheduler latencies of tens of milliseconds.
@@ -53,10 +55,15 @@ tests:
   - {name: soak, kind: soak, target: sim, scenario: short, rate: 5, duration: 2s, window: 1s, drift: {p99_growth: 10, goodput_drop: 0.99}}
 `, sim.URL)), 0o600))
 	out := filepath.Join(dir, "run.json")
+	storage := filepath.Join(dir, "data")
+	testRun := func(name string, args ...string) []string {
+		return append(append([]string{"test", "run", name, "--config.file", file, "--storage.path", storage}, args...), testValidity...)
+	}
 
-	code, stdout, stderr := runCLI(t, append([]string{"test", "run", "quick", "--config.file", file, "--json", out}, testValidity...)...)
+	code, stdout, stderr := runCLI(t, testRun("quick", "--json", out)...)
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "test quick (step) on sim: PASS")
+	require.Contains(t, stderr, "Running step test quick on target sim: sweep [1 4], windows 200ms + 2s a level")
 	require.Contains(t, stderr, "level 2 of about")
 	var run capacity.Run
 	b, err := os.ReadFile(out)
@@ -64,6 +71,33 @@ tests:
 	require.NoError(t, json.Unmarshal(b, &run))
 	require.Equal(t, capacity.VerdictPass, run.Verdict)
 	require.Equal(t, 4, run.Capacity.Concurrency)
+	require.Equal(t, capacity.SchemaVersion, run.SchemaVersion)
+	require.NotNil(t, run.VerifiedRate)
+	require.Equal(t, run.Capacity.VerifiedRate, *run.VerifiedRate)
+
+	// The run is stored, under the id it prints, and its report is read
+	// from the store by that id.
+	require.Regexp(t, `Run quick-\d{8}T\d{6}\.\d{3}Z-[0-9a-f]{8} stored in `, stderr)
+	require.Equal(t, "quick", run.Test)
+	stored, err := filepath.Glob(filepath.Join(storage, "runs", run.ID+".json"))
+	require.NoError(t, err)
+	require.Len(t, stored, 1, "the run is stored as %s", run.ID)
+	require.Contains(t, stderr, "sloprober report show "+run.ID+" --storage.path="+storage)
+	code, stdout, stderr = runCLI(t, "report", "show", run.ID, "--storage.path", storage)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "# Capacity report: quick (step test): PASS")
+	require.Contains(t, stdout, run.ID, "a stored run's report names its id")
+	require.NotContains(t, stdout, "(not stored)")
+
+	// A daemon holding the storage directory is found before the test
+	// starts.
+	held, err := runstore.Open(storage, runstore.Retention{}, nil)
+	require.NoError(t, err)
+	code, _, stderr = runCLI(t, testRun("quick")...)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "opening --storage.path "+storage+": storage is locked")
+	require.NotContains(t, stderr, "Running step test")
+	require.NoError(t, held.Close())
 
 	// Its report, from the run file, in each format; a comparison with
 	// itself; runs that are not there.
@@ -98,9 +132,9 @@ tests:
 		code int
 		msg  string
 	}{
-		{append([]string{"test", "run", "hopeless", "--config.file", file}, testValidity...), 1, ""},
-		{[]string{"test", "run", "nope", "--config.file", file}, 2, `no test "nope" in the configuration (tests: quick, hopeless, soak)`},
-		{append([]string{"test", "run", "soak", "--config.file", file}, testValidity...), 0, "Running soak test soak on target sim: 5 req/s for 2s, windows of 1s"},
+		{testRun("hopeless"), 1, ""},
+		{testRun("nope"), 2, `no test "nope" in the configuration (tests: quick, hopeless, soak)`},
+		{testRun("soak"), 0, "Running soak test soak on target sim: 5 req/s for 2s, windows of 1s"},
 		{[]string{"test", "run"}, 2, "required argument 'name' not provided"},
 		{[]string{"test", "run", "quick", "--config.file", filepath.Join(dir, "missing.yml")}, 2, "missing.yml"},
 	} {
@@ -129,7 +163,7 @@ tests:
   - {name: long, kind: step, target: sim, scenario: short, baseline: {requests: 3}, sweep: {concurrency: [1, 2]}, window: {warmup: 0s, steady: 5m}}
 `, sim.URL)), 0o600))
 	storage := filepath.Join(dir, "runs")
-	p := start(t, "--config.file="+file, "--storage.path="+storage, "--web.enable-test-api", "--shutdown.grace-period=5s")
+	p := startProcess(t, "--config.file="+file, "--storage.path="+storage, "--web.enable-test-api", "--shutdown.grace-period=5s")
 	p.waitReady(t)
 	code, body := p.post(t, "/api/v1/tests/long/run")
 	require.Equal(t, http.StatusAccepted, code, body)

@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/sloprober/sloprober/internal/browser"
+	"github.com/sloprober/sloprober/internal/testkit/browser"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,4 +1,4 @@
-// Package promreport builds a canary SLO report from Prometheus: what the
+// Package canary builds a canary SLO report from Prometheus: what the
 // always-on canary (test="canary") of each target and scenario sent, how
 // much of it was good, its attainment against the objective and its
 // latency percentiles over a window, summed over every sloprober instance
@@ -16,7 +16,7 @@
 // Fetch runs them against a Prometheus (fetch.go), Assemble turns their
 // results into a Report (assemble.go, completeness.go) without any I/O, so
 // everything that decides what the report says is tested on plain vectors.
-package promreport
+package canary
 
 import (
 	"errors"

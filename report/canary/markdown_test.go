@@ -1,4 +1,4 @@
-package promreport
+package canary
 
 import (
 	"bytes"
@@ -45,7 +45,7 @@ func TestGolden(t *testing.T) {
 			}
 			want, err := os.ReadFile(path)
 			require.NoError(t, err)
-			require.Equal(t, string(want), b.String(), "run go test ./promreport/ -update after a deliberate change")
+			require.Equal(t, string(want), b.String(), "run go test ./report/canary/ -update after a deliberate change")
 		})
 	}
 }

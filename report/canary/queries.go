@@ -1,4 +1,4 @@
-package promreport
+package canary
 
 import (
 	"fmt"

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sloprober/sloprober/internal/jaegertest"
+	"github.com/sloprober/sloprober/internal/testkit/jaegertest"
 )
 
 // TestSpanRoundTrip sends a parent and a child span to Jaeger as OTLP/JSON

@@ -23,7 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sloprober/sloprober/config"
-	"github.com/sloprober/sloprober/internal/hostile"
+	"github.com/sloprober/sloprober/internal/testkit/hostile"
 	"github.com/sloprober/sloprober/prober"
 )
 
@@ -775,7 +775,7 @@ func runDaemon(t *testing.T, yml string, f *daemonFactory, wake []<-chan struct{
 	})
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	m := prober.NewManager(logger, f, userAgent)
-	require.NoError(t, m.ApplyConfig(cfg, nil))
+	require.NoError(t, m.ApplyConfig(cfg))
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	cases := []reflect.SelectCase{

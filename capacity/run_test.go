@@ -1,0 +1,86 @@
+package capacity_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/capacity"
+)
+
+// TestDecodeRunBeforeSchemaVersion: runs stored before the schema had a
+// version (testdata/v1-*.json, written by sloprober 0.x as it stored runs
+// until then) read as version 1, with their header's concluded rate
+// derived; sealed and written again, they keep every field name and
+// value and only gain schema_version and verified_rate.
+func TestDecodeRunBeforeSchemaVersion(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		rate *float64
+	}{
+		{"v1-step-run.json", ptr(8.879509319202972)},
+		{"v1-soak-run.json", nil},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", tc.file))
+			require.NoError(t, err)
+			run, err := capacity.DecodeRun(data)
+			require.NoError(t, err)
+			require.Equal(t, 1, run.SchemaVersion)
+			require.Equal(t, tc.rate, run.VerifiedRate)
+
+			sum, err := capacity.DecodeSummary(data)
+			require.NoError(t, err)
+			require.Equal(t, run.Summary, sum)
+
+			run.Seal()
+			again, err := json.Marshal(run)
+			require.NoError(t, err)
+			var before, after map[string]any
+			require.NoError(t, json.Unmarshal(data, &before))
+			require.NoError(t, json.Unmarshal(again, &after))
+			require.EqualValues(t, capacity.SchemaVersion, after["schema_version"])
+			delete(after, "schema_version")
+			delete(after, "verified_rate")
+			require.Equal(t, before, after)
+		})
+	}
+}
+
+// TestDecodeRunSchemaVersion: a run of a newer schema is refused, not
+// misread; the header's verified rate is derived, never taken from the
+// file.
+func TestDecodeRunSchemaVersion(t *testing.T) {
+	_, err := capacity.DecodeRun([]byte(`{"schema_version": 99, "test": "knee", "kind": "step", "verdict": "pass"}`))
+	require.True(t, errors.Is(err, capacity.ErrNewerSchema), "%v", err)
+	require.EqualError(t, err, "run written by a newer sloprober: schema_version 99, this sloprober reads up to 1")
+	_, err = capacity.DecodeSummary([]byte(`{"schema_version": 2}`))
+	require.ErrorIs(t, err, capacity.ErrNewerSchema)
+	_, err = capacity.DecodeRun([]byte(`{"schema_version": -1}`))
+	require.EqualError(t, err, "schema_version -1: not a version")
+
+	for _, tc := range []struct {
+		body string
+		rate *float64
+	}{
+		{`{"test": "k", "kind": "step", "verdict": "pass", "verified_rate": 99, "capacity": {"verified_rate": 5}}`, ptr(5)},
+		{`{"test": "k", "kind": "step", "verdict": "fail", "capacity": {"concurrency": 4}}`, ptr(0)},
+		{`{"test": "k", "kind": "step", "verdict": "infeasible"}`, ptr(0)},
+		{`{"test": "k", "kind": "step", "verdict": "aborted", "verified_rate": 5, "capacity": {"verified_rate": 5}}`, nil},
+		{`{"test": "k", "kind": "step", "verdict": "running", "capacity": {"verified_rate": 5}}`, nil},
+		{`{"test": "k", "kind": "soak", "verdict": "pass", "verified_rate": 5}`, nil},
+	} {
+		run, err := capacity.DecodeRun([]byte(tc.body))
+		require.NoError(t, err, tc.body)
+		require.Equal(t, tc.rate, run.VerifiedRate, tc.body)
+		sum, err := capacity.DecodeSummary([]byte(tc.body))
+		require.NoError(t, err, tc.body)
+		require.Equal(t, tc.rate, sum.VerifiedRate, tc.body)
+	}
+}
+
+func ptr(v float64) *float64 { return &v }
