@@ -532,3 +532,54 @@ scenarios: [{name: a, input_tokens: 8, output_tokens: 2}]
 	require.LessOrEqual(t, c.sent, 23, "sent in the time it took")
 	require.Equal(t, c.sent, c.failed, "every request failed, and was counted")
 }
+
+// TestPreparedConfigHoldsTests: a prepared configuration holds the loads
+// until it is committed or discarded: a test's Apply waits for it (and is
+// then checked against the configuration that was committed), a discarded
+// one changes nothing, and a commit after Stop changes nothing either.
+func TestPreparedConfigHoldsTests(t *testing.T) {
+	sim := simtest.Start(t, "slots: 0\nfixed: {ttft: 1ms, itl: 1ms}\n")
+	cfg := managerConfig(t, sim.URL, ownersConfig)
+	f := newCountingFactory()
+	m := prober.NewManager(promslog.NewNopLogger(), f, "sloprober/test")
+	defer m.Stop(time.Second)
+	require.NoError(t, m.ApplyConfig(cfg))
+	canary := config.Key{Target: "sim", Scenario: "a", Test: "canary"}
+
+	// The canary at 45 req/s, prepared: a test of 10 req/s fitted beside
+	// the canary in force (20), and no longer does beside the prepared one.
+	bigger := managerConfig(t, sim.URL, strings.Replace(ownersConfig, "rate: 20", "rate: 45", 1))
+	change, err := m.PrepareConfig(bigger)
+	require.NoError(t, err)
+	require.Equal(t, 20.0, f.get(canary).info.Rate, "prepared, not in force")
+	applied := make(chan error, 1)
+	go func() { applied <- m.Apply("step", []config.LoadSpec{testSpec(cfg, "step", 10)}) }()
+	select {
+	case err := <-applied:
+		t.Fatalf("a test's Apply went through a prepared configuration: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	require.NotEmpty(t, m.Loads(), "the loads' status answers meanwhile")
+	change.Commit()
+	require.ErrorContains(t, <-applied, "add up to 55 req/s, above global.max_rate 50", "checked against the committed canary")
+	require.Equal(t, 45.0, f.get(canary).info.Rate)
+	change.Commit() // a second call is a no-op
+	change.Discard()
+
+	// Discarded: nothing changes, and tests apply again.
+	change, err = m.PrepareConfig(cfg)
+	require.NoError(t, err)
+	change.Discard()
+	require.Equal(t, 45.0, f.get(canary).info.Rate)
+	require.ErrorContains(t, m.Apply("step", []config.LoadSpec{testSpec(cfg, "step", 10)}), "above global.max_rate 50")
+	require.NoError(t, m.Apply("step", []config.LoadSpec{testSpec(cfg, "step", 5)}))
+
+	// A commit after Stop is dropped.
+	change, err = m.PrepareConfig(cfg)
+	require.NoError(t, err)
+	m.Stop(time.Second)
+	change.Commit()
+	require.Empty(t, m.Loads())
+	_, err = m.PrepareConfig(cfg)
+	require.ErrorContains(t, err, "the prober is stopping")
+}
