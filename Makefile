@@ -23,7 +23,7 @@ PROMTOOL         := $(TOOLS)/promtool
 # separate tools/ module, so its dependencies do not move sloprober's.
 JAEGER           := $(TOOLS)/jaeger
 
-.PHONY: all build test fmt-check vet unit fuzz run sim tools prometheus chromium jaeger bench bench-long clean
+.PHONY: all build test fmt-check vet unit fuzz run sim tools prometheus chromium jaeger bench bench-long bench-capacity clean
 
 all: build
 
@@ -42,11 +42,14 @@ vet:
 	$(GO) vet ./...
 	cd deploy && $(GO) vet ./...
 
-# The rules' end-to-end test runs Prometheus and sloprober for a minute; it
-# runs after the other packages, so that it does not compete for the CPU with
-# the tests that check timing.
+# The rules' end-to-end test runs Prometheus and sloprober for a minute, and
+# the step test's ground truth an M/D/c simulator for a minute and a half;
+# they run after the other packages, one after the other, so that they do
+# not compete for the CPU with the tests that check timing.
+SOLO := /rules$$|/capacity/groundtruth$$
 unit: $(PROMTOOL) $(JAEGER) prometheus chromium
-	PROMTOOL=$(PROMTOOL) JAEGER=$(JAEGER) $(GO) test -race -count=1 $$($(GO) list ./... | grep -v /rules$$)
+	PROMTOOL=$(PROMTOOL) JAEGER=$(JAEGER) $(GO) test -race -count=1 $$($(GO) list ./... | grep -Ev '$(SOLO)')
+	$(GO) test -race -count=1 ./capacity/groundtruth/
 	PROMTOOL=$(PROMTOOL) JAEGER=$(JAEGER) $(GO) test -race -count=1 ./rules/
 	cd deploy && GO=$(GO) PROMTOOL=$(PROMTOOL) $(GO) test -race -count=1 ./...
 
@@ -129,6 +132,11 @@ run: build
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./prober/ ./exporter/
 	./$(BINARY) bench --log.level=warn --json bench.json
+
+## bench-capacity: 20 step tests of an M/D/16 simulator at objectives 0.95 and 0.99 against its queueing model, and 10 soaks each of an unchanged and a degrading simulator (about 1 hour; the tables in bench-capacity.md)
+bench-capacity:
+	SLOPROBER_BENCH_CAPACITY=20 SLOPROBER_BENCH_CAPACITY_OUT=$(CURDIR)/bench-capacity.md $(GO) test -count=1 -v -timeout 3h -run '^TestCapacityBenchmark$$' ./capacity/groundtruth/
+	SLOPROBER_BENCH_SOAK=10 SLOPROBER_BENCH_SOAK_OUT=$(CURDIR)/bench-soak.md $(GO) test -count=1 -v -timeout 2h -run '^TestSoakBenchmark$$' ./capacity/groundtruth/
 
 ## bench-long: schedule fidelity, 10 minutes of Poisson arrivals at 500 req/s; 10 minutes of toggled faults with a live-heap bound
 bench-long: build

@@ -67,7 +67,7 @@ tests:
 // TTFT is ever measured: a failed request counts its wait.
 func TestStepStopRulesAgainstLyingServers(t *testing.T) {
 	const test = `  - {name: t, kind: step, target: liar, scenario: s, baseline: {requests: 3}, sweep: {concurrency: [1, 4], refine: 0},
-     window: {warmup: 0s, steady: 2s, min_requests: 1}, verify: {rates: [0.1], burst: {factor: 1}}, stop: {error_ratio: 0.2, ttft_over: 500ms}}
+     window: {warmup: 0s, steady: 2s, min_requests: 1}, verify: {rates: [0.1], max_levels: 1, burst: {factor: 1}}, stop: {error_ratio: 0.2, ttft_over: 500ms}}
 `
 	for _, tc := range []struct {
 		name string
@@ -87,7 +87,9 @@ func TestStepStopRulesAgainstLyingServers(t *testing.T) {
 			took := time.Since(start)
 
 			require.NotNil(t, run.Baseline)
-			require.True(t, run.Baseline.Met, "one request at a time is answered honestly")
+			// 3 requests cannot meet an objective of 85% (their
+			// interval is [44%, 100%]); none missed.
+			require.NotEqual(t, capacity.DecisionMissed, run.Baseline.Decided(), "one request at a time is answered honestly")
 			require.Len(t, run.Sweep, 2, run.Reason)
 			require.True(t, run.Sweep[0].Met)
 			broken := run.Sweep[1]
@@ -98,7 +100,7 @@ func TestStepStopRulesAgainstLyingServers(t *testing.T) {
 			require.Less(t, broken.WindowSeconds, 1.5)
 			require.NotNil(t, run.Capacity, run.Reason)
 			require.Equal(t, 1, run.Capacity.Concurrency, "the level below the broken one stands")
-			require.Contains(t, []string{capacity.VerdictPass, capacity.VerdictFail}, run.Verdict, run.Reason)
+			require.Contains(t, []string{capacity.VerdictPass, capacity.VerdictFail, capacity.VerdictInconclusive}, run.Verdict, run.Reason)
 			require.Less(t, took, 20*time.Second, "a baseline, a level, a level cut short, one verification stage")
 			t.Logf("%s in %s: %s", run.Verdict, took.Round(time.Millisecond), run.Reason)
 		})
@@ -113,14 +115,15 @@ func TestStepLevelCountsLyingUsage(t *testing.T) {
 	srv := hostile.Start(hostile.ConstantCount(16_000))
 	defer srv.Close()
 	run := runStep(t, t.Context(), hostileConfig(t, srv.URL, `  - {name: t, kind: step, target: liar, scenario: s, baseline: {requests: 5}, sweep: {concurrency: [1], refine: 0},
-     window: {warmup: 0s, steady: 500ms, min_requests: 1}, verify: {rates: [0.1], burst: {factor: 1}}}
+     window: {warmup: 0s, steady: 500ms, min_requests: 1}, verify: {rates: [0.1], max_levels: 1, burst: {factor: 1}}}
 `))
 	require.NotNil(t, run.Baseline, run.Reason)
 	require.Equal(t, 5, run.Baseline.Sent)
 	require.Equal(t, 5, run.Baseline.LengthMismatches["input"], "every request's usage is off the 16-token prompt")
 	for _, l := range run.Sweep {
 		require.Equal(t, l.Sent, l.LengthMismatches["input"], "level %d", l.Concurrency)
-		require.InDelta(t, 16_000*l.OfferedRate, l.InputTokensRate, 16_000*l.OfferedRate*0.01, "the server's count")
+		sent := float64(l.Sent) / l.WindowSeconds
+		require.InDelta(t, 16_000*sent, l.InputTokensRate, 16_000*sent*0.01, "the server's count")
 		require.Equal(t, l.Sent, l.Outcomes[prober.OutcomeOK])
 	}
 	var b strings.Builder

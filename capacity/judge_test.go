@@ -4,138 +4,181 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/prober"
 )
 
-// window is a soak window of sent requests, good of them, a TTFT of n
-// samples with the given P50/P95/P99 (seconds), and the prober's RSS.
-func window(sent, good, n int, p50, p95, p99 float64, rss int64) SoakWindow {
-	w := SoakWindow{ProberRSSBytes: rss}
-	w.Sent = sent
-	w.Scenarios = []ScenarioResult{{Scenario: "chat", Counted: sent, Good: good}}
-	w.TTFT = Percentiles{N: n, P50: p50, P95: p95, P99: p99}
-	return w
+// soakWindow is a synthetic soak window: its requests' TTFTs (seconds,
+// one per request, all counted), how many of them were good, the
+// prober's RSS, and whether it was an error burst.
+type soakWindow struct {
+	ttft  []float64
+	good  int
+	rss   int64
+	burst bool
 }
 
-// TestJudgeSoak: the soak's drift rules on synthetic windows. The tail
-// compared is the one the fewest samples can tell (P99 over 1,000, P95
-// over 200, else the median); goodput is per request sent; an empty
-// window is not a drop; the prober's memory counts over three windows or
-// more; a last window of errors is no recovery.
+// ttfts returns n TTFTs evenly spread from lo to hi.
+func ttfts(n int, lo, hi float64) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = lo + (hi-lo)*float64(i)/float64(max(n-1, 1))
+	}
+	return v
+}
+
+// judgeWindows judges a soak of synthetic windows of 10 s each, their
+// misses spread evenly over each window.
+func judgeWindows(test *config.TestConfig, windows []soakWindow) (*Soak, *SoakRun, string, string) {
+	s := &Soak{Test: test, keepLast: lastWindows(len(windows))}
+	s.Test.Window.Steady = model.Duration(10 * time.Second)
+	sr := &SoakRun{}
+	t0 := time.Unix(1_700_000_000, 0)
+	for i, w := range windows {
+		start := t0.Add(time.Duration(i) * 10 * time.Second)
+		n := len(w.ttft)
+		var records []Record
+		for j, v := range w.ttft {
+			records = append(records, Record{Sent: start.Add(time.Duration(j) * 10 * time.Second / time.Duration(max(n, 1))),
+				Counted: true, Good: true, TTFT: time.Duration(v * float64(time.Second)), HasTTFT: true})
+		}
+		// n - good misses, spread evenly over the window.
+		for j := range n - w.good {
+			records[j*n/(n-w.good)].Good = false
+		}
+		sw := SoakWindow{ProberRSSBytes: w.rss, ErrorBurst: w.burst}
+		sw.Sent, sw.Counted = n, n
+		sw.Scenarios = []ScenarioResult{{Scenario: "chat", Counted: n, Good: w.good}}
+		sr.Windows = append(sr.Windows, sw)
+		samples := samplesOf(records, start)
+		if i == 0 {
+			s.first = samples
+		} else {
+			s.last = append(s.last, samples)
+		}
+	}
+	verdict, reason := s.judge(sr)
+	return s, sr, verdict, reason
+}
+
+// TestJudgeSoak: the soak's drift rules on synthetic windows. A latency
+// drifted when the interval of its growth lies beyond the allowance; the
+// tail compared is the one the fewest samples can tell (P99 over 1,000,
+// P95 over 200, else the median); the attainment is good over counted,
+// with its interval; an empty window is not a drop; the prober's memory
+// counts over three windows or more; a last window of errors is no
+// recovery.
 func TestJudgeSoak(t *testing.T) {
 	const mib = 1 << 20
 	test := &config.TestConfig{Drift: config.DriftConfig{P99Growth: 0.2, GoodputDrop: 0.05}}
+	steady := soakWindow{ttft: ttfts(100, 0.1, 0.3), good: 99, rss: 40 * mib}
+	with := func(w soakWindow, f func(*soakWindow)) soakWindow {
+		w.ttft = append([]float64(nil), w.ttft...)
+		f(&w)
+		return w
+	}
+	// tail is n TTFTs from lo to hi, their top share at top.
+	tail := func(n int, lo, hi, share, top float64) []float64 {
+		v := ttfts(n, lo, hi)
+		for i := n - int(share*float64(n)); i < n; i++ {
+			v[i] = top
+		}
+		return v
+	}
 	for _, tc := range []struct {
 		name    string
-		windows []SoakWindow
+		windows []soakWindow
 		verdict string
 		reason  string
 	}{
-		{
-			name:    "steady",
-			windows: []SoakWindow{window(100, 99, 100, 0.1, 0.2, 0.3, 40*mib), window(100, 99, 100, 0.1, 0.2, 0.3, 40*mib)},
-			verdict: VerdictPass,
-			reason:  "no drift over 2 windows",
-		},
-		{
-			name:    "one window",
-			windows: []SoakWindow{window(100, 99, 100, 0.1, 0.2, 0.3, 40*mib)},
-			verdict: VerdictPass,
-			reason:  "one window: nothing to compare",
-		},
+		{"steady", []soakWindow{steady, steady}, VerdictPass, "no drift over 2 windows"},
+		{"one window", []soakWindow{steady}, VerdictPass, "one window: nothing to compare"},
 		{
 			// 100 samples: the P99 is their largest; only the median
 			// (unchanged) is compared.
-			name:    "P99 of few samples is noise",
-			windows: []SoakWindow{window(100, 99, 100, 0.1, 0.2, 0.3, 40*mib), window(100, 99, 100, 0.1, 0.2, 3, 40*mib)},
-			verdict: VerdictPass,
+			"P99 of few samples is noise",
+			[]soakWindow{steady, with(steady, func(w *soakWindow) { w.ttft[99] = 3 })}, VerdictPass, "",
 		},
 		{
-			name:    "median grows",
-			windows: []SoakWindow{window(100, 99, 100, 0.1, 0.2, 0.3, 40*mib), window(100, 99, 100, 0.15, 0.2, 0.3, 40*mib)},
-			verdict: VerdictFail,
-			reason:  "ttft P50 grew 50% (0.1s to 0.15s; drift.p99_growth 0.2)",
+			"median grows",
+			[]soakWindow{steady, with(steady, func(w *soakWindow) {
+				for i := range w.ttft {
+					w.ttft[i] *= 1.6
+				}
+			})},
+			VerdictFail, "ttft P50 grew 60% [31, 96] over 100 and 100 requests (drift.p99_growth 0.2)",
 		},
 		{
-			name:    "P95 over 200 samples",
-			windows: []SoakWindow{window(300, 300, 300, 0.1, 0.2, 0.3, 40*mib), window(300, 300, 300, 0.1, 0.3, 0.3, 40*mib)},
-			verdict: VerdictFail,
-			reason:  "ttft P95 grew 50%",
+			// +30% at the median, but 100 requests a side cannot tell it
+			// from +20%: no drift is claimed.
+			"a growth within the interval",
+			[]soakWindow{steady, with(steady, func(w *soakWindow) {
+				for i := range w.ttft {
+					w.ttft[i] *= 1.3
+				}
+			})},
+			VerdictPass, "",
 		},
 		{
-			name:    "P99 over 1,000 samples",
-			windows: []SoakWindow{window(2000, 2000, 2000, 0.1, 0.2, 0.3, 40*mib), window(2000, 2000, 2000, 0.1, 0.2, 0.6, 40*mib)},
-			verdict: VerdictFail,
-			reason:  "ttft P99 grew 100%",
+			"P95 over 200 samples",
+			[]soakWindow{{ttft: ttfts(300, 0.1, 0.2), good: 300}, {ttft: tail(300, 0.1, 0.2, 0.1, 0.5), good: 300}},
+			VerdictFail, "ttft P95 grew 156% [153, 160] over 300 and 300 requests",
 		},
 		{
-			name:    "goodput per request drops",
-			windows: []SoakWindow{window(100, 100, 100, 0.1, 0.2, 0.3, 40*mib), window(50, 40, 100, 0.1, 0.2, 0.3, 40*mib)},
-			verdict: VerdictFail,
-			reason:  "goodput per request fell 20% (100.0% to 80.0% good; drift.goodput_drop 0.05)",
+			"P99 over 1,000 samples",
+			[]soakWindow{{ttft: tail(2000, 0.1, 0.3, 0.02, 0.3), good: 2000}, {ttft: tail(2000, 0.1, 0.3, 0.02, 0.6), good: 2000}},
+			VerdictFail, "ttft P99 grew 100% [100, 100] over 2000 and 2000 requests",
+		},
+		{
+			"the attainment drops",
+			[]soakWindow{{ttft: ttfts(100, 0.1, 0.3), good: 100}, {ttft: ttfts(100, 0.1, 0.3), good: 80}},
+			VerdictFail, "the attainment fell 20% [10, 29] (100.0% to 80.0% good, of 100 and 100 requests; drift.goodput_drop 0.05)",
 		},
 		{
 			// Half the requests (a Poisson count) at the same share
 			// good: no drop.
-			name:    "fewer arrivals, same share",
-			windows: []SoakWindow{window(100, 90, 100, 0.1, 0.2, 0.3, 40*mib), window(50, 45, 100, 0.1, 0.2, 0.3, 40*mib)},
-			verdict: VerdictPass,
+			"fewer arrivals, same share",
+			[]soakWindow{{ttft: ttfts(100, 0.1, 0.3), good: 90}, {ttft: ttfts(50, 0.1, 0.3), good: 45}},
+			VerdictPass, "",
 		},
 		{
-			name:    "last window sent nothing",
-			windows: []SoakWindow{window(7, 7, 7, 0.1, 0.2, 0.3, 40*mib), window(0, 0, 0, 0, 0, 0, 40*mib)},
-			verdict: VerdictPass,
-			reason:  "goodput not compared: the last windows sent no request",
+			"last window counted nothing",
+			[]soakWindow{{ttft: ttfts(7, 0.1, 0.3), good: 7}, {}},
+			VerdictPass, "attainment not compared: the last windows counted no request",
 		},
 		{
-			name:    "first window sent nothing",
-			windows: []SoakWindow{window(0, 0, 0, 0, 0, 0, 40*mib), window(7, 1, 7, 0.1, 0.2, 0.3, 40*mib)},
-			verdict: VerdictPass,
-			reason:  "goodput not compared: the first window sent no request",
+			"first window counted nothing",
+			[]soakWindow{{}, {ttft: ttfts(7, 0.1, 0.3), good: 1}},
+			VerdictPass, "attainment not compared: the first window counted no request",
 		},
 		{
-			name: "prober leaks",
-			windows: []SoakWindow{
-				window(100, 100, 100, 0.1, 0.2, 0.3, 40*mib), window(100, 100, 100, 0.1, 0.2, 0.3, 80*mib),
-				window(100, 100, 100, 0.1, 0.2, 0.3, 120*mib), window(100, 100, 100, 0.1, 0.2, 0.3, 160*mib),
-			},
-			verdict: VerdictFail,
-			reason:  "the prober's memory grew 300% (40 to 160 MiB)",
+			"prober leaks",
+			[]soakWindow{steady, with(steady, func(w *soakWindow) { w.rss = 80 * mib }), with(steady, func(w *soakWindow) { w.rss = 120 * mib }),
+				with(steady, func(w *soakWindow) { w.rss = 160 * mib })},
+			VerdictFail, "the prober's memory grew 300% (40 to 160 MiB)",
 		},
 		{
 			// Growth below 32 MiB is a heap's cycle, not a leak.
-			name: "prober memory grows a little",
-			windows: []SoakWindow{
-				window(100, 100, 100, 0.1, 0.2, 0.3, 20*mib), window(100, 100, 100, 0.1, 0.2, 0.3, 40*mib),
-				window(100, 100, 100, 0.1, 0.2, 0.3, 50*mib),
-			},
-			verdict: VerdictPass,
+			"prober memory grows a little",
+			[]soakWindow{with(steady, func(w *soakWindow) { w.rss = 20 * mib }), steady, with(steady, func(w *soakWindow) { w.rss = 50 * mib })},
+			VerdictPass, "",
 		},
 		{
-			name: "last window an error burst",
-			windows: []SoakWindow{
-				window(100, 100, 100, 0.1, 0.2, 0.3, 40*mib),
-				func() SoakWindow { w := window(100, 100, 100, 0.1, 0.2, 0.3, 40*mib); w.ErrorBurst = true; return w }(),
-			},
-			verdict: VerdictFail,
-			reason:  "the last window is an error burst (more than 10% failed): no recovery",
+			"last window an error burst",
+			[]soakWindow{steady, with(steady, func(w *soakWindow) { w.burst = true })},
+			VerdictFail, "the last window is an error burst (more than 10% failed): no recovery",
 		},
 		{
-			name: "an error burst recovered from",
-			windows: []SoakWindow{
-				window(100, 100, 100, 0.1, 0.2, 0.3, 40*mib),
-				func() SoakWindow { w := window(100, 100, 100, 0.1, 0.2, 0.3, 40*mib); w.ErrorBurst = true; return w }(),
-				window(100, 100, 100, 0.1, 0.2, 0.3, 40*mib),
-			},
-			verdict: VerdictPass,
-			reason:  "1 error bursts, recovered",
+			"an error burst recovered from",
+			[]soakWindow{steady, with(steady, func(w *soakWindow) { w.burst = true }), steady},
+			VerdictPass, "1 error bursts, recovered",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			verdict, reason := judgeSoak(test, &SoakRun{Windows: tc.windows})
+			_, _, verdict, reason := judgeWindows(test, tc.windows)
 			require.Equal(t, tc.verdict, verdict, reason)
 			require.Contains(t, reason, tc.reason)
 		})
@@ -206,11 +249,11 @@ func TestServerSignals(t *testing.T) {
 	require.Nil(t, serverSignals([]Record{{}}), "no server said anything")
 
 	test := &config.TestConfig{Drift: config.DriftConfig{P99Growth: 0.2, GoodputDrop: 0.05}}
-	first, last := window(100, 100, 100, 0.1, 0.2, 0.3, 0), window(100, 100, 100, 0.2, 0.2, 0.3, 0)
-	first.Server = &ServerSignals{Reported: 100, Queue: Percentiles{N: 100, P50: 0.0001}, Prefill: Percentiles{N: 100, P50: 0.02}, DecodePerToken: Percentiles{N: 100, P50: 0.005}}
-	last.Server = &ServerSignals{Reported: 100, Queue: Percentiles{N: 100, P50: 0.0002}, Prefill: Percentiles{N: 100, P50: 0.02}, DecodePerToken: Percentiles{N: 100, P50: 0.01}}
-	sr := &SoakRun{Windows: []SoakWindow{first, last}}
-	verdict, reason := judgeSoak(test, sr)
+	first, last := soakWindow{ttft: ttfts(100, 0.1, 0.3), good: 100}, soakWindow{ttft: ttfts(100, 0.2, 0.6), good: 100}
+	soak, sr, _, _ := judgeWindows(test, []soakWindow{first, last})
+	sr.Windows[0].Server = &ServerSignals{Reported: 100, Queue: Percentiles{N: 100, P50: 0.0001}, Prefill: Percentiles{N: 100, P50: 0.02}, DecodePerToken: Percentiles{N: 100, P50: 0.005}}
+	sr.Windows[1].Server = &ServerSignals{Reported: 100, Queue: Percentiles{N: 100, P50: 0.0002}, Prefill: Percentiles{N: 100, P50: 0.02}, DecodePerToken: Percentiles{N: 100, P50: 0.01}}
+	verdict, reason := soak.judge(sr)
 	require.Equal(t, VerdictFail, verdict)
 	require.Contains(t, reason, "; the server's own timings (P50): prefill +0%, decode per token +100%")
 	require.NotContains(t, sr.Drift.ServerGrowth, "queue", "0.1 ms to 0.2 ms is no growth to speak of")
@@ -230,7 +273,7 @@ func TestScenarioLengths(t *testing.T) {
 			if o == code {
 				in, out = 2000, 300
 			}
-			o.Sent(0)
+			o.Sent(time.Now(), 0)
 			r := &prober.Result{Sent: time.Now(), InputTokens: in + i, Outcome: prober.OutcomeOK}
 			o.Finished(r, &prober.Measurement{Counted: true, OutputTokens: out})
 		}

@@ -10,8 +10,8 @@ import (
 
 // TestNoCapacityProberBound: a sweep that found no capacity is the
 // target's failure when a level the prober did not limit missed, even if
-// the sweep then stopped at a prober-bound level; only with no level
-// measuring the target is it aborted.
+// the sweep then stopped at a prober-bound level; with no level measuring
+// the target it concludes nothing.
 func TestNoCapacityProberBound(t *testing.T) {
 	missed := Level{Stage: "sweep", Concurrency: 1, Counted: 10,
 		Scenarios: []ScenarioResult{{Scenario: "chat", Attainment: 0.5, Objective: 0.9}}}
@@ -26,8 +26,8 @@ func TestNoCapacityProberBound(t *testing.T) {
 
 	s = &Step{run: &Run{Sweep: []Level{bound}}}
 	verdict, why = s.noCapacity(reason, reason)
-	require.Equal(t, VerdictAborted, verdict)
-	require.Equal(t, "no level measured the target: "+reason, why)
+	require.Equal(t, VerdictInconclusive, verdict)
+	require.Equal(t, "not concluded: no level measured the target validly: "+reason, why)
 
 	s = &Step{run: &Run{Sweep: []Level{missed}}}
 	verdict, why = s.noCapacity("", "")

@@ -13,7 +13,6 @@
 package capacity
 
 import (
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -161,7 +160,7 @@ type nopObserver struct{}
 
 func (nopObserver) Scheduled()                                   {}
 func (nopObserver) Dropped(prober.DropReason)                    {}
-func (nopObserver) Sent(time.Duration)                           {}
+func (nopObserver) Sent(time.Time, time.Duration)                {}
 func (nopObserver) Finished(*prober.Result, *prober.Measurement) {}
 
 // Record is what a test keeps of one finished request: its measurement,
@@ -178,6 +177,10 @@ type Record struct {
 	HasTTFT         bool
 	HasTPOT         bool
 	HasE2E          bool
+	// MaxITL is the request's longest gap between chunks: a soak's drift
+	// compares one per request, not every pooled gap.
+	MaxITL    time.Duration
+	HasMaxITL bool
 
 	InputTokens, OutputTokens     int
 	InputMismatch, OutputMismatch bool
@@ -265,8 +268,14 @@ type Window struct {
 	// lags are the send lags of the requests sent in the window (seconds;
 	// a uniform sample beyond maxWindowGaps), cpu the process's CPU time
 	// at its start and end: the prober's own health over the window.
-	lags       []float32
-	lagsSeen   int64
+	lags     []float32
+	lagsSeen int64
+	// inFlight are the window's requests not yet ended: its records are
+	// complete when it is 0 after the window closed.
+	inFlight int
+	// discarded: the window was opened for an extension its level did
+	// not need; it keeps no records.
+	discarded  bool
 	cpu0, cpu1 time.Duration
 	// runtime is the Go runtime's scheduler-latency and GC-pause
 	// histograms at the start; sched and gc their P99s over the window.
@@ -360,6 +369,24 @@ func (c *Collector) OpenFirst(start time.Time, n int) *Window {
 	return w
 }
 
+// Discard closes a window at end and drops what it collected: an
+// extension opened while its level's decision was pending, which the
+// decision made unneeded.
+func (c *Collector) Discard(w *Window, end time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w.End, w.discarded = end, true
+	w.records, w.gaps, w.lags = nil, nil, nil
+}
+
+// Ended reports whether every request sent in a closed window has ended:
+// its records are complete, while the load may go on into the next one.
+func (c *Collector) Ended(w *Window) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !w.End.IsZero() && w.inFlight == 0
+}
+
 // Close ends a window at end: requests sent later are not its own.
 func (c *Collector) Close(w *Window, end time.Time) {
 	c.mu.Lock()
@@ -381,19 +408,31 @@ type windowData struct {
 	dropped    map[prober.DropReason]int
 }
 
-// Data returns a copy of what a window collected; call it once the
-// requests sent in the window have ended.
-func (c *Collector) Data(w *Window) windowData {
+// Data returns a copy of what windows collected, pooled: a level's
+// steady window and the windows that extended it, which follow each
+// other. Call it once the requests sent in them have ended.
+func (c *Collector) Data(ws ...*Window) windowData {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d := windowData{
-		records: append([]Record(nil), w.records...), gaps: append([]float32(nil), w.gaps...), gapsSeen: w.gapsSeen,
-		lags: append([]float32(nil), w.lags...), lagsSeen: w.lagsSeen, start: w.Start, end: w.End, scheduled: w.scheduled, dropped: maps.Clone(w.dropped),
+	d := windowData{dropped: map[prober.DropReason]int{}}
+	for _, w := range ws {
+		d.records = append(d.records, w.records...)
+		d.gaps = append(d.gaps, w.gaps...)
+		d.gapsSeen += w.gapsSeen
+		d.lags = append(d.lags, w.lags...)
+		d.lagsSeen += w.lagsSeen
+		d.scheduled += w.scheduled
+		for r, n := range w.dropped {
+			d.dropped[r] += n
+		}
+		if w.cpu1 > w.cpu0 {
+			d.cpu += w.cpu1 - w.cpu0
+		}
+		d.sched, d.gc = max(d.sched, w.sched), max(d.gc, w.gc)
 	}
-	if w.cpu1 > w.cpu0 {
-		d.cpu = w.cpu1 - w.cpu0
+	if len(ws) > 0 {
+		d.start, d.end = ws[0].Start, ws[len(ws)-1].End
 	}
-	d.sched, d.gc = w.sched, w.gc
 	return d
 }
 
@@ -465,12 +504,16 @@ func (o *collectorObserver) Dropped(r prober.DropReason) {
 	}
 }
 
-func (o *collectorObserver) Sent(lag time.Duration) {
+func (o *collectorObserver) Sent(t0 time.Time, lag time.Duration) {
 	o.c.inFlight.Add(1)
 	o.c.mu.Lock()
 	defer o.c.mu.Unlock()
-	w := o.c.windowAt(time.Now())
+	w := o.c.windowAt(t0)
 	if w == nil {
+		return
+	}
+	w.inFlight++
+	if w.discarded {
 		return
 	}
 	w.lagsSeen++
@@ -493,6 +536,7 @@ func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
 	rec := Record{
 		Scenario: o.scenario, Sent: r.Sent, Outcome: r.Outcome, Counted: m.Counted, Good: m.Good, Missed: m.Missed,
 		TTFT: m.TTFT, HasTTFT: m.HasTTFT, TPOT: m.TPOT, HasTPOT: m.HasTPOT, E2E: m.E2E, HasE2E: m.HasE2E,
+		MaxITL: m.MaxITL, HasMaxITL: m.HasMaxITL,
 		InputTokens: m.InputTokens, OutputTokens: m.OutputTokens,
 		InputMismatch: m.InputMismatch, OutputMismatch: m.OutputMismatch,
 		InputSent: r.InputTokens, Server: serverOf(r),
@@ -524,7 +568,11 @@ func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
 		sent = r.Scheduled
 	}
 	w := o.c.windowAt(sent)
-	if w == nil || w.limit > 0 && len(w.records) >= w.limit {
+	if w == nil {
+		return
+	}
+	w.inFlight = max(w.inFlight-1, 0)
+	if w.discarded || w.limit > 0 && len(w.records) >= w.limit {
 		return
 	}
 	w.records = append(w.records, rec)

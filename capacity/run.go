@@ -19,8 +19,14 @@ import (
 
 // SchemaVersion is the version of a stored run's JSON. Version 1 is the
 // first that says so: a run written before carries no schema_version and
-// reads as version 1 (its fields are the same).
-const SchemaVersion = 1
+// reads as version 1 (its fields are the same). Version 2 judges levels on
+// attainment intervals: a level's offered_rate counts every arrival of
+// its window (sent or dropped, where version 1 counted the requests
+// sent), it has a decision and an interval, a capacity's verified_rate is
+// null when the run concluded nothing, and a soak's drift compares
+// per-request samples with intervals. Version 1 runs still read and
+// render as they were written.
+const SchemaVersion = 2
 
 // ErrNewerSchema is wrapped by the error of decoding a run written by a
 // newer sloprober, whose fields this one may misread.
@@ -57,8 +63,8 @@ func Concluded(kind, verdict string, c *Capacity) *float64 {
 	var rate float64
 	switch verdict {
 	case VerdictPass, VerdictFail:
-		if c != nil {
-			rate = c.VerifiedRate
+		if v, ok := c.Verified(); ok {
+			rate = v
 		}
 	case VerdictInfeasible:
 	default:
@@ -75,10 +81,14 @@ func (r *Run) Header() Summary {
 	return s
 }
 
-// Seal stamps a run for storage: the schema version, and the header's
-// verified rate derived from the run.
+// Seal stamps a run for storage: the schema version (SchemaVersion for a
+// run made now; a run read from storage keeps the version it was written
+// in, whose fields it has), and the header's verified rate derived from
+// the run.
 func (r *Run) Seal() {
-	r.SchemaVersion = SchemaVersion
+	if r.SchemaVersion == 0 {
+		r.SchemaVersion = SchemaVersion
+	}
 	r.Summary = r.Header()
 }
 
@@ -105,7 +115,7 @@ func DecodeSummary(data []byte) (Summary, error) {
 		SchemaVersion int `json:"schema_version"`
 		Summary
 		Capacity *struct {
-			VerifiedRate float64 `json:"verified_rate"`
+			VerifiedRate *float64 `json:"verified_rate"`
 		} `json:"capacity"`
 	}
 	if err := json.Unmarshal(data, &h); err != nil {
@@ -149,6 +159,12 @@ const (
 	VerdictInfeasible = "infeasible"
 	// VerdictAborted: a stop rule, the prober stopping, or an abort.
 	VerdictAborted = "aborted"
+	// VerdictInconclusive: the run could not conclude, and states no
+	// capacity: the levels it needed were measured while the prober or
+	// its host was the limit (after their retries), or stayed undecided
+	// (their attainment interval straddling the objective) up to
+	// window.max_steady.
+	VerdictInconclusive = "inconclusive"
 )
 
 // Run is the result of one run of a test: what a report is built from,
@@ -206,14 +222,68 @@ type Capacity struct {
 	Concurrency int     `json:"concurrency"`
 	Rate        float64 `json:"rate"`
 	Goodput     float64 `json:"goodput"`
-	// VerifiedRate is the capacity conclusion: the highest open-loop
-	// (Poisson) rate that met every objective, req/s; 0 if none did.
-	VerifiedRate    float64 `json:"verified_rate"`
-	VerifiedGoodput float64 `json:"verified_goodput"`
+	// VerifiedRate is the capacity conclusion: the highest offered
+	// open-loop (Poisson) rate whose level met every objective with every
+	// lower rate measured meeting them too, req/s; 0 when the run
+	// concluded that none did (fail), null when it concluded nothing
+	// (aborted, inconclusive). VerifiedGoodput is that level's goodput,
+	// and Verified the level (its attainment interval and sample).
+	VerifiedRate    *float64 `json:"verified_rate"`
+	VerifiedGoodput float64  `json:"verified_goodput"`
+	// Bound is the lowest offered rate above the verified one that the
+	// search measured and did not verify (missed, inconclusive or
+	// prober-bound: BoundDecision), 0 when every rate tried verified:
+	// the capacity lies between VerifiedRate and Bound.
+	Bound         float64 `json:"bound,omitempty"`
+	BoundDecision string  `json:"bound_decision,omitempty"`
+	// Forecast is the verification of the target's forecast, if it has
+	// one.
+	Forecast *ForecastCheck `json:"forecast,omitempty"`
 	// LimitedBy says why the capacity may be higher than found: the
 	// sweep's clients reached the test's max_rate at it. The capacity
 	// gauges are not set from such a run.
 	LimitedBy string `json:"limited_by,omitempty"`
+}
+
+// Verified returns the verified rate and whether the run concluded on one
+// (0 with true: it concluded that no open-loop rate met the objectives).
+func (c *Capacity) Verified() (float64, bool) {
+	if c == nil || c.VerifiedRate == nil {
+		return 0, false
+	}
+	return *c.VerifiedRate, true
+}
+
+// ForecastCheck is a step test's verification of its target's forecast:
+// its average and peak rates per replica, and the peak with one replica
+// lost, each run open loop (Poisson) as a level of its own.
+type ForecastCheck struct {
+	// PeakRate and AverageRate are the forecast for the whole target,
+	// req/s; Replicas the target's replicas, SpareReplicas the N+k
+	// spares it plans.
+	PeakRate      float64 `json:"peak_rate"`
+	AverageRate   float64 `json:"average_rate,omitempty"`
+	Replicas      int     `json:"replicas"`
+	SpareReplicas int     `json:"spare_replicas"`
+	// Average, Peak and OneLost are the levels' rates per replica and
+	// decisions: PeakRate / Replicas, and PeakRate / (Replicas - 1).
+	Average *ForecastLevel `json:"average,omitempty"`
+	Peak    *ForecastLevel `json:"peak,omitempty"`
+	OneLost *ForecastLevel `json:"one_lost,omitempty"`
+	// Holds: the peak per replica met the objectives; HoldsOneLost: the
+	// peak on one replica fewer met them too (nil with one replica).
+	Holds        bool  `json:"holds"`
+	HoldsOneLost *bool `json:"holds_one_lost,omitempty"`
+}
+
+// ForecastLevel is one forecast rate per replica and what its level
+// decided.
+type ForecastLevel struct {
+	Rate float64 `json:"rate"`
+	// Offered is the rate its window offered; Decision its decision
+	// ("not run" when max_rate caps it).
+	Offered  float64 `json:"offered"`
+	Decision string  `json:"decision"`
 }
 
 // Level is what one step of a test measured over its steady window.
@@ -234,9 +304,11 @@ type Level struct {
 	Dropped   map[string]int         `json:"dropped,omitempty"`
 	Outcomes  map[prober.Outcome]int `json:"outcomes"`
 
-	// Rates over the window, per second: requests sent (offered), ok
-	// requests (completed), input and output tokens (apart: never only
-	// their sum), and good requests (goodput).
+	// Rates over the window, per second: arrivals (offered: every
+	// arrival scheduled in the window, sent or dropped, the rate an
+	// open-loop level is judged and stated at; in schema 1, the requests
+	// sent), ok requests (completed), input and output tokens (apart:
+	// never only their sum), and good requests (goodput).
 	OfferedRate      float64 `json:"offered_rate"`
 	CompletedRate    float64 `json:"completed_rate"`
 	InputTokensRate  float64 `json:"input_tokens_rate"`
@@ -282,10 +354,42 @@ type Level struct {
 	// Insufficient: fewer requests than window.min_requests; its
 	// percentiles are shown, flagged.
 	Insufficient bool `json:"insufficient,omitempty"`
-	// Met: every scenario's attainment at or above its objective.
+	// Decision is the level's verdict on the confidence intervals of its
+	// scenarios' attainments (DecisionMet, DecisionMissed,
+	// DecisionInconclusive; see Interval): met when every scenario that
+	// drew requests met its objective, missed when one missed it,
+	// inconclusive otherwise. Absent in schema 1, where Met alone says.
+	Decision string `json:"decision,omitempty"`
+	// Interval is the attainment's over every scenario.
+	Interval *Interval `json:"interval,omitempty"`
+	// Met: the decision is met (schema 1: every scenario's attainment at
+	// or above its objective).
 	Met bool `json:"met"`
+	// Extensions counts the windows of window.steady that extended the
+	// first while its decision was inconclusive: the level's window is
+	// all of them.
+	Extensions int `json:"extensions,omitempty"`
+	// Remeasured says, for each measurement of the level that was thrown
+	// away because the prober was the limit, why and what the diagnosis
+	// was; the level is the next measurement.
+	Remeasured []string `json:"remeasured,omitempty"`
+	// Why says what an open-loop level of a step test's verification was
+	// for: a configured fraction, a bisection, the forecast.
+	Why string `json:"why,omitempty"`
 	// Note says why a level is what it is (a stop rule, a cap).
 	Note string `json:"note,omitempty"`
+}
+
+// Decided returns the level's decision: Decision, or in a schema-1 run
+// met or missed as Met says.
+func (l *Level) Decided() string {
+	switch {
+	case l.Decision != "":
+		return l.Decision
+	case l.Met:
+		return DecisionMet
+	}
+	return DecisionMissed
 }
 
 // ProberBound reports whether the level was measured while the prober,
@@ -312,7 +416,10 @@ type ScenarioResult struct {
 	Attainment    float64            `json:"attainment"`
 	SLOAttainment map[string]float64 `json:"slo_attainment"`
 	Objective     float64            `json:"objective"`
-	Met           bool               `json:"met"`
+	// Decision and Interval are as a Level's, against Objective.
+	Decision string    `json:"decision,omitempty"`
+	Interval *Interval `json:"interval,omitempty"`
+	Met      bool      `json:"met"`
 }
 
 // Percentiles are exact percentiles of one latency over a window's
@@ -391,6 +498,9 @@ type ProberHealth struct {
 	Sends  int     `json:"sends"`
 	LagP99 float64 `json:"lag_p99"`
 	LagMax float64 `json:"lag_max"`
+	// LagP50 is the sends' median lag: the one judged over fewer than
+	// 100 sends, whose P99 is their largest (schema 2).
+	LagP50 float64 `json:"lag_p50,omitempty"`
 	// CPUSeconds is the process's CPU time over the window, CPUShare it
 	// over the window and GOMAXPROCS: 1 is every core busy.
 	CPUSeconds float64 `json:"cpu_seconds"`
@@ -405,6 +515,11 @@ type ProberHealth struct {
 	// the window as its sustain): empty when they were, or when the run
 	// judged none (Step.Validity nil).
 	Invalid []string `json:"invalid,omitempty"`
+	// Diagnosis says, of a window the prober limited, whether the host
+	// was busy (sloprober's goroutines waited although it used little of
+	// its CPUs: other processes held them) or the prober saturated (its
+	// CPUs busy: add shards or CPU), and what to do.
+	Diagnosis string `json:"diagnosis,omitempty"`
 }
 
 // EngineQueue is the engine's own queue depth (requests waiting for a batch
@@ -463,19 +578,33 @@ type SoakWindow struct {
 
 // Drift compares the end of a soak with its first steady window.
 type Drift struct {
-	// P99Growth is the growth of each latency's P99, the mean of the last
-	// windows' over the first window's: 0.25 is 25% slower. When a window
-	// compared has fewer than 1,000 samples it is the P95's growth, fewer
-	// than 200 the median's: a P99 of 50 samples is their largest, noise
-	// that would fail a healthy soak.
+	// P99Growth is the growth of each latency's P99, the last windows'
+	// over the first window's: 0.25 is 25% slower. When a side compared
+	// has fewer than 1,000 samples it is the P95's growth, fewer than 200
+	// the median's: a P99 of 50 samples is their largest, noise that
+	// would fail a healthy soak. In schema 2 it is of per-request samples
+	// pooled over the last windows (max_itl: each request's longest gap),
+	// with Intervals; in schema 1 the mean of the last windows' own
+	// percentiles, and itl of every gap pooled.
 	P99Growth map[string]float64 `json:"p99_growth"`
 	// Percentile names the percentile each latency's growth is of: "p99",
 	// "p95" or "p50".
 	Percentile map[string]string `json:"percentile,omitempty"`
-	// GoodputDrop is the drop of good requests per sent request (which,
-	// unlike good requests per second, does not move with the Poisson
-	// arrivals' count): 0.1 is 10% fewer.
-	GoodputDrop float64 `json:"goodput_drop"`
+	// Intervals are the growths with their 95% intervals and samples: a
+	// latency drifted when the interval's lower end is beyond
+	// drift.p99_growth.
+	Intervals map[string]*GrowthInterval `json:"intervals,omitempty"`
+	// GoodputDrop is the drop of the attainment (good requests over
+	// counted ones; schema 1: good per sent request), which unlike good
+	// requests per second does not move with the Poisson arrivals' count:
+	// 0.1 is 10% fewer good. GoodputDropLower and GoodputDropUpper are
+	// its interval, from the first window's and the last windows'
+	// attainment intervals (AttainmentFirst, AttainmentLast).
+	GoodputDrop      float64   `json:"goodput_drop"`
+	GoodputDropLower float64   `json:"goodput_drop_lower,omitempty"`
+	GoodputDropUpper float64   `json:"goodput_drop_upper,omitempty"`
+	AttainmentFirst  *Interval `json:"attainment_first,omitempty"`
+	AttainmentLast   *Interval `json:"attainment_last,omitempty"`
 	// MemoryGrowth is the growth of the prober's RSS.
 	MemoryGrowth float64 `json:"memory_growth"`
 	// ServerGrowth is the growth of the median of each phase the server

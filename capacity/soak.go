@@ -55,6 +55,12 @@ type Soak struct {
 	// Step.Validity does a level's: a window measured while the prober was
 	// the limit is marked prober-bound.
 	Validity *validity.Config
+
+	// first and last are the per-request samples of the first window and
+	// of the last keepLast windows summarized, for the drift.
+	first    *requestSamples
+	last     []*requestSamples
+	keepLast int
 }
 
 // plan implements procedure.
@@ -116,6 +122,7 @@ func (s *Soak) Run(ctx context.Context) *Run {
 	warmup, steady := time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady)
 	end := start.Add(time.Duration(t.Duration))
 	n := int((time.Duration(t.Duration) - warmup) / steady)
+	s.keepLast = lastWindows(n)
 	err := st.watch(ctx, warmup, nil)
 	var windows []*Window
 	done := map[int]bool{} // summarized windows
@@ -181,7 +188,7 @@ func (s *Soak) Run(ctx context.Context) *Run {
 	case len(windows) == 0:
 		run.Verdict, run.Reason = VerdictAborted, "the soak ended before its first window"
 	default:
-		run.Verdict, run.Reason = judgeSoak(t, run.Soak)
+		run.Verdict, run.Reason = s.judge(run.Soak)
 	}
 	return run
 }
@@ -205,11 +212,13 @@ func soakCheckpoint(run *Run, done map[int]bool, plan *faultPlan) *Run {
 	return &cp
 }
 
-// summarizeWindow fills window i of a soak run.
+// summarizeWindow fills window i of a soak run, and keeps its requests'
+// samples for the drift when it is the first or may be among the last.
 func (s *Soak) summarizeWindow(st *Step, run *Run, windows []*Window, i int) {
 	w := &run.Soak.Windows[i]
 	w.Level = Level{Stage: "soak", IntendedRate: s.Test.Rate, EngineQueue: w.EngineQueue}
-	summarize(&w.Level, &s.Load, st.col.Data(windows[i]), s.Test.Window.MinRequests)
+	d := st.col.Data(windows[i])
+	summarize(&w.Level, &s.Load, d, s.Test.Window.MinRequests, s.batch())
 	judgeProber(&w.Level, s.Validity, "its latencies include the prober's own delays")
 	bad := 0
 	for outcome, n := range w.Outcomes {
@@ -218,78 +227,62 @@ func (s *Soak) summarizeWindow(st *Step, run *Run, windows []*Window, i int) {
 		}
 	}
 	w.ErrorBurst = w.Sent > 0 && float64(bad) > errorBurstRatio*float64(w.Sent)
+	samples := samplesOf(d.records, d.start)
+	if i == 0 {
+		s.first = samples
+	} else {
+		s.last = append(s.last, samples)
+		if len(s.last) > s.keepLast {
+			s.last = s.last[1:]
+		}
+	}
 	st.col.Release(windows[i])
 }
 
-// judgeSoak decides a finished soak's verdict from its drift.
-func judgeSoak(t *config.TestConfig, sr *SoakRun) (string, string) {
+// batch is the length of a soak window's batches: a tenth of it.
+func (s *Soak) batch() time.Duration {
+	return time.Duration(s.Test.Window.Steady) / batchesPerWindow
+}
+
+// lastWindows is how many of n windows are the end of a soak: its last
+// quarter after the first window, at least one.
+func lastWindows(n int) int {
+	return max(1, int(math.Ceil(lastWindowsShare*float64(n-1))))
+}
+
+// judge decides a finished soak's verdict from its drift: the first
+// window against the last quarter of windows, on per-request samples
+// (drift.go).
+func (s *Soak) judge(sr *SoakRun) (string, string) {
+	t := s.Test
 	ws := sr.Windows
-	first := &ws[0]
-	k := max(1, int(math.Ceil(lastWindowsShare*float64(len(ws)-1))))
-	last := ws[len(ws)-k:]
 	if len(ws) == 1 {
 		return VerdictPass, "one window: nothing to compare it with (the soak is shorter than two windows)"
 	}
+	first := &ws[0]
+	k := lastWindows(len(ws))
+	last := ws[len(ws)-k:]
 	d := &Drift{P99Growth: map[string]float64{}, Percentile: map[string]string{}}
 	sr.Drift = d
 	var fails, notes []string
-	for _, name := range []string{"ttft", "tpot", "itl", "e2e"} {
-		p0 := latency(&first.Level, name)
-		var end []Percentiles
-		n := p0.N // the fewest samples of a window compared
-		for i := range last {
-			if p := latency(&last[i].Level, name); p.N > 0 {
-				end = append(end, p)
-				n = min(n, p.N)
-			}
-		}
-		if p0.N == 0 || len(end) == 0 {
-			continue
-		}
-		// The tail each window's samples can tell: P99 over 1,000
-		// samples, else P95 over 200, else the median; the last windows'
-		// are averaged.
-		q, pick := "P99", func(p Percentiles) float64 { return p.P99 }
-		switch m := n; {
-		case m < minSamplesP95:
-			q, pick = "P50", func(p Percentiles) float64 { return p.P50 }
-		case m < minSamplesP99:
-			q, pick = "P95", func(p Percentiles) float64 { return p.P95 }
-		}
-		v0, sum := pick(p0), 0.0
-		for _, p := range end {
-			sum += pick(p)
-		}
-		vN := sum / float64(len(end))
-		if v0 <= 0 {
-			continue
-		}
-		g := vN/v0 - 1
-		d.P99Growth[name], d.Percentile[name] = g, strings.ToLower(q)
-		if g > t.Drift.P99Growth {
-			fails = append(fails, fmt.Sprintf("%s %s grew %.0f%% (%.3gs to %.3gs; drift.p99_growth %g)", name, q, 100*g, v0, vN, t.Drift.P99Growth))
-		}
-	}
-	good0 := ratio(goodOf(first), first.Sent)
-	goodN, sentN := 0, 0
-	for i := range last {
-		goodN += goodOf(&last[i])
-		sentN += last[i].Sent
+	samples := s.last[max(0, len(s.last)-k):]
+	if s.first != nil && len(samples) > 0 {
+		fails = driftOf(d, s.first, samples, s.batch(), t.Drift.P99Growth)
 	}
 	// A window that sent nothing (a low rate's Poisson arrivals: at 3
-	// req/s a 1 s window is empty 5% of the time) has no goodput per
-	// request to compare: not a drop of 100%.
-	switch {
-	case first.Sent == 0:
-		notes = append(notes, "goodput not compared: the first window sent no request")
-	case sentN == 0:
-		notes = append(notes, "goodput not compared: the last windows sent no request")
-	}
-	if good0 > 0 && sentN > 0 {
-		d.GoodputDrop = 1 - ratio(goodN, sentN)/good0
-		if d.GoodputDrop > t.Drift.GoodputDrop {
-			fails = append(fails, fmt.Sprintf("goodput per request fell %.0f%% (%.1f%% to %.1f%% good; drift.goodput_drop %g)",
-				100*d.GoodputDrop, 100*good0, 100*ratio(goodN, sentN), t.Drift.GoodputDrop))
+	// req/s a 1 s window is empty 5% of the time) has no attainment to
+	// compare: not a drop of 100%.
+	switch drop, lower, upper, a0, aN, ok := attainmentDrop(s.first, samples, s.batch()); {
+	case first.Counted == 0:
+		notes = append(notes, "attainment not compared: the first window counted no request")
+	case !ok:
+		notes = append(notes, "attainment not compared: the last windows counted no request, or the first none good")
+	default:
+		d.GoodputDrop, d.GoodputDropLower, d.GoodputDropUpper, d.AttainmentFirst, d.AttainmentLast = drop, lower, upper, a0, aN
+		if lower > t.Drift.GoodputDrop {
+			fails = append(fails, fmt.Sprintf("the attainment fell %.0f%% [%.0f, %.0f] (%.1f%% to %.1f%% good, of %d and %d requests; drift.goodput_drop %g)",
+				100*drop, 100*lower, 100*upper, 100*ratio(goodCount(s.first.outcomes), len(s.first.outcomes)),
+				100*ratio(goodCount(pooled(samples).outcomes), len(pooled(samples).outcomes)), a0.N, aN.N, t.Drift.GoodputDrop))
 		}
 	}
 	// A leak grows for good; a heap's cycles and the load's start do not:
@@ -325,7 +318,7 @@ func judgeSoak(t *config.TestConfig, sr *SoakRun) (string, string) {
 			bursts++
 		}
 	}
-	reason := fmt.Sprintf("no drift over %d windows: %s growth within %g, goodput within %g", len(ws), d.compared(), t.Drift.P99Growth, t.Drift.GoodputDrop)
+	reason := fmt.Sprintf("no drift over %d windows: %s growth within %g, attainment within %g", len(ws), d.compared(), t.Drift.P99Growth, t.Drift.GoodputDrop)
 	if bursts > 0 {
 		reason += fmt.Sprintf("; %d error bursts, recovered", bursts)
 	}
@@ -333,26 +326,6 @@ func judgeSoak(t *config.TestConfig, sr *SoakRun) (string, string) {
 		reason += "; " + strings.Join(notes, "; ")
 	}
 	return VerdictPass, reason
-}
-
-func goodOf(w *SoakWindow) int {
-	n := 0
-	for _, s := range w.Scenarios {
-		n += s.Good
-	}
-	return n
-}
-
-func latency(l *Level, name string) Percentiles {
-	switch name {
-	case "ttft":
-		return l.TTFT
-	case "tpot":
-		return l.TPOT
-	case "itl":
-		return l.ITL
-	}
-	return l.E2E
 }
 
 // serverPhases are the phases a server may time itself, in order.
@@ -429,7 +402,7 @@ func (d *Drift) compared() string {
 // "ttft P50 +12%, tpot P50 +3%, ...".
 func (d *Drift) Growth() string {
 	var parts []string
-	for _, name := range []string{"ttft", "tpot", "itl", "e2e"} {
+	for _, name := range []string{"ttft", "tpot", "itl", "max_itl", "e2e"} {
 		g, ok := d.P99Growth[name]
 		if !ok {
 			continue
@@ -438,7 +411,21 @@ func (d *Drift) Growth() string {
 		if q == "" {
 			q = "P99"
 		}
-		parts = append(parts, fmt.Sprintf("%s %s %+.0f%%", name, q, 100*g))
+		part := fmt.Sprintf("%s %s %+.0f%%", name, q, 100*g)
+		if iv := d.Intervals[name]; iv != nil {
+			part += fmt.Sprintf(" [%+.0f, %+.0f]", 100*iv.Lower, 100*iv.Upper)
+		}
+		parts = append(parts, part)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// Attainment writes the drop of the attainment with its interval where
+// the run has one (schema 2): "attainment -2% [-5, +1]"; else, as schema
+// 1 said it, "goodput per request -2%".
+func (d *Drift) Attainment() string {
+	if d.AttainmentFirst == nil {
+		return fmt.Sprintf("goodput per request %+.0f%%", -100*d.GoodputDrop)
+	}
+	return fmt.Sprintf("attainment %+.0f%% [%+.0f, %+.0f]", -100*d.GoodputDrop, -100*d.GoodputDropUpper, -100*d.GoodputDropLower)
 }

@@ -75,7 +75,7 @@ func TestSoakNoRecovery(t *testing.T) {
 	})
 	require.Equal(t, capacity.VerdictFail, run.Verdict, run.Reason)
 	require.Contains(t, run.Reason, "the last window is an error burst (more than 10% failed): no recovery")
-	require.Contains(t, run.Reason, "goodput per request fell 100%")
+	require.Contains(t, run.Reason, "the attainment fell 100%")
 	require.False(t, run.Soak.Windows[0].ErrorBurst)
 	require.True(t, run.Soak.Windows[3].ErrorBurst)
 }

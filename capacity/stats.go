@@ -78,7 +78,7 @@ func serverSignals(records []Record) *ServerSignals {
 }
 
 // summarize computes a level from a window's records.
-func summarize(l *Level, spec *config.LoadSpec, w windowData, minRequests int) {
+func summarize(l *Level, spec *config.LoadSpec, w windowData, minRequests int, batch time.Duration) {
 	records := w.records
 	secs := w.end.Sub(w.start).Seconds()
 	l.Start, l.WindowSeconds = w.start, secs
@@ -154,11 +154,15 @@ func summarize(l *Level, spec *config.LoadSpec, w windowData, minRequests int) {
 		}
 		return float64(n) / secs
 	}
-	l.OfferedRate, l.CompletedRate, l.Goodput = per(len(records)), per(ok), per(good)
+	// Offered: every arrival of the window, sent or dropped (a closed
+	// loop drops none); never below the requests sent.
+	l.OfferedRate = per(max(w.scheduled, len(records)))
+	l.CompletedRate, l.Goodput = per(ok), per(good)
 	l.InputTokensRate, l.OutputTokensRate = per(in), per(out)
 	l.Attainment = ratio(good, l.Counted)
 	l.SLOAttainment = sloAttainment(spec, missed, l.Counted)
-	l.Met = l.Counted > 0
+	l.Interval = attainmentInterval(countedOutcomes(records, ""), w.start, batch)
+	decisions := map[string]int{}
 	for _, s := range spec.Scenarios {
 		a := byScenario[s.Key.Scenario]
 		sr := ScenarioResult{
@@ -167,12 +171,28 @@ func summarize(l *Level, spec *config.LoadSpec, w windowData, minRequests int) {
 			SLOAttainment: sloAttainment(&config.LoadSpec{Scenarios: []config.ScenarioSpec{s}}, a.missed, a.counted),
 		}
 		// A scenario of a mix that drew no request in the window does
-		// not fail the level; one that drew requests meets its own
-		// objective or fails it.
-		sr.Met = a.counted == 0 || sr.Attainment >= s.Objective
-		l.Met = l.Met && sr.Met
+		// not decide the level; one that drew requests is judged on its
+		// own objective.
+		sr.Met = a.counted == 0
+		if a.counted > 0 {
+			sr.Interval = attainmentInterval(countedOutcomes(records, s.Key.Scenario), w.start, batch)
+			sr.Decision = decide(sr.Interval, s.Objective)
+			sr.Met = sr.Decision == DecisionMet
+			decisions[sr.Decision]++
+		}
 		l.Scenarios = append(l.Scenarios, sr)
 	}
+	switch {
+	case l.Counted == 0:
+		l.Decision = DecisionInconclusive
+	case decisions[DecisionMissed] > 0:
+		l.Decision = DecisionMissed
+	case decisions[DecisionInconclusive] > 0:
+		l.Decision = DecisionInconclusive
+	default:
+		l.Decision = DecisionMet
+	}
+	l.Met = l.Decision == DecisionMet
 	l.TTFT, l.TPOT, l.E2E = percentiles(ttft), percentiles(tpot), percentiles(e2e)
 	l.ITL = percentiles(float64s(w.gaps))
 	l.ITL.Sampled = w.gapsSeen > int64(len(w.gaps))
@@ -180,6 +200,18 @@ func summarize(l *Level, spec *config.LoadSpec, w windowData, minRequests int) {
 	l.Server = serverSignals(records)
 	l.Lengths, l.Longest = lengths(spec, records)
 	l.Prober = proberHealth(w)
+}
+
+// countedOutcomes are the counted requests of records, of one scenario
+// ("": of all), for an interval.
+func countedOutcomes(records []Record, scenario string) []outcome {
+	var out []outcome
+	for i := range records {
+		if r := &records[i]; r.Counted && (scenario == "" || r.Scenario == scenario) {
+			out = append(out, outcome{sent: r.Sent, good: r.Good})
+		}
+	}
+	return out
 }
 
 func float64s(v []float32) []float64 {
@@ -242,7 +274,7 @@ func proberHealth(w windowData) *ProberHealth {
 	h := &ProberHealth{Sends: int(w.lagsSeen), CPUSeconds: w.cpu.Seconds(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 		SchedulerP99: w.sched.Seconds(), GCPauseP99: w.gc.Seconds()}
 	lags := percentiles(float64s(w.lags))
-	h.LagP99 = lags.P99
+	h.LagP99, h.LagP50 = lags.P99, lags.P50
 	for _, v := range w.lags {
 		h.LagMax = max(h.LagMax, float64(v))
 	}

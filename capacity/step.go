@@ -70,13 +70,18 @@ type Step struct {
 	Validity *validity.Config
 
 	col         *Collector
-	noStopRules bool   // a soak judges them per window
-	drainNote   string // what the last drain left for its level's note
-	run         *Run
-	start       time.Time
-	level       int
-	levels      int
-	goodput     float64
+	noStopRules bool // a soak judges them per window
+	// judgeLevel, if set, replaces the judgement of the prober's health
+	// over a level (judgeProber by Validity); openVerify, if set, replaces
+	// the open-loop levels of the search (openLevel): for tests.
+	judgeLevel func(*Level)
+	openVerify func(ctx context.Context, stage string, rate float64, why string) (*Level, error)
+	drainNote  string // what the last drain left for its level's note
+	run        *Run
+	start      time.Time
+	level      int
+	levels     int
+	goodput    float64
 }
 
 // QueueProbe tells how many requests wait in a target's own queue, e.g.
@@ -101,7 +106,9 @@ func (s *Step) Run(ctx context.Context) *Run {
 	t := s.Test
 	s.start = time.Now()
 	s.run = &Run{Summary: Summary{Test: t.Name, Kind: config.TestStep, Target: s.Load.Target.Name, Start: s.start}}
-	s.levels = 1 + len(t.Sweep.Concurrency) + t.Sweep.Refine + len(t.Verify.Rates) + 1
+	// An estimate: the search may stop early, and the forecast adds up
+	// to three levels.
+	s.levels = 1 + len(t.Sweep.Concurrency) + t.Sweep.Refine + t.Verify.Levels() + 1
 	begin(ctx, s.run, s.Manager, t, &s.Load, s.ConfigHash)
 	s.col = s.Recorder.Start(t.Name)
 	defer s.Recorder.Stop(t.Name)
@@ -134,14 +141,16 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 	if err != nil {
 		return VerdictAborted, abortReason(ctx, err)
 	}
-	if !base.Met && base.ProberBound() {
-		// One request at a time missed while the prober was the limit:
-		// that says nothing of the target.
-		return VerdictAborted, fmt.Sprintf("the baseline missed the objective while %s", proberBoundReason(base))
+	if base.Decided() == DecisionMissed && base.ProberBound() {
+		// One request at a time missed while the prober was the limit,
+		// after its retries: that says nothing of the target.
+		return VerdictInconclusive, fmt.Sprintf("not concluded: the baseline missed the objective while %s", proberBoundReason(base))
 	}
-	if !base.Met {
+	if base.Decided() == DecisionMissed {
 		return VerdictInfeasible, fmt.Sprintf("one request at a time already misses the objective: %s", missedObjectives(base))
 	}
+	// A baseline too short to decide (10 requests all good are
+	// [72%, 100%]) does not stop the test: the sweep's levels decide.
 
 	// Steps 3 and 4: the closed loop.
 	end, err := s.sweep(ctx)
@@ -175,13 +184,23 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 	if verified == nil {
 		return verdict, reason
 	}
+	fail, forecast := s.run.Capacity.Forecast.Verdict()
 	if verdict, reason, ok := s.burst(ctx, verified); !ok {
 		return verdict, reason
 	}
-	reason = fmt.Sprintf("%.3g req/s verified open loop (%.3g good req/s); closed loop: %s, %.3g req/s", s.run.Capacity.VerifiedRate,
-		s.run.Capacity.VerifiedGoodput, clients(good), capLevel.CompletedRate)
+	reason = fmt.Sprintf("%.3g req/s verified open loop (%s; %.3g good req/s)", verified.OfferedRate, attainmentText(verified), verified.Goodput)
+	if c := s.run.Capacity; c.Bound > 0 {
+		reason += fmt.Sprintf(", below %.3g req/s (%s)", c.Bound, c.BoundDecision)
+	}
+	reason += fmt.Sprintf("; closed loop: %s, %.3g req/s", clients(good), capLevel.CompletedRate)
 	if end.capped != "" {
 		reason += "; the sweep ended early: " + end.capped
+	}
+	if forecast != "" {
+		reason += "; " + forecast
+	}
+	if fail {
+		return VerdictFail, forecast + "; " + strings.TrimPrefix(reason, forecast+"; ")
 	}
 	return VerdictPass, reason
 }
@@ -233,9 +252,11 @@ func (s *Step) sweep(ctx context.Context) (sweepEnd, error) {
 			s.run.Sweep[len(s.run.Sweep)-1].Note = l.Note
 			return end, nil
 		}
-		if missedInRow = 0; !l.Met {
+		// Two levels in a row that did not meet (missed or undecided) end
+		// the sweep.
+		if missedInRow = 0; l.Decided() != DecisionMet {
 			missedInRow = 1
-			if n := len(s.run.Sweep); n >= 2 && !s.run.Sweep[n-2].Met {
+			if n := len(s.run.Sweep); n >= 2 && s.run.Sweep[n-2].Decided() != DecisionMet {
 				missedInRow = 2
 			}
 		}
@@ -272,63 +293,11 @@ func (s *Step) refine(ctx context.Context) error {
 	return nil
 }
 
-// verify runs the open loop (the seed's step 5): Poisson arrivals at
-// verify.rates, fractions of the closed-loop capacity's completed rate,
-// into the run's Verify, and sets the capacity's verified rate to the
-// highest rate that met every objective without a drop. It returns that
-// level; without one, the verdict and its reason: fail when a level the
-// prober did not limit missed, aborted when every rate that ran was
-// prober-bound.
-func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, string) {
-	var verified *Level
-	bound, missed := "", false // a prober-bound level; a measured one that did not pass
-	for _, f := range s.Test.Verify.Rates {
-		rate := f * capLevel.CompletedRate
-		if rate > s.MaxRate {
-			s.run.Verify = append(s.run.Verify, Level{Stage: "verify", IntendedRate: rate,
-				Note: fmt.Sprintf("not run: capped by max_rate %g req/s", s.MaxRate)})
-			continue
-		}
-		l, err := s.openLevel(ctx, "verify", rate)
-		s.run.Verify = append(s.run.Verify, *l)
-		stopped := errors.Is(err, errStopRule) && ctx.Err() == nil
-		if err != nil && !stopped {
-			return nil, VerdictAborted, abortReason(ctx, err)
-		}
-		switch {
-		case l.Prober == nil:
-			// Not run (capped): neither measured nor missed.
-		case l.ProberBound():
-			if bound == "" {
-				bound = proberBoundReason(l)
-			}
-		case l.Met && l.Dropped == nil && !stopped:
-			verified = &s.run.Verify[len(s.run.Verify)-1]
-			s.run.Capacity.VerifiedRate, s.run.Capacity.VerifiedGoodput = rate, l.Goodput
-		default:
-			missed = true
-		}
-		if stopped {
-			break // missed, and higher rates would be no better
-		}
-	}
-	good := s.run.Capacity.Concurrency
-	switch {
-	case verified != nil:
-		return verified, "", ""
-	case bound != "" && !missed:
-		// Every open-loop rate that ran measured the prober: the target
-		// neither passed nor failed.
-		return nil, VerdictAborted, fmt.Sprintf("no open-loop rate measured the target: %s (the closed loop met the objectives at %s, %.3g req/s)",
-			bound, clients(good), capLevel.CompletedRate)
-	}
-	return nil, VerdictFail, fmt.Sprintf("no open-loop rate met the objectives (the closed loop met them at %s, %.3g req/s)", clients(good), capLevel.CompletedRate)
-}
-
-// burst runs verify.burst from the verified level (the seed's step 5, its
-// bursts): factor times the verified rate for a while, then the verified
-// rate until the backlog has drained. It reports false with the verdict
-// and its reason when the run ends there: aborted, or failed because the
+// burst runs verify.burst (the seed's step 5, its bursts): factor times
+// a rate for a while, then that rate until the backlog has drained; the
+// rate is the forecast peak per replica where the target has a forecast
+// it holds, else the verified one. It reports false with the verdict and
+// its reason when the run ends there: aborted, or failed because the
 // backlog did not drain within verify.drain_within. A burst factor of 1
 // or less, or no duration, runs none.
 func (s *Step) burst(ctx context.Context, verified *Level) (string, string, bool) {
@@ -336,7 +305,11 @@ func (s *Step) burst(ctx context.Context, verified *Level) (string, string, bool
 	if b.Factor <= 1 || b.For <= 0 {
 		return "", "", true
 	}
-	l, err := s.burstLevel(ctx, verified)
+	from := verified.OfferedRate
+	if fc := s.run.Capacity.Forecast; fc != nil && fc.Holds {
+		from = fc.Peak.Rate
+	}
+	l, err := s.burstLevel(ctx, from, verified.E2E.P95)
 	s.run.Burst = l
 	if err != nil {
 		return VerdictAborted, abortReason(ctx, err), false
@@ -348,13 +321,15 @@ func (s *Step) burst(ctx context.Context, verified *Level) (string, string, bool
 }
 
 // noCapacity is the verdict of a sweep and refinement in which no level
-// met the objectives with every level below it meeting them too.
+// met the objectives with every level below it meeting them too: fail
+// when a level the prober measured validly missed; inconclusive when the
+// levels were undecided, or prober-bound after their retries.
 func (s *Step) noCapacity(capped, proberBound string) (string, string) {
 	if len(s.run.Sweep) == 0 && capped != "" {
 		return VerdictAborted, "no sweep level could run: " + capped
 	}
 	for _, l := range s.run.Sweep {
-		if !l.ProberBound() {
+		if !l.ProberBound() && l.Decided() == DecisionMissed {
 			// A level the prober did not limit missed: the target's.
 			reason := "no sweep level met the objectives: " + missedObjectives(s.lowest())
 			if proberBound != "" {
@@ -364,14 +339,10 @@ func (s *Step) noCapacity(capped, proberBound string) (string, string) {
 		}
 	}
 	if proberBound != "" {
-		return VerdictAborted, "no level measured the target: " + proberBound
+		return VerdictInconclusive, "not concluded: no level measured the target validly: " + proberBound
 	}
-	return VerdictFail, "no sweep level met the objectives: " + missedObjectives(s.lowest())
-}
-
-// proberBoundReason names a level the prober limited and what to do.
-func proberBoundReason(l *Level) string {
-	return fmt.Sprintf("prober-bound at %s (%s): add shards or CPU", l.LoadName(), strings.Join(l.Prober.Invalid, ", "))
+	return VerdictInconclusive, fmt.Sprintf("not concluded: no sweep level was decided within window.max_steady: %s %s",
+		s.lowest().LoadName(), attainmentText(s.lowest()))
 }
 
 // keep adds a sweep level, in order of concurrency.
@@ -390,7 +361,7 @@ func (s *Step) bounds() (good, bad int) {
 		if l.ProberBound() {
 			continue // it tells nothing of the target
 		}
-		if !l.Met {
+		if l.Decided() != DecisionMet {
 			return good, l.Concurrency
 		}
 		good = l.Concurrency
@@ -425,15 +396,33 @@ func (e cappedError) Is(target error) bool {
 }
 
 // baseline sends baseline.requests requests one at a time, all measured:
-// a single client has nothing to warm up.
+// a single client has nothing to warm up. Measured while the prober was
+// the limit, it is measured again, as any level (measure).
 func (s *Step) baseline(ctx context.Context) (*Level, error) {
 	s.report("baseline", 1, 0)
-	spec := s.closedSpec(1)
+	var remeasured []string
+	for attempt := 0; ; attempt++ {
+		l, err := s.baselineOnce(ctx)
+		l.Remeasured = remeasured
+		if err != nil || !l.ProberBound() || attempt >= s.Test.Retries {
+			return l, err
+		}
+		remeasured = append(remeasured, fmt.Sprintf("%s (%s)", l.Prober.Diagnosis, strings.Join(l.Prober.Invalid, ", ")))
+		if err := s.waitValid(ctx); err != nil {
+			return l, err
+		}
+	}
+}
+
+// baselineOnce is one measurement of the baseline.
+func (s *Step) baselineOnce(ctx context.Context) (*Level, error) {
+	l := &Level{Stage: "baseline", Concurrency: 1}
 	s.col.ResetLevel()
 	n := s.Test.Baseline.Requests
 	w := s.col.OpenFirst(time.Now(), n)
-	if err := s.Manager.Apply(s.Test.Name, []config.LoadSpec{spec}); err != nil {
-		return nil, err
+	if err := s.Manager.Apply(s.Test.Name, []config.LoadSpec{s.closedSpec(1)}); err != nil {
+		s.col.Close(w, time.Now())
+		return l, err
 	}
 	queue := sampleQueue(ctx, s.Queue)
 	err := s.watch(ctx, 0, func() bool {
@@ -441,14 +430,14 @@ func (s *Step) baseline(ctx context.Context) (*Level, error) {
 		return finished >= n
 	})
 	s.col.Close(w, time.Now())
-	l := &Level{Stage: "baseline", Concurrency: 1, EngineQueue: queue.stop()}
+	l.EngineQueue = queue.stop()
 	drain, derr := s.drain(ctx, s.closedSpec(0))
 	if err == nil {
 		err = derr
 	}
 	// A baseline of fewer requests than window.min_requests says so,
 	// like any level.
-	s.summarize(l, w, drain, s.Test.Window.MinRequests)
+	s.summarize(l, drain, s.Test.Window.MinRequests, w)
 	return l, err
 }
 
@@ -463,53 +452,115 @@ func (s *Step) closedLevel(ctx context.Context, stage string, c int) (*Level, er
 		}
 		return nil, err
 	}
-	return l, s.measure(ctx, l, s.closedSpec(0))
+	return l, s.measure(ctx, l, s.closedSpec(c), s.closedSpec(0))
 }
 
-// openLevel runs one open-loop (Poisson) level at rate.
-func (s *Step) openLevel(ctx context.Context, stage string, rate float64) (*Level, error) {
+// openLevel runs one open-loop (Poisson) level at rate; why says what
+// the search runs it for.
+func (s *Step) openLevel(ctx context.Context, stage string, rate float64, why string) (*Level, error) {
 	s.report(stage, 0, rate)
-	l := &Level{Stage: stage, IntendedRate: rate}
+	l := &Level{Stage: stage, IntendedRate: rate, Why: why}
 	spec := s.openSpec(rate)
 	if err := s.Manager.Apply(s.Test.Name, []config.LoadSpec{spec}); err != nil {
 		l.Note = "not run: capped by " + err.Error()
 		return l, nil
 	}
-	spec.Paused = true
-	return l, s.measure(ctx, l, spec)
+	stop := spec
+	stop.Paused = true
+	return l, s.measure(ctx, l, spec, stop)
 }
 
-// measure runs a level's warm-up and steady window, then applies stop
-// (the load with nothing more to send) and waits for the requests in
-// flight to end.
-func (s *Step) measure(ctx context.Context, l *Level, stop config.LoadSpec) error {
-	s.col.ResetLevel()
-	err := s.watch(ctx, time.Duration(s.Test.Window.Warmup), nil)
-	w := s.col.Open(time.Now())
-	queue := sampleQueue(ctx, s.Queue)
-	if err == nil {
-		err = s.watch(ctx, time.Duration(s.Test.Window.Steady), nil)
+// measure measures a level whose load (run) is applied: its warm-up and
+// steady window, extended while its decision is inconclusive, then stop
+// (the load with nothing more to send) and the wait for its requests in
+// flight to end. A measurement taken while the prober was the limit is
+// thrown away and taken again, up to the test's retries, once the prober
+// is valid again (waitValid); the level records why (Remeasured).
+func (s *Step) measure(ctx context.Context, l *Level, run, stop config.LoadSpec) error {
+	for attempt := 0; ; attempt++ {
+		err := s.measureOnce(ctx, l, stop)
+		if err != nil || !l.ProberBound() || attempt >= s.Test.Retries {
+			return err
+		}
+		why := fmt.Sprintf("%s (%s)", l.Prober.Diagnosis, strings.Join(l.Prober.Invalid, ", "))
+		s.Logger.Info("Measuring a level again: the prober was the limit", "test", s.Test.Name, "level", l.LoadName(), "why", why)
+		*l = Level{Stage: l.Stage, Concurrency: l.Concurrency, IntendedRate: l.IntendedRate, Why: l.Why,
+			Remeasured: append(l.Remeasured, why)}
+		if err := s.waitValid(ctx); err != nil {
+			return err
+		}
+		if err := s.Manager.Apply(s.Test.Name, []config.LoadSpec{run}); err != nil {
+			return err
+		}
 	}
-	s.col.Close(w, time.Now())
+}
+
+// measureOnce is one measurement of a level: see measure.
+func (s *Step) measureOnce(ctx context.Context, l *Level, stop config.LoadSpec) error {
+	s.col.ResetLevel()
+	steady := time.Duration(s.Test.Window.Steady)
+	err := s.watch(ctx, time.Duration(s.Test.Window.Warmup), nil)
+	queue := sampleQueue(ctx, s.Queue)
+	ws := []*Window{s.col.Open(time.Now())}
+	if err == nil {
+		err = s.watch(ctx, steady, nil)
+	}
+	for err == nil && len(ws) < s.Test.Window.MaxSteadyWindows() {
+		// The load goes on into the next window while the last one's
+		// requests end; if they decide the level, that window is not
+		// needed.
+		last := ws[len(ws)-1]
+		next := s.col.Open(time.Now())
+		s.col.Close(last, next.Start)
+		ended := s.watch(ctx, time.Duration(s.Load.Target.Timeout)+5*time.Second, func() bool { return s.col.Ended(last) })
+		if ended != nil && !errors.Is(ended, errTimedOut) {
+			s.col.Discard(next, time.Now())
+			err = ended
+			break
+		}
+		if ended == nil && s.decided(ws) {
+			s.col.Discard(next, time.Now())
+			break
+		}
+		ws = append(ws, next)
+		err = s.watch(ctx, steady-time.Since(next.Start), nil)
+	}
+	if w := ws[len(ws)-1]; w.End.IsZero() {
+		s.col.Close(w, time.Now())
+	}
 	l.EngineQueue = queue.stop()
 	drain, derr := s.drain(ctx, stop)
 	if err == nil {
 		err = derr
 	}
-	s.summarize(l, w, drain, s.Test.Window.MinRequests)
+	s.summarize(l, drain, s.Test.Window.MinRequests, ws...)
+	l.Extensions = len(ws) - 1
 	if errors.Is(err, errStopRule) {
 		l.Note = err.Error()
 	}
 	return err
 }
 
-// burstLevel runs the verified rate, then Factor times it for For, then
-// the verified rate again until the requests in flight are back to what
-// the verified rate keeps (Little's law: rate x E2E P95, at least 1): the
-// drain time is from the end of the burst until then.
-func (s *Step) burstLevel(ctx context.Context, verified *Level) (*Level, error) {
+// decided reports whether windows whose requests have ended decide their
+// level: met or missed.
+func (s *Step) decided(ws []*Window) bool {
+	var l Level
+	summarize(&l, &s.Load, s.col.Data(ws...), 0, s.batch())
+	return l.Decision != DecisionInconclusive
+}
+
+// batch is the length of a level's batches for its attainment interval:
+// a tenth of the steady window.
+func (s *Step) batch() time.Duration {
+	return time.Duration(s.Test.Window.Steady) / batchesPerWindow
+}
+
+// burstLevel runs rate, then Factor times it for For, then rate again
+// until the requests in flight are back to what rate keeps (Little's law:
+// rate x e2eP95, the E2E P95 at the verified rate, at least 1): the drain
+// time is from the end of the burst until then.
+func (s *Step) burstLevel(ctx context.Context, rate, e2eP95 float64) (*Level, error) {
 	b := s.Test.Verify.Burst
-	rate := verified.IntendedRate
 	s.report("burst", 0, rate*b.Factor)
 	l := &Level{Stage: "burst", IntendedRate: rate * b.Factor}
 	if l.IntendedRate > s.MaxRate {
@@ -539,7 +590,7 @@ func (s *Step) burstLevel(ctx context.Context, verified *Level) (*Level, error) 
 		return l, err
 	}
 	tl.mark(&tl.t.BurstEnd)
-	normal := max(1, int(math.Ceil(rate*verified.E2E.P95)))
+	normal := max(1, int(math.Ceil(rate*e2eP95)))
 	tl.t.Normal, tl.t.DrainWithin = normal, time.Duration(s.Test.Verify.DrainWithin).Seconds()
 	end := time.Now()
 	limit := time.Duration(s.Test.Verify.DrainWithin) + time.Duration(s.Load.Target.Timeout)
@@ -555,7 +606,7 @@ func (s *Step) burstLevel(ctx context.Context, verified *Level) (*Level, error) 
 	stop.Paused = true
 	_, derr := s.drain(ctx, stop)
 	drain := l.DrainSeconds
-	s.summarize(l, w, 0, 0)
+	s.summarize(l, 0, 0, w)
 	l.DrainSeconds = drain
 	return l, derr
 }
@@ -677,31 +728,25 @@ func (s *Step) stopRule() error {
 	return nil
 }
 
-// summarize fills a level from its window, once its requests have ended.
-func (s *Step) summarize(l *Level, w *Window, drain time.Duration, minRequests int) {
-	summarize(l, &s.Load, s.col.Data(w), minRequests)
-	judgeProber(l, s.Validity, "not used for the conclusion")
+// summarize fills a level from its windows, once their requests have
+// ended.
+func (s *Step) summarize(l *Level, drain time.Duration, minRequests int, ws ...*Window) {
+	batch := s.batch()
+	if l.Stage == "baseline" {
+		batch = 0 // one request at a time: nothing to batch
+	}
+	summarize(l, &s.Load, s.col.Data(ws...), minRequests, batch)
+	if s.judgeLevel != nil {
+		s.judgeLevel(l)
+	} else {
+		judgeProber(l, s.Validity, "not used for the conclusion")
+	}
 	l.DrainSeconds = drain.Seconds()
 	if s.drainNote != "" {
 		l.Note = addNote(l.Note, s.drainNote)
 		s.drainNote = ""
 	}
 	s.goodput = l.Goodput
-}
-
-// judgeProber judges the prober's health over a level by v (nil: none)
-// and marks the level when the prober was the limit; use says what
-// becomes of such a level.
-func judgeProber(l *Level, v *validity.Config, use string) {
-	p := l.Prober
-	if p == nil || v == nil {
-		return
-	}
-	sec := func(x float64) time.Duration { return time.Duration(x * float64(time.Second)) }
-	p.Invalid = v.Judge(p.CPUShare, sec(p.SchedulerP99), sec(p.GCPauseP99), sec(p.LagP99), 0)
-	if len(p.Invalid) > 0 {
-		l.Note = addNote(l.Note, "prober-bound ("+strings.Join(p.Invalid, ", ")+"): measured while the prober was the limit, "+use)
-	}
 }
 
 // report tells the progress at the start of a level of c clients or rate
@@ -745,7 +790,11 @@ func missedObjectives(l *Level) string {
 		if out != "" {
 			out += "; "
 		}
-		out += fmt.Sprintf("%s attained %.1f%% (objective %.1f%%)", sc.Scenario, 100*sc.Attainment, 100*sc.Objective)
+		interval := ""
+		if iv := sc.Interval; iv != nil {
+			interval = fmt.Sprintf(" [%.1f, %.1f] of %d", 100*iv.Lower, 100*iv.Upper, iv.N)
+		}
+		out += fmt.Sprintf("%s attained %.1f%%%s (objective %.1f%%)", sc.Scenario, 100*sc.Attainment, interval, 100*sc.Objective)
 		for _, name := range config.SLONames {
 			if a, ok := sc.SLOAttainment[name]; ok && a < sc.Objective {
 				out += fmt.Sprintf(", %s %.1f%%", name, 100*a)

@@ -90,7 +90,7 @@ func runStep(t *testing.T, ctx context.Context, cfg *config.Config) *capacity.Ru
 	t.Helper()
 	rec, m := newManager(t, cfg)
 	tc := cfg.Tests[0]
-	s := &capacity.Step{Manager: m, Recorder: rec, Test: tc, Load: cfg.TestLoad(tc), MaxRate: 100, Logger: promslog.NewNopLogger(), ConfigHash: cfg.Hash()}
+	s := &capacity.Step{Manager: m, Recorder: rec, Test: tc, Load: cfg.TestLoad(tc), MaxRate: cfg.Global.MaxRate, Logger: promslog.NewNopLogger(), ConfigHash: cfg.Hash()}
 	return s.Run(ctx)
 }
 
@@ -106,8 +106,8 @@ func TestStepGroundTruth(t *testing.T) {
     scenario: short
     baseline: {requests: 10}
     sweep: {concurrency: [1, 2, 4, 8], refine: 2}
-    window: {warmup: 1s, steady: 3s, min_requests: 20}
-    verify: {rates: [0.25, 1.5], burst: {factor: 2, for: 2s}, drain_within: 10s}
+    window: {warmup: 1s, steady: 3s, min_requests: 20, max_steady: 15s}
+    verify: {rates: [0.25, 1.5], max_levels: 2, burst: {factor: 2, for: 2s}, drain_within: 10s}
 `)
 	run := runStep(t, t.Context(), cfg)
 	for _, l := range append(append([]capacity.Level{*run.Baseline}, run.Sweep...), run.Verify...) {
@@ -124,7 +124,12 @@ func TestStepGroundTruth(t *testing.T) {
 		concurrency = append(concurrency, l.Concurrency)
 		require.Equal(t, l.Concurrency <= analyticConcurrency, l.Met, "level %d: %+v", l.Concurrency, l.Scenarios)
 		require.Equal(t, l.Sent, l.Outcomes[prober.OutcomeOK], "level %d: every request ok", l.Concurrency)
-		require.Equal(t, 3.0, float64(int(l.WindowSeconds+0.5)), "the steady window")
+		// A level the first window left undecided is extended by
+		// steady windows, up to five (max_steady 15s).
+		require.LessOrEqual(t, l.Extensions, 4)
+		require.InDelta(t, 3*(1+l.Extensions), l.WindowSeconds, 0.5, "the steady windows")
+		require.NotNil(t, l.Interval)
+		require.Equal(t, l.Met, l.Interval.Lower >= 0.85, "level %d: met is the interval's lower end at the objective: %+v", l.Concurrency, l.Interval)
 		require.Positive(t, l.TTFT.N)
 		require.Contains(t, l.TTFT.LowConfidence, "p99", "fewer than 1,000 samples")
 	}
@@ -135,8 +140,13 @@ func TestStepGroundTruth(t *testing.T) {
 
 	require.Len(t, run.Verify, 2)
 	require.True(t, run.Verify[0].Met, "a quarter of the capacity, open loop: %+v", run.Verify[0].Scenarios)
-	require.False(t, run.Verify[1].Met, "1.5 times it overloads: %+v", run.Verify[1].Scenarios)
-	require.InEpsilon(t, 0.25*run.Capacity.Rate, run.Capacity.VerifiedRate, 1e-9)
+	require.Equal(t, capacity.DecisionMissed, run.Verify[1].Decision, "1.5 times it overloads: %+v", run.Verify[1].Scenarios)
+	verified, ok := run.Capacity.Verified()
+	require.True(t, ok)
+	require.Equal(t, run.Verify[0].OfferedRate, verified, "stated at the rate its window offered")
+	require.InEpsilon(t, 0.25*run.Capacity.Rate, verified, 0.4, "a Poisson window's count: within a few sqrt(n)")
+	require.Equal(t, run.Verify[1].OfferedRate, run.Capacity.Bound)
+	require.Equal(t, capacity.DecisionMissed, run.Capacity.BoundDecision)
 	require.NotNil(t, run.Burst)
 	require.Less(t, run.Burst.DrainSeconds, 10.0)
 	require.Equal(t, 10, run.Baseline.Sent)
@@ -178,7 +188,7 @@ func TestStepGroundTruth(t *testing.T) {
 	rep := report.Build(run)
 	require.Equal(t, analyticConcurrency, rep.Capacity.Concurrency)
 	require.InEpsilon(t, analyticRate, rep.Capacity.ClosedRate, 0.10)
-	require.Equal(t, run.Capacity.VerifiedRate, rep.Capacity.VerifiedRate)
+	require.Equal(t, verified, rep.Capacity.VerifiedRate)
 	var md strings.Builder
 	require.NoError(t, report.WriteMarkdown(&md, rep))
 	require.Contains(t, md.String(), "Closed loop: 4 clients completed")
@@ -196,7 +206,7 @@ func TestStepVerdicts(t *testing.T) {
   - {name: slow, kind: step, target: sim, scenario: short, baseline: {requests: 5}, sweep: {concurrency: [1, 2]}}
 `,
 			verdict: capacity.VerdictInfeasible,
-			reason:  "one request at a time already misses the objective: short attained 0.0% (objective 85.0%), ttft 0.0%",
+			reason:  "one request at a time already misses the objective: short attained 0.0% [0.0, 43.4] of 5 (objective 85.0%), ttft 0.0%",
 		},
 		{
 			name: "aborted: a stop rule",
@@ -217,8 +227,8 @@ func TestStepVerdicts(t *testing.T) {
     scenario: short
     baseline: {requests: 5}
     sweep: {concurrency: [4], refine: 0}
-    window: {warmup: 500ms, steady: 2s, min_requests: 10}
-    verify: {rates: [0.25], burst: {factor: 6, for: 2s}, drain_within: 1ms}
+    window: {warmup: 500ms, steady: 2s, min_requests: 10, max_steady: 10s}
+    verify: {rates: [0.4], max_levels: 1, burst: {factor: 6, for: 2s}, drain_within: 1ms}
 `,
 			verdict: capacity.VerdictFail,
 			reason:  "the backlog of a 6x burst for 2s did not drain within 1ms",
@@ -285,7 +295,7 @@ func (q *queueUntil) Waiting(ctx context.Context) (int, error) {
 func TestStepDrainWaitsForQueue(t *testing.T) {
 	sim := simtest.Start(t, groundTruthSim)
 	cfg := stepConfig(t, sim.URL, `
-  - {name: q, kind: step, target: sim, scenario: short, baseline: {requests: 3}, sweep: {concurrency: [1], refine: 0}, window: {warmup: 0s, steady: 1s, min_requests: 1}, verify: {rates: [0.25], burst: {factor: 1}}}
+  - {name: q, kind: step, target: sim, scenario: short, baseline: {requests: 3}, sweep: {concurrency: [1], refine: 0}, window: {warmup: 0s, steady: 1s, min_requests: 1, max_steady: 5s}, verify: {rates: [0.25], max_levels: 1, burst: {factor: 1}}}
 `)
 	rec := capacity.NewRecorder()
 	m := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
@@ -396,15 +406,17 @@ func TestStepDrainEngineQueueStuck(t *testing.T) {
 }
 
 // TestStepProberBound: with the prober's health judged (Step.Validity) and
-// a level measured while the prober was the limit, the level is marked, the
-// sweep stops raising load there, and with no level measuring the target
-// the run is aborted saying the prober is the limit. The threshold is set
-// so that any CPU use is over it: the judgement, not a starved machine, is
-// under test (the end-to-end test in rules/ starves a real one).
+// a level measured while the prober was the limit, the level is measured
+// again (retries: 2, after waiting for the prober to be valid), then
+// marked, the sweep stops raising load there, and with no level measuring
+// the target the run concludes nothing, saying the prober is the limit.
+// The threshold is set so that any CPU use is over it: the judgement, not
+// a starved machine, is under test (the end-to-end test in rules/ starves
+// a real one).
 func TestStepProberBound(t *testing.T) {
 	sim := simtest.Start(t, groundTruthSim)
 	cfg := stepConfig(t, sim.URL, `
-  - {name: pb, kind: step, target: sim, scenario: short, baseline: {requests: 2}, sweep: {concurrency: [1, 2, 4], refine: 1}, window: {warmup: 0s, steady: 1s, min_requests: 1}}
+  - {name: pb, kind: step, target: sim, scenario: short, baseline: {requests: 2}, sweep: {concurrency: [1, 2, 4], refine: 1}, window: {warmup: 0s, steady: 1s, min_requests: 1, max_steady: 1s}}
 `)
 	rec, m := newManager(t, cfg)
 	v := validity.DefaultConfig
@@ -412,28 +424,33 @@ func TestStepProberBound(t *testing.T) {
 	s := &capacity.Step{Manager: m, Recorder: rec, Test: cfg.Tests[0], Load: cfg.TestLoad(cfg.Tests[0]), MaxRate: 100,
 		Logger: promslog.NewNopLogger(), Validity: &v}
 	run := s.Run(t.Context())
-	require.Equal(t, capacity.VerdictAborted, run.Verdict, run.Reason)
-	require.Contains(t, run.Reason, "no level measured the target: prober-bound at 1 client (cpu): add shards or CPU")
+	require.Equal(t, capacity.VerdictInconclusive, run.Verdict, run.Reason)
+	require.Contains(t, run.Reason, "not concluded: no level measured the target validly: prober-bound at 1 client (cpu")
+	require.Contains(t, run.Reason, "saturated prober: sloprober used")
+	require.Contains(t, run.Reason, "add shards or CPU")
 	require.Len(t, run.Sweep, 1, "the sweep stops raising load at the prober-bound level")
 	l := run.Sweep[0]
 	require.True(t, l.ProberBound())
-	require.Equal(t, []string{validity.ReasonCPU}, l.Prober.Invalid)
-	require.Contains(t, l.Note, "prober-bound (cpu): measured while the prober was the limit, not used for the conclusion")
+	require.Equal(t, validity.ReasonCPU, l.Prober.Invalid[0])
+	require.Len(t, l.Remeasured, 2, "measured three times")
+	require.Contains(t, l.Remeasured[0], "saturated prober")
+	require.Contains(t, l.Note, "prober-bound (cpu")
+	require.Contains(t, l.Note, "measured while the prober was the limit, not used for the conclusion")
 	require.Positive(t, l.TTFT.N, "its percentiles are kept for the report")
 	require.Nil(t, run.Capacity)
-
+	require.Nil(t, run.Header().VerifiedRate, "no capacity is stated, not 0")
 }
 
 // TestStepVerifyProberBound: open-loop verification levels measured while
 // the prober was the limit verify nothing, and do not fail the target
-// either: with every verify level prober-bound the run is aborted, naming
-// the prober. Closed-loop clients send without lag, open-loop arrivals
+// either: with every verify level prober-bound the run concludes nothing,
+// naming the prober, and states no capacity. Closed-loop clients send without lag, open-loop arrivals
 // with some: a send-lag threshold of 1 ns makes exactly the verify levels
 // prober-bound.
 func TestStepVerifyProberBound(t *testing.T) {
 	sim := simtest.Start(t, groundTruthSim)
 	cfg := stepConfig(t, sim.URL, `
-  - {name: pbv, kind: step, target: sim, scenario: short, baseline: {requests: 2}, sweep: {concurrency: [1, 2], refine: 0}, window: {warmup: 0s, steady: 3s, min_requests: 1}, verify: {rates: [0.5, 0.8]}}
+  - {name: pbv, kind: step, target: sim, scenario: short, baseline: {requests: 2}, sweep: {concurrency: [1, 2], refine: 0}, window: {warmup: 0s, steady: 3s, min_requests: 1}, verify: {rates: [0.5, 0.8], max_levels: 2}, retries: 0}
 `)
 	rec, m := newManager(t, cfg)
 	v := validity.Config{Window: time.Minute, CPU: 1, SchedulerP99: time.Hour, GCPauseP99: time.Hour, SendLagP99: time.Nanosecond, PoolWaitP99: time.Hour}
@@ -450,13 +467,18 @@ func TestStepVerifyProberBound(t *testing.T) {
 		require.Positive(t, l.Prober.Sends, "verify level %g req/s", l.IntendedRate)
 		require.True(t, l.ProberBound(), "verify level %g req/s: %+v", l.IntendedRate, l.Prober)
 	}
-	require.Equal(t, capacity.VerdictAborted, run.Verdict, run.Reason)
-	require.Contains(t, run.Reason, "prober-bound at")
-	require.Contains(t, run.Reason, "(send_lag): add shards or CPU")
+	require.Len(t, run.Verify, 2, "0.5x, then a bisection below it (verify.max_levels 2)")
+	require.Equal(t, capacity.VerdictInconclusive, run.Verdict, run.Reason)
+	require.Contains(t, run.Reason, "not concluded: no open-loop rate measured the target validly: prober-bound at")
+	require.Contains(t, run.Reason, "(send_lag): busy host: sloprober used")
+	_, concluded := run.Capacity.Verified()
+	require.False(t, concluded, "no verified rate, not 0")
+	require.Nil(t, run.Header().VerifiedRate)
 }
 
 // TestStepBaselineProberBound: a baseline that misses its objective while
-// the prober was the limit does not make the target infeasible.
+// the prober was the limit is measured again (retries), and then does not
+// make the target infeasible: the run concludes nothing.
 func TestStepBaselineProberBound(t *testing.T) {
 	sim := simtest.Start(t, groundTruthSim)
 	// A TTFT SLO of 1 ms (the simulator takes 4 ms): every request misses it.
@@ -475,10 +497,11 @@ tests:
 		Logger: promslog.NewNopLogger(), Validity: &v}
 	run := s.Run(t.Context())
 	require.NotNil(t, run.Baseline)
-	require.False(t, run.Baseline.Met)
+	require.Equal(t, capacity.DecisionMissed, run.Baseline.Decision)
 	require.True(t, run.Baseline.ProberBound())
-	require.Equal(t, capacity.VerdictAborted, run.Verdict, run.Reason)
+	require.Len(t, run.Baseline.Remeasured, 2)
+	require.Equal(t, capacity.VerdictInconclusive, run.Verdict, run.Reason)
 	// cpu first; the same starvation may add scheduler_latency and
 	// gc_pause after it.
-	require.Contains(t, run.Reason, "the baseline missed the objective while prober-bound at 1 client (cpu")
+	require.Contains(t, run.Reason, "not concluded: the baseline missed the objective while prober-bound at 1 client (cpu")
 }

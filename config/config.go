@@ -193,6 +193,9 @@ type TargetConfig struct {
 type ForecastConfig struct {
 	// PeakRate is the forecast peak, req/s.
 	PeakRate float64 `yaml:"peak_rate"`
+	// AverageRate is the forecast average, req/s; 0: not given. A step
+	// test verifies it per replica beside the peak.
+	AverageRate float64 `yaml:"average_rate,omitempty"`
 	// SpareReplicas is k of N+k: replicas beyond those the peak needs.
 	// Default 1.
 	SpareReplicas *int `yaml:"spare_replicas,omitempty"`

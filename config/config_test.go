@@ -114,7 +114,8 @@ targets[0].metadata.gpu: must not contain control characters, got "H100\a"
 targets[0].forecast.peak_rate: must be a positive number of req/s, got -3
 targets[0].forecast.spare_replicas: must be between 0 and 10000, got -1
 targets[1].replicas: must be between 1 and 10000, got 100000
-targets[1].forecast.peak_rate: must be a positive number of req/s, got NaN`},
+targets[1].forecast.peak_rate: must be a positive number of req/s, got NaN
+targets[2].forecast.average_rate: must be a positive number of req/s at most peak_rate (10), got 12`},
 
 		// Absurd numbers (issue 9, items 7, 12 and 18).
 		{"huge_tokens.yml", `testdata/huge_tokens.yml: targets[0].max_context: must be between 1 and 1000000 tokens (or left out), got 2000000

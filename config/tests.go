@@ -44,6 +44,11 @@ type TestConfig struct {
 	Sweep    SweepConfig    `yaml:"sweep,omitempty"`
 	Verify   VerifyConfig   `yaml:"verify,omitempty"`
 	Stop     StopConfig     `yaml:"stop,omitempty"`
+	// Retries is how many times a step test measures a level again when
+	// it was measured while the prober was the limit (a busy host, or a
+	// saturated prober): after them, the level is left out of the
+	// conclusion. Default 2.
+	Retries int `yaml:"retries"`
 
 	// Window is a step test's level window, or a soak's result window
 	// (`window: 10m` is its steady duration).
@@ -93,12 +98,33 @@ type SweepConfig struct {
 
 // WindowConfig is one level: a warm-up that is not measured, then the
 // steady window whose requests are measured. A level measured on fewer
-// than MinRequests requests is marked insufficient.
+// than MinRequests requests is marked insufficient. A step test's level
+// whose decision the steady window leaves inconclusive is extended by
+// more steady windows, up to MaxSteady in all.
 type WindowConfig struct {
 	Warmup      model.Duration `yaml:"warmup"`
 	Steady      model.Duration `yaml:"steady,omitempty"`
 	MinRequests int            `yaml:"min_requests,omitempty"`
+	// MaxSteady is the longest a step test's level is measured while its
+	// decision is inconclusive; 0: three steady windows.
+	MaxSteady model.Duration `yaml:"max_steady,omitempty"`
 }
+
+// MaxSteadyWindows is how many steady windows a level may take: the first
+// and its extensions (window.max_steady over window.steady, at least 1).
+func (w WindowConfig) MaxSteadyWindows() int {
+	if w.Steady <= 0 {
+		return 1
+	}
+	if w.MaxSteady <= 0 {
+		return DefaultSteadyWindows
+	}
+	return max(1, int(time.Duration(w.MaxSteady)/time.Duration(w.Steady)))
+}
+
+// DefaultSteadyWindows is a level's steady windows without
+// window.max_steady: the first and two extensions.
+const DefaultSteadyWindows = 3
 
 // UnmarshalYAML takes a mapping, or a duration (a soak's `window: 10m`,
 // its steady duration).
@@ -113,11 +139,31 @@ func (w *WindowConfig) UnmarshalYAML(unmarshal func(any) error) error {
 }
 
 // VerifyConfig is the open-loop verification at fractions of the capacity
-// the sweep found, then a burst whose backlog must drain in time.
+// the sweep found, refined by bisection, then a burst whose backlog must
+// drain in time.
 type VerifyConfig struct {
-	Rates       []float64      `yaml:"rates,omitempty"`
+	Rates []float64 `yaml:"rates,omitempty"`
+	// Resolution is the gap, as a fraction of the closed-loop rate, at
+	// which the bisection between the highest rate that met and the
+	// lowest that did not stops; MaxLevels bounds the open-loop levels of
+	// the search, the configured rates included (the forecast's are not).
+	Resolution  float64        `yaml:"resolution,omitempty"`
+	MaxLevels   int            `yaml:"max_levels,omitempty"`
 	Burst       BurstConfig    `yaml:"burst,omitempty"`
 	DrainWithin model.Duration `yaml:"drain_within,omitempty"`
+}
+
+// DefaultVerifyLevels is the open-loop levels of a search without
+// verify.max_levels, or as many as verify.rates if that is more.
+const DefaultVerifyLevels = 8
+
+// Levels is the most open-loop levels the search runs: verify.max_levels,
+// or DefaultVerifyLevels (at least the configured rates).
+func (v VerifyConfig) Levels() int {
+	if v.MaxLevels > 0 {
+		return v.MaxLevels
+	}
+	return max(DefaultVerifyLevels, len(v.Rates))
 }
 
 // BurstConfig is Factor times the verified rate, For a while.
@@ -160,10 +206,12 @@ var (
 	}
 	DefaultVerify = VerifyConfig{
 		Rates:       []float64{0.5, 0.8, 1.0},
+		Resolution:  0.05,
 		Burst:       BurstConfig{Factor: 2, For: model.Duration(10 * time.Second)},
 		DrainWithin: model.Duration(30 * time.Second),
 	}
 	DefaultStop       = StopConfig{ErrorRatio: 0.5, TTFTOver: model.Duration(time.Minute)}
+	DefaultRetries    = 2
 	DefaultSoakWindow = WindowConfig{Steady: model.Duration(10 * time.Minute)}
 	DefaultDrift      = DriftConfig{P99Growth: 0.2, GoodputDrop: 0.05}
 )
@@ -199,8 +247,11 @@ func (c *Config) TestMaxRate(t *TestConfig, canary bool) (float64, error) {
 			rate -= l.PeakRate()
 		}
 	}
-	if rate <= 0 {
+	switch {
+	case rate <= 0 && canary:
 		return 0, fmt.Errorf("test %q: the canary takes all of global.max_rate %g: set the test's max_rate or raise global.max_rate", t.Name, c.Global.MaxRate)
+	case rate <= 0:
+		return 0, fmt.Errorf("test %q: global.max_rate %g leaves the test nothing to send: set the test's max_rate or raise global.max_rate", t.Name, c.Global.MaxRate)
 	}
 	return rate, nil
 }
@@ -235,6 +286,7 @@ func (t *TestConfig) UnmarshalYAML(unmarshal func(any) error) error {
 		t.Baseline, t.Window, t.Verify, t.Stop = DefaultBaseline, DefaultWindow, DefaultVerify, DefaultStop
 		t.Sweep = SweepConfig{Concurrency: append([]int(nil), DefaultSweep.Concurrency...), Refine: DefaultSweep.Refine}
 		t.Verify.Rates = append([]float64(nil), DefaultVerify.Rates...)
+		t.Retries = DefaultRetries
 	case TestSoak:
 		t.Window, t.Drift, t.Stop = DefaultSoakWindow, DefaultDrift, DefaultStop
 	}

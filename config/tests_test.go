@@ -30,11 +30,15 @@ func TestTestsGood(t *testing.T) {
 		Window:   WindowConfig{Warmup: model.Duration(time.Minute), Steady: model.Duration(3 * time.Minute), MinRequests: 100},
 		Verify: VerifyConfig{
 			Rates:       []float64{0.25, 0.5, 1, 1.5},
+			Resolution:  0.05,
 			Burst:       BurstConfig{Factor: 3, For: model.Duration(20 * time.Second)},
 			DrainWithin: model.Duration(time.Minute),
 		},
-		Stop: StopConfig{ErrorRatio: 0.2, TTFTOver: model.Duration(30 * time.Second)},
+		Stop:    StopConfig{ErrorRatio: 0.2, TTFTOver: model.Duration(30 * time.Second)},
+		Retries: DefaultRetries,
 	}, full)
+	require.Equal(t, 8, full.Verify.Levels(), "verify.max_levels' default")
+	require.Equal(t, 3, full.Window.MaxSteadyWindows(), "window.max_steady's default: three steady windows")
 
 	// A step test of one key takes every other default of its kind, and
 	// none of a soak.
@@ -45,6 +49,7 @@ func TestTestsGood(t *testing.T) {
 	require.Equal(t, DefaultBaseline, quick.Baseline)
 	require.Equal(t, DefaultVerify, quick.Verify)
 	require.Equal(t, DefaultStop, quick.Stop)
+	require.Equal(t, DefaultRetries, quick.Retries)
 	require.Nil(t, quick.Schedule, "on demand only")
 	require.Zero(t, quick.MaxRate)
 	require.Zero(t, quick.Rate)
@@ -265,6 +270,21 @@ tests[0].verify.rates[6]: must be greater than the rate before it (1), got 0.9`}
 tests[0].verify.drain_within: must be positive, got 0s
 tests[1].verify.burst.factor: must be between 1 (no burst) and 10, got 11
 tests[2].verify.burst.factor: must be between 1 (no burst) and 10, got +Inf`},
+		{"search", "\n  - " + step + ", verify: {rates: [0.5, 0.8], resolution: 0, max_levels: 1}}\n  - {name: t, kind: step, target: local, scenario: chat, verify: {resolution: 1.5, max_levels: 65}}\n  - {name: u, kind: step, target: local, scenario: chat, verify: {resolution: .nan}}",
+			`tests[0].verify.resolution: must be between 0.001 and 1 (a fraction of the closed-loop rate), got 0
+tests[0].verify.max_levels: must be between the number of verify.rates (2) and 64, got 1
+tests[1].verify.resolution: must be between 0.001 and 1 (a fraction of the closed-loop rate), got 1.5
+tests[1].verify.max_levels: must be between the number of verify.rates (3) and 64, got 65
+tests[2].verify.resolution: must be between 0.001 and 1 (a fraction of the closed-loop rate), got NaN`},
+		{"retries", "\n  - " + step + ", retries: -1}\n  - {name: t, kind: step, target: local, scenario: chat, retries: 11}",
+			`tests[0].retries: must be between 0 and 10, got -1
+tests[1].retries: must be between 0 and 10, got 11`},
+		{"max_steady", "\n  - " + step + ", window: {steady: 1m, max_steady: 30s, min_requests: 1}}\n  - {name: t, kind: step, target: local, scenario: chat, window: {steady: 1m, max_steady: 2h, min_requests: 1}}",
+			`tests[0].window.max_steady: must be at least steady (1m) and at most 1h, got 30s
+tests[1].window.max_steady: must be at least steady (1m) and at most 1h, got 2h`},
+		{"step keys on a soak", "\n  - " + soak + ", retries: 1, window: {steady: 10m, max_steady: 20m}}",
+			`tests[0].window.max_steady: applies to kind: step only (a soak's windows are its duration's)
+tests[0].retries: applies to kind: step only`},
 		{"stop", "\n  - " + step + ", stop: {error_ratio: 0, ttft_over: 0s}}\n  - {name: t, kind: soak, target: local, scenario: chat, rate: 1, duration: 1h, stop: {error_ratio: 1.5}}\n  - {name: u, kind: soak, target: local, scenario: chat, rate: 1, duration: 1h, stop: {error_ratio: .nan}}",
 			`tests[0].stop.error_ratio: must be above 0 and at most 1, got 0
 tests[0].stop.ttft_over: must be positive, got 0s

@@ -152,6 +152,9 @@ func (v *validation) validateTarget(key string, t *TargetConfig) {
 		if !(f.PeakRate > 0) || math.IsInf(f.PeakRate, 0) {
 			v.bad(key+".forecast.peak_rate", "must be a positive number of req/s, got %g", f.PeakRate)
 		}
+		if a := f.AverageRate; a != 0 && (!(a > 0) || math.IsInf(a, 0) || a > f.PeakRate) {
+			v.bad(key+".forecast.average_rate", "must be a positive number of req/s at most peak_rate (%g), got %g", f.PeakRate, a)
+		}
 		if s := f.Spare(); s < 0 || s > MaxReplicas {
 			v.bad(key+".forecast.spare_replicas", "must be between 0 and %d, got %d", MaxReplicas, s)
 		}
@@ -459,6 +462,13 @@ const (
 	MaxVerifyRate = 2
 	// MaxBurstFactor bounds the burst above a verified rate.
 	MaxBurstFactor = 10
+	// MinResolution bounds verify.resolution: a bisection to 0.1% of the
+	// closed-loop rate is noise.
+	MinResolution = 0.001
+	// MaxRetries bounds retries.
+	MaxRetries = 10
+	// MaxLevelSteady bounds window.max_steady: an hour a level.
+	MaxLevelSteady = time.Hour
 	// MaxSoakDuration bounds a soak: a week.
 	MaxSoakDuration = 7 * 24 * time.Hour
 )
@@ -608,6 +618,15 @@ func (v *validation) validateStep(key string, t *TestConfig, g GlobalConfig) {
 	if d := t.Verify.DrainWithin; d <= 0 {
 		v.bad(key+".verify.drain_within", "must be positive, got %s", d)
 	}
+	if r := t.Verify.Resolution; !(r >= MinResolution && r <= 1) {
+		v.bad(key+".verify.resolution", "must be between %g and 1 (a fraction of the closed-loop rate), got %g", MinResolution, r)
+	}
+	if n := t.Verify.MaxLevels; n != 0 && (n < len(t.Verify.Rates) || n > MaxTestLevels) {
+		v.bad(key+".verify.max_levels", "must be between the number of verify.rates (%d) and %d, got %d", len(t.Verify.Rates), MaxTestLevels, n)
+	}
+	if r := t.Retries; r < 0 || r > MaxRetries {
+		v.bad(key+".retries", "must be between 0 and %d, got %d", MaxRetries, r)
+	}
 	v.validateStop(key+".stop", t.Stop)
 	for _, k := range soakKeys(t) {
 		v.bad(key+"."+k, "applies to kind: soak only")
@@ -626,6 +645,9 @@ func (v *validation) validateStepWindow(key string, w WindowConfig) {
 	}
 	if w.MinRequests < 1 {
 		v.bad(key+".min_requests", "must be at least 1, got %d", w.MinRequests)
+	}
+	if m := w.MaxSteady; m != 0 && w.Steady > 0 && (m < w.Steady || time.Duration(m) > MaxLevelSteady) {
+		v.bad(key+".max_steady", "must be at least steady (%s) and at most %s, got %s", w.Steady, model.Duration(MaxLevelSteady), m)
 	}
 }
 
@@ -656,6 +678,9 @@ func (v *validation) validateSoak(key string, t *TestConfig, g GlobalConfig) {
 	}
 	if w.MinRequests < 0 {
 		v.bad(key+".window.min_requests", "must not be negative, got %d", w.MinRequests)
+	}
+	if w.MaxSteady != 0 {
+		v.bad(key+".window.max_steady", "applies to kind: step only (a soak's windows are its duration's)")
 	}
 	if p := t.Drift.P99Growth; !(p > 0) || math.IsInf(p, 0) {
 		v.bad(key+".drift.p99_growth", "must be positive and finite, got %g", p)
@@ -777,8 +802,11 @@ func stepKeys(t *TestConfig) []string {
 	if len(t.Sweep.Concurrency) > 0 || t.Sweep.Refine != 0 {
 		keys = append(keys, "sweep")
 	}
-	if len(t.Verify.Rates) > 0 || t.Verify.Burst != (BurstConfig{}) || t.Verify.DrainWithin != 0 {
+	if len(t.Verify.Rates) > 0 || t.Verify.Burst != (BurstConfig{}) || t.Verify.DrainWithin != 0 || t.Verify.Resolution != 0 || t.Verify.MaxLevels != 0 {
 		keys = append(keys, "verify")
+	}
+	if t.Retries != 0 {
+		keys = append(keys, "retries")
 	}
 	return keys
 }

@@ -27,7 +27,7 @@ func BenchmarkFinished(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		obs.Sent(0)
+		obs.Sent(time.Now(), 0)
 		meas := prober.Measure(r, slos) // the prober measures once for every observer
 		obs.Finished(r, &meas)
 	}

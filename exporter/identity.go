@@ -105,9 +105,9 @@ type identityObserver struct {
 	target string
 }
 
-func (identityObserver) Scheduled()                {}
-func (identityObserver) Dropped(prober.DropReason) {}
-func (identityObserver) Sent(time.Duration)        {}
+func (identityObserver) Scheduled()                    {}
+func (identityObserver) Dropped(prober.DropReason)     {}
+func (identityObserver) Sent(time.Time, time.Duration) {}
 
 // Finished records the identity of an ok reply that said who it is.
 func (o identityObserver) Finished(r *prober.Result, _ *prober.Measurement) {

@@ -482,7 +482,7 @@ func observe(o prometheus.Observer, v float64, exemplar prometheus.Labels) {
 
 func (s *series) Scheduled()                  { s.scheduled.Inc() }
 func (s *series) Dropped(r prober.DropReason) { s.dropped[r].Inc() }
-func (s *series) Sent(lag time.Duration) {
+func (s *series) Sent(_ time.Time, lag time.Duration) {
 	s.sent.Inc()
 	s.inFlight.Inc()
 	s.hist.Load().lag.Observe(lag.Seconds())

@@ -412,7 +412,7 @@ func TestRemovedSeriesLinger(t *testing.T) {
 		labels := map[string]string{"target": "t", "scenario": "s", "test": "canary"}
 		obs := m.Observe(info)
 		obs.Scheduled()
-		obs.Sent(0)
+		obs.Sent(time.Now(), 0)
 
 		m.Forget(info)
 		time.Sleep(29 * time.Second)
@@ -421,7 +421,7 @@ func TestRemovedSeriesLinger(t *testing.T) {
 		require.Nil(t, find(t, reg, "sloprober_requests_sent_total", labels), "deleted after the TTL")
 
 		obs = m.Observe(info)
-		obs.Sent(0)
+		obs.Sent(time.Now(), 0)
 		m.Forget(info)
 		require.Equal(t, 1.0, value(t, reg, "sloprober_requests_sent_total", labels))
 		m.Observe(info) // started again: replaces the lingering series at once
@@ -513,7 +513,7 @@ func TestUpdate(t *testing.T) {
 			obs.Scheduled()
 			obs.Dropped(prober.DropMaxInFlight)
 			obs.Scheduled()
-			obs.Sent(time.Millisecond) // still in flight
+			obs.Sent(time.Now(), time.Millisecond) // still in flight
 			before := exposition(t, reg)
 			require.Contains(t, before, `sloprober_requests_sent_total{scenario="s",target="t",test="canary"} 3`)
 			require.Contains(t, before, `sloprober_requests_in_flight{scenario="s",target="t",test="canary"} 1`)

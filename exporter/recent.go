@@ -87,9 +87,9 @@ type recentObserver struct {
 	key config.Key
 }
 
-func (recentObserver) Scheduled()                {}
-func (recentObserver) Dropped(prober.DropReason) {}
-func (recentObserver) Sent(time.Duration)        {}
+func (recentObserver) Scheduled()                    {}
+func (recentObserver) Dropped(prober.DropReason)     {}
+func (recentObserver) Sent(time.Time, time.Duration) {}
 
 func (o recentObserver) Finished(res *prober.Result, m *prober.Measurement) {
 	o.r.add(o.key, res, m)

@@ -37,7 +37,7 @@ func finish(obs prober.Observer, id string, good bool) {
 	r.Outcome = prober.Classify(r)
 	m := prober.Measure(r, testSLOs)
 	obs.Scheduled()
-	obs.Sent(0)
+	obs.Sent(time.Now(), 0)
 	obs.Finished(r, &m)
 }
 

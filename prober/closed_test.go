@@ -23,7 +23,7 @@ type loopObserver struct {
 
 func (o *loopObserver) Scheduled()                { o.mu.Lock(); o.scheduled++; o.mu.Unlock() }
 func (o *loopObserver) Dropped(prober.DropReason) { panic("a closed loop never drops") }
-func (o *loopObserver) Sent(lag time.Duration) {
+func (o *loopObserver) Sent(_ time.Time, lag time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.sent++

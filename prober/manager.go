@@ -67,8 +67,10 @@ type Manager struct {
 	open       map[*targetClient]bool
 	stopped    bool
 	// held is open while a prepared configuration (ConfigChange) holds
-	// the loads: closed at its commit or discard.
-	held chan struct{}
+	// the loads: closed at its commit or discard. stopping is closed by
+	// Stop.
+	held     chan struct{}
+	stopping chan struct{}
 }
 
 // ErrOverCaps is wrapped by the error of an Apply, ApplyConfig or
@@ -91,6 +93,7 @@ func NewManager(logger *slog.Logger, factory ObserverFactory, userAgent string) 
 		owners:    map[string]map[string]*load{},
 		clients:   map[string]*targetClient{},
 		open:      map[*targetClient]bool{},
+		stopping:  make(chan struct{}),
 	}
 }
 
@@ -177,12 +180,16 @@ func (c *ConfigChange) Discard() {
 }
 
 // waitHeld waits, m.mu held, until no prepared configuration holds the
-// loads; it fails once the manager is stopping.
+// loads; it fails once the manager is stopping, at once even while one
+// holds them.
 func (m *Manager) waitHeld() error {
 	for m.held != nil && !m.stopped {
 		held := m.held
 		m.mu.Unlock()
-		<-held
+		select {
+		case <-held:
+		case <-m.stopping:
+		}
 		m.mu.Lock()
 	}
 	if m.stopped {
@@ -672,6 +679,7 @@ func (m *Manager) Stop(grace time.Duration) {
 		return
 	}
 	m.stopped = true
+	close(m.stopping)
 	owners, open := m.owners, m.open
 	m.mu.Unlock()
 

@@ -93,7 +93,7 @@ func (o *countingObserver) Dropped(prober.DropReason) {
 	o.do(func(c *counts) { c.dropped++ })
 }
 
-func (o *countingObserver) Sent(lag time.Duration) {
+func (o *countingObserver) Sent(_ time.Time, lag time.Duration) {
 	o.do(func(c *counts) {
 		c.sent++
 		c.inFlight++
@@ -536,7 +536,8 @@ scenarios: [{name: a, input_tokens: 8, output_tokens: 2}]
 // TestPreparedConfigHoldsTests: a prepared configuration holds the loads
 // until it is committed or discarded: a test's Apply waits for it (and is
 // then checked against the configuration that was committed), a discarded
-// one changes nothing, and a commit after Stop changes nothing either.
+// one changes nothing, Stop ends the wait, and a commit after Stop changes
+// nothing.
 func TestPreparedConfigHoldsTests(t *testing.T) {
 	sim := simtest.Start(t, "slots: 0\nfixed: {ttft: 1ms, itl: 1ms}\n")
 	cfg := managerConfig(t, sim.URL, ownersConfig)
@@ -574,10 +575,13 @@ func TestPreparedConfigHoldsTests(t *testing.T) {
 	require.ErrorContains(t, m.Apply("step", []config.LoadSpec{testSpec(cfg, "step", 10)}), "above global.max_rate 50")
 	require.NoError(t, m.Apply("step", []config.LoadSpec{testSpec(cfg, "step", 5)}))
 
-	// A commit after Stop is dropped.
+	// Stop releases a test's Apply that waits for a prepared
+	// configuration, and a commit after Stop is dropped.
 	change, err = m.PrepareConfig(cfg)
 	require.NoError(t, err)
+	go func() { applied <- m.Apply("step", []config.LoadSpec{testSpec(cfg, "step", 1)}) }()
 	m.Stop(time.Second)
+	require.ErrorContains(t, <-applied, "the prober is stopping")
 	change.Commit()
 	require.Empty(t, m.Loads())
 	_, err = m.PrepareConfig(cfg)

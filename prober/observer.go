@@ -13,11 +13,13 @@ type Observer interface {
 	Scheduled()
 	// Dropped: a due arrival was not sent.
 	Dropped(DropReason)
-	// Sent: a request that took an in-flight slot started, lag (t0 - ts)
-	// after its due time. It is called once per sent request when its HTTP
-	// call starts, so a request that never ends has its lag counted too.
-	// A closed-loop request is due when it is sent: its lag is 0.
-	Sent(lag time.Duration)
+	// Sent: a request that took an in-flight slot started at t0, lag
+	// (t0 - ts) after its due time. It is called once per sent request
+	// when its HTTP call starts, so a request that never ends has its lag
+	// counted too; t0 is the Result's Sent, so that an observer can tell
+	// the requests it has seen start from those it has seen end. A
+	// closed-loop request is due when it is sent: its lag is 0.
+	Sent(t0 time.Time, lag time.Duration)
 	// Finished: a sent request ended; r is complete and no longer changes,
 	// and m is its measurement under the load's SLOs, computed once for
 	// every observer.
@@ -132,9 +134,9 @@ func (o observers) Dropped(r DropReason) {
 	}
 }
 
-func (o observers) Sent(lag time.Duration) {
+func (o observers) Sent(t0 time.Time, lag time.Duration) {
 	for _, obs := range o {
-		obs.Sent(lag)
+		obs.Sent(t0, lag)
 	}
 }
 

@@ -188,7 +188,7 @@ func (s *Scheduler) handle(now time.Time, a Arrival) {
 		s.inFlight.Add(1)
 		var once sync.Once
 		started := func(t0 time.Time) {
-			once.Do(func() { obs.Sent(max(t0.Sub(a.Due), 0)) })
+			once.Do(func() { obs.Sent(t0, max(t0.Sub(a.Due), 0)) })
 		}
 		s.send(s.reqCtx, a, started, func() {
 			started(time.Now()) // a send func that never said it started

@@ -23,9 +23,9 @@ func newCountingObserver() *countingObserver {
 	return &countingObserver{dropped: map[DropReason]int{}}
 }
 
-func (o *countingObserver) Scheduled()           { o.mu.Lock(); o.scheduled++; o.mu.Unlock() }
-func (o *countingObserver) Dropped(r DropReason) { o.mu.Lock(); o.dropped[r]++; o.mu.Unlock() }
-func (o *countingObserver) Sent(time.Duration)   { o.mu.Lock(); o.sent++; o.mu.Unlock() }
+func (o *countingObserver) Scheduled()                    { o.mu.Lock(); o.scheduled++; o.mu.Unlock() }
+func (o *countingObserver) Dropped(r DropReason)          { o.mu.Lock(); o.dropped[r]++; o.mu.Unlock() }
+func (o *countingObserver) Sent(time.Time, time.Duration) { o.mu.Lock(); o.sent++; o.mu.Unlock() }
 func (o *countingObserver) Finished(r *Result, _ *Measurement) {
 	o.mu.Lock()
 	o.done++

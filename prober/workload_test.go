@@ -43,8 +43,8 @@ type recObs struct {
 	scenario string
 }
 
-func (o *recObs) Scheduled()         {}
-func (o *recObs) Sent(time.Duration) {}
+func (o *recObs) Scheduled()                    {}
+func (o *recObs) Sent(time.Time, time.Duration) {}
 func (o *recObs) Dropped(prober.DropReason) {
 	o.r.mu.Lock()
 	o.r.dropped++

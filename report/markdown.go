@@ -205,19 +205,36 @@ func (m *mdWriter) capacity(r *Report) {
 			m.P("A soak test does not search for capacity: see section 8.")
 		case r.Verdict == "running" || r.Verdict == "aborted":
 			m.P("Not concluded: the run is %s (%s). The levels measured so far are in the last section.", r.Verdict, mdText(r.Reason))
+		case r.Verdict == capacity.VerdictInconclusive:
+			m.P("**Not concluded**: %s. No capacity is stated. The levels measured are in the last section.", mdText(strings.TrimPrefix(r.Reason, "not concluded: ")))
 		default:
 			m.P("No capacity was found: %s.", mdText(r.Reason))
 		}
 		m.P("")
 		return
 	}
-	if c.VerifiedRate > 0 {
+	switch iv := c.VerifiedInterval; {
+	case c.VerifiedRate > 0 && iv != nil:
+		m.P("**Sustainable: %.3g req/s** open loop (Poisson; the rate its window offered), attaining %.1f%% [%.1f, %.1f] (95%% interval) over %d requests, %.3g good req/s; %.3g req/s and %.3g clients per replica (%s, assumes linear scaling).",
+			c.VerifiedRate, 100*c.VerifiedAttainment, 100*iv.Lower, 100*iv.Upper, iv.N, c.VerifiedGoodput, c.RatePerReplica, c.ConcurrencyPerReplica, plural(c.Replicas, "replica"))
+		if c.Bound > 0 {
+			m.P("The capacity lies between %.3g req/s and %.3g req/s, the lowest rate above it not verified (%s).", c.VerifiedRate, c.Bound, c.BoundDecision)
+		}
+	case c.VerifiedRate > 0:
 		m.P("**Sustainable: %.3g req/s** open loop (Poisson) at %.1f%% attainment, %.3g good req/s; %.3g req/s and %.3g clients per replica (%s, assumes linear scaling).",
 			c.VerifiedRate, 100*c.VerifiedAttainment, c.VerifiedGoodput, c.RatePerReplica, c.ConcurrencyPerReplica, plural(c.Replicas, "replica"))
-	} else {
+	default:
 		m.P("**No open-loop rate met every objective**: the closed-loop capacity below is not a sustainable rate.")
 	}
 	m.P("")
+	if search := searchPath(r.Levels); search != "" {
+		m.P("Search (open loop, in the order run): %s.", search)
+		m.P("")
+	}
+	if _, text := c.Forecast.Verdict(); text != "" {
+		m.P("Forecast: %s.", mdText(text))
+		m.P("")
+	}
 	m.P("Closed loop: %d clients completed %.3g req/s with every objective met.", c.Concurrency, c.ClosedRate)
 	if k := c.Knee; k != nil {
 		m.P("Knee: %s.", mdText(k.Reason))
@@ -370,8 +387,7 @@ func (m *mdWriter) soak(r *Report) {
 	m.P("")
 	m.P("%.3g req/s open loop, %d windows.", s.Rate, len(s.Windows))
 	if d := s.Drift; d != nil {
-		m.P("Drift (the end against the first window): %s; goodput per request %+.0f%%; prober memory %+.0f%%.",
-			d.Growth(), -100*d.GoodputDrop, 100*d.MemoryGrowth)
+		m.P("Drift (the end against the first window): %s; %s; prober memory %+.0f%%.", d.Growth(), d.Attainment(), 100*d.MemoryGrowth)
 		if len(d.ServerGrowth) > 0 {
 			m.P("The server's own timings (P50): %s.", d.ServerTimings())
 		}
@@ -426,7 +442,14 @@ func (m *mdWriter) provenance(r *Report) {
 func (m *mdWriter) levels(r *Report) {
 	m.P("## Levels")
 	m.P("")
-	m.Table("Stage", "Clients", "Rate/s", "Window", "Sent", "Ok/s", "Good/s", "In tok/s", "Out tok/s", "Attained", "TTFT", "TPOT P99", "E2E P99", "Drain", "Note")
+	// A schema-2 run's levels have decisions on intervals and offered
+	// rates; a schema-1 run's table is as it was.
+	judged := slices.ContainsFunc(r.Levels, func(l Level) bool { return l.Decision != "" })
+	if judged {
+		m.Table("Stage", "Clients", "Rate/s", "Offered/s", "Window", "Sent", "Ok/s", "Good/s", "In tok/s", "Out tok/s", "Attained [95% CI]", "TTFT", "TPOT P99", "E2E P99", "Drain", "Note")
+	} else {
+		m.Table("Stage", "Clients", "Rate/s", "Window", "Sent", "Ok/s", "Good/s", "In tok/s", "Out tok/s", "Attained", "TTFT", "TPOT P99", "E2E P99", "Drain", "Note")
+	}
 	for _, l := range r.Levels {
 		clients, rate := "-", "-"
 		if l.Concurrency > 0 {
@@ -436,21 +459,71 @@ func (m *mdWriter) levels(r *Report) {
 			rate = fmt.Sprintf("%.3g", l.IntendedRate)
 		}
 		note := l.Note
-		if l.Met {
+		switch {
+		case judged && l.Decision != "" && l.Stage != "burst":
+			note = strings.TrimSpace(l.Decision + " " + note)
+		case !judged && l.Met:
 			note = strings.TrimSpace("met " + note)
 		}
 		if l.Insufficient {
 			note = strings.TrimSpace("(few) " + note)
 		}
+		if l.Extensions > 0 {
+			note = strings.TrimSpace(note + fmt.Sprintf(" window extended %dx", l.Extensions))
+		}
+		if n := len(l.Remeasured); n > 0 {
+			note = strings.TrimSpace(note + fmt.Sprintf(" re-measured %dx: %s", n, strings.Join(l.Remeasured, "; ")))
+		}
+		if l.Why != "" {
+			note = strings.TrimSpace(note + " (" + l.Why + ")")
+		}
 		if q := l.EngineQueue; q != nil && q.Samples > 0 {
 			note = strings.TrimSpace(note + fmt.Sprintf(" engine queue: mean %.1f, max %d", q.Mean, q.Max))
 		}
-		m.Row(l.Stage, clients, rate, fmtSeconds(l.WindowSeconds), fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.CompletedRate), fmt.Sprintf("%.3g", l.Goodput),
-			fmt.Sprintf("%.4g", l.InputRate), fmt.Sprintf("%.4g", l.OutputRate), fmt.Sprintf("%.1f%%", 100*l.Attainment),
+		if !judged {
+			m.Row(l.Stage, clients, rate, fmtSeconds(l.WindowSeconds), fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.CompletedRate), fmt.Sprintf("%.3g", l.Goodput),
+				fmt.Sprintf("%.4g", l.InputRate), fmt.Sprintf("%.4g", l.OutputRate), fmt.Sprintf("%.1f%%", 100*l.Attainment),
+				pct(l.TTFT), p99(l.TPOT), p99(l.E2E), fmtSeconds(l.DrainSeconds), note)
+			continue
+		}
+		attained := fmt.Sprintf("%.1f%%", 100*l.Attainment)
+		if iv := l.Interval; iv != nil {
+			attained += fmt.Sprintf(" [%.1f, %.1f]", 100*iv.Lower, 100*iv.Upper)
+		}
+		m.Row(l.Stage, clients, rate, fmt.Sprintf("%.3g", l.OfferedRate), fmtSeconds(l.WindowSeconds), fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.CompletedRate),
+			fmt.Sprintf("%.3g", l.Goodput), fmt.Sprintf("%.4g", l.InputRate), fmt.Sprintf("%.4g", l.OutputRate), attained,
 			pct(l.TTFT), p99(l.TPOT), p99(l.E2E), fmtSeconds(l.DrainSeconds), note)
 	}
 	m.P("")
+	if judged {
+		m.P("`*`: over too few samples (P95 below 200, P99 below 1,000). [95% CI]: the attainment's interval (Wilson's, over the effective sample size the batch means give); a level is met when its lower end is at or above the objective, missed when its upper end is below, otherwise inconclusive.")
+		return
+	}
 	m.P("`*`: over too few samples (P95 below 200, P99 below 1,000).")
+}
+
+// searchPath is the open-loop search in the order it ran, each level's
+// offered rate and decision: "5.55 req/s met, 8.88 req/s inconclusive,
+// 7.2 req/s met (bisection)". Empty for a schema-1 run.
+func searchPath(levels []Level) string {
+	var parts []string
+	for _, l := range levels {
+		if l.Stage != "verify" || l.Decision == "" {
+			continue
+		}
+		part := fmt.Sprintf("%.3g req/s %s", l.OfferedRate, l.Decision)
+		if l.Prober != nil && len(l.Prober.Invalid) > 0 {
+			part = fmt.Sprintf("%.3g req/s prober-bound", l.OfferedRate)
+		}
+		switch {
+		case strings.HasPrefix(l.Why, "bisection"):
+			part += " (bisection)"
+		case strings.HasPrefix(l.Why, "forecast"):
+			part += " (" + strings.SplitN(l.Why, ":", 2)[0] + ")"
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func p99(p capacity.Percentiles) string {

@@ -178,6 +178,14 @@ type CapacitySummary struct {
 	ConcurrencyPerReplica float64        `json:"concurrency_per_replica"`
 	Knee                  *capacity.Knee `json:"knee,omitempty"`
 	LimitedBy             string         `json:"limited_by,omitempty"`
+	// VerifiedInterval is the verified level's attainment interval and
+	// sample (schema-2 runs); Bound the lowest rate above it that the
+	// search did not verify and BoundDecision why; Forecast the
+	// verification of the target's forecast.
+	VerifiedInterval *capacity.Interval      `json:"verified_interval,omitempty"`
+	Bound            float64                 `json:"bound,omitempty"`
+	BoundDecision    string                  `json:"bound_decision,omitempty"`
+	Forecast         *capacity.ForecastCheck `json:"forecast,omitempty"`
 }
 
 // Level is one measured level, window or stage.
@@ -198,6 +206,16 @@ type Level struct {
 	Attainment    float64 `json:"attainment"`
 	Met           bool    `json:"met"`
 	Insufficient  bool    `json:"insufficient,omitempty"`
+	// Decision, Interval, Extensions, Remeasured and Why are the level's
+	// as the run has them (schema-2 runs): its decision on the interval
+	// of its attainment, the windows that extended it, the measurements
+	// thrown away because the prober was the limit, and what an
+	// open-loop level of the search was for.
+	Decision   string             `json:"decision,omitempty"`
+	Interval   *capacity.Interval `json:"interval,omitempty"`
+	Extensions int                `json:"extensions,omitempty"`
+	Remeasured []string           `json:"remeasured,omitempty"`
+	Why        string             `json:"why,omitempty"`
 
 	TTFT capacity.Percentiles `json:"ttft"`
 	TPOT capacity.Percentiles `json:"tpot"`
@@ -337,20 +355,24 @@ func Build(run *capacity.Run) *Report {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("the prober may have distorted this run: %s", joinAnd(d)))
 	}
 
-	concluded := run.Verdict == "pass" || run.Verdict == "fail" || run.Verdict == "infeasible"
+	concluded := run.Verdict == capacity.VerdictPass || run.Verdict == capacity.VerdictFail || run.Verdict == capacity.VerdictInfeasible
 	if !concluded {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("the run did not conclude (%s): no capacity, scaling basis or cost is stated; its levels so far are", run.Verdict))
 	}
 	if c := run.Capacity; c != nil && concluded {
 		reps := r.TestObject.Replicas
+		rate, _ := c.Verified()
 		r.Capacity = &CapacitySummary{
-			VerifiedRate: c.VerifiedRate, VerifiedGoodput: c.VerifiedGoodput, Concurrency: c.Concurrency, ClosedRate: c.Rate,
-			Replicas: reps, RatePerReplica: c.VerifiedRate / float64(reps), ConcurrencyPerReplica: float64(c.Concurrency) / float64(reps),
-			Knee: run.Knee, LimitedBy: c.LimitedBy,
+			VerifiedRate: rate, VerifiedGoodput: c.VerifiedGoodput, Concurrency: c.Concurrency, ClosedRate: c.Rate,
+			Replicas: reps, RatePerReplica: rate / float64(reps), ConcurrencyPerReplica: float64(c.Concurrency) / float64(reps),
+			Knee: run.Knee, LimitedBy: c.LimitedBy, Bound: c.Bound, BoundDecision: c.BoundDecision, Forecast: c.Forecast,
 		}
-		for _, v := range run.Verify {
-			if v.Met && v.IntendedRate == c.VerifiedRate {
-				r.Capacity.VerifiedAttainment = v.Attainment
+		for i := range run.Verify {
+			// The verified level: stated at its offered rate, or in a
+			// schema-1 run at its intended one.
+			v := &run.Verify[i]
+			if v.Met && (v.Decision == "" && v.IntendedRate == rate || v.Decision != "" && v.OfferedRate == rate) {
+				r.Capacity.VerifiedAttainment, r.Capacity.VerifiedInterval = v.Attainment, v.Interval
 			}
 		}
 		r.Scaling = scaling(&tg, r.Capacity)
@@ -400,6 +422,7 @@ func level(run *capacity.Run, l *capacity.Level) Level {
 		InputRate: l.InputTokensRate, OutputRate: l.OutputTokensRate, Attainment: l.Attainment, Met: l.Met, Insufficient: l.Insufficient,
 		TTFT: l.TTFT, TPOT: l.TPOT, ITL: l.ITL, E2E: l.E2E, Outcomes: l.Outcomes, DrainSeconds: l.DrainSeconds, Note: l.Note,
 		Server: l.Server, EngineQueue: l.EngineQueue, Prober: l.Prober,
+		Decision: l.Decision, Interval: l.Interval, Extensions: l.Extensions, Remeasured: l.Remeasured, Why: l.Why,
 	}
 	if !l.Start.IsZero() && !run.Start.IsZero() {
 		out.StartSeconds = l.Start.Sub(run.Start).Seconds()

@@ -134,7 +134,7 @@ func TestRoundTrip(t *testing.T) {
 
 	// Finish.
 	run.Sweep = []capacity.Level{{Stage: "sweep", Concurrency: 4, Start: t0.Add(time.Minute), Goodput: 12.5, Met: true}}
-	run.Capacity = &capacity.Capacity{Concurrency: 4, Rate: 12.5, Goodput: 12.5, VerifiedRate: 10, VerifiedGoodput: 10}
+	run.Capacity = &capacity.Capacity{Concurrency: 4, Rate: 12.5, Goodput: 12.5, VerifiedRate: rate(10), VerifiedGoodput: 10}
 	run.End, run.Verdict, run.Reason = t0.Add(time.Hour), capacity.VerdictPass, "10 req/s verified"
 	require.NoError(t, s.Finish(id, run))
 	got, err = s.Get(id)
@@ -208,7 +208,7 @@ func TestOrderAndLast(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Finish(sid, soak))
 	withCap := stepRun("a", t0.Add(7*time.Hour))
-	withCap.Capacity = &capacity.Capacity{Concurrency: 8, VerifiedRate: 5}
+	withCap.Capacity = &capacity.Capacity{Concurrency: 8, VerifiedRate: rate(5)}
 	id, err = s.Begin(withCap)
 	require.NoError(t, err)
 	withCap.End, withCap.Verdict = t0.Add(8*time.Hour), capacity.VerdictPass
@@ -706,3 +706,6 @@ func TestOpenRunsBeforeSchemaVersion(t *testing.T) {
 	require.FileExists(t, filepath.Join(runs, newer+".json"))
 	require.Contains(t, logs.String(), "schema_version 99")
 }
+
+// rate is a verified rate.
+func rate(v float64) *float64 { return &v }

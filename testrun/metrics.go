@@ -12,7 +12,7 @@ import (
 )
 
 // verdicts are the values of the verdict label.
-var verdicts = []string{capacity.VerdictPass, capacity.VerdictFail, capacity.VerdictInfeasible, capacity.VerdictAborted}
+var verdicts = []string{capacity.VerdictPass, capacity.VerdictFail, capacity.VerdictInfeasible, capacity.VerdictAborted, capacity.VerdictInconclusive}
 
 // Metrics are the test gauges and counters of the README's metric
 // reference. Per test they carry `target` and `test`; they exist from the
@@ -44,11 +44,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		running:        gauge("running", "1 while a run of the test is running on its target, else 0."),
 		next:           gauge("next_run_timestamp_seconds", "When the next scheduled run of the test is due (scheduled tests only)."),
 		lastRun:        gauge("last_run_timestamp_seconds", "When the last finished run of the test ended (absent until a run has finished)."),
-		lastVerdict:    gauge("last_verdict", "1 for the verdict of the last finished run (pass, fail, infeasible, aborted), 0 for the others.", "verdict"),
+		lastVerdict:    gauge("last_verdict", "1 for the verdict of the last finished run (pass, fail, infeasible, aborted, inconclusive), 0 for the others.", "verdict"),
 		capRate:        gauge("capacity_requests_per_second", "The last step run's capacity conclusion: the highest open-loop rate that met every objective, req/s."),
 		capConcurrency: gauge("capacity_concurrency", "The last step run's closed-loop capacity: the most clients at which every objective was met."),
 		capGoodput:     gauge("capacity_goodput_requests_per_second", "Good requests per second at the last step run's verified rate."),
-		runs:           counter("runs_total", "Finished runs of the test, by verdict.", "verdict"),
+		runs:           counter("runs_total", "Finished runs of the test, by verdict (pass, fail, infeasible, aborted, inconclusive).", "verdict"),
 		skips:          counter("runs_skipped_total", "Scheduled runs not started because another test ran on the target."),
 		known:          map[string]string{},
 	}
@@ -158,21 +158,23 @@ func (m *Metrics) setLast(r *capacity.Run) {
 	}
 }
 
-// setCapacity sets the capacity gauges from a step run that found one
-// and was not aborted (an aborted run's capacity is unverified, and a 0
-// would fire the capacity-regression alert); m.mu is held.
+// setCapacity sets the capacity gauges from a step run that concluded on
+// a capacity: pass, fail (a verified rate of 0 when no open-loop rate
+// met), infeasible (none: 0, a regression to alert on). An aborted or
+// inconclusive run's capacity is unknown, and a 0 would fire the
+// capacity-regression alert; a capacity limited by max_rate is a floor,
+// not the capacity. m.mu is held.
 func (m *Metrics) setCapacity(r *capacity.Run) {
+	rate := capacity.Concluded(r.Kind, r.Verdict, r.Capacity)
 	c := r.Capacity
-	if c == nil && r.Kind == config.TestStep && (r.Verdict == capacity.VerdictInfeasible || r.Verdict == capacity.VerdictFail) {
-		// One request at a time already misses an objective, or no
-		// level met them: the capacity at the SLOs is none, a
-		// regression to alert on.
-		c = &capacity.Capacity{}
-	}
-	if c == nil || r.Verdict == capacity.VerdictAborted || c.LimitedBy != "" {
+	if rate == nil || c != nil && c.LimitedBy != "" {
 		return
 	}
-	m.capRate.WithLabelValues(r.Target, r.Test).Set(c.VerifiedRate)
-	m.capConcurrency.WithLabelValues(r.Target, r.Test).Set(float64(c.Concurrency))
-	m.capGoodput.WithLabelValues(r.Target, r.Test).Set(c.VerifiedGoodput)
+	concurrency, goodput := 0, 0.0
+	if c != nil {
+		concurrency, goodput = c.Concurrency, c.VerifiedGoodput
+	}
+	m.capRate.WithLabelValues(r.Target, r.Test).Set(*rate)
+	m.capConcurrency.WithLabelValues(r.Target, r.Test).Set(float64(concurrency))
+	m.capGoodput.WithLabelValues(r.Target, r.Test).Set(goodput)
 }

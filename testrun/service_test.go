@@ -55,7 +55,7 @@ func newService(t *testing.T, dir string, cfg *config.Config, d time.Duration) f
 		select {
 		case <-time.After(d):
 			r.Verdict, r.Reason = capacity.VerdictPass, "ok"
-			r.Capacity = &capacity.Capacity{Concurrency: 8, Rate: 11, Goodput: 11, VerifiedRate: 10, VerifiedGoodput: 9.5}
+			r.Capacity = &capacity.Capacity{Concurrency: 8, Rate: 11, Goodput: 11, VerifiedRate: rate(10), VerifiedGoodput: 9.5}
 		case <-ctx.Done():
 			r.Verdict, r.Reason = capacity.VerdictAborted, "aborted: "+context.Cause(ctx).Error()
 		}
@@ -253,3 +253,6 @@ func TestMovedTestStaysBusy(t *testing.T) {
 	require.ErrorIs(t, err, testrun.ErrBusy)
 	require.ErrorContains(t, err, "a still runs on sim")
 }
+
+// rate is a verified rate.
+func rate(v float64) *float64 { return &v }

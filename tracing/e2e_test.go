@@ -38,7 +38,7 @@ func (f *finished) Update(prober.LoadInfo)                  {}
 func (f *finished) Forget(prober.LoadInfo)                  {}
 func (f *finished) Scheduled()                              {}
 func (f *finished) Dropped(prober.DropReason)               {}
-func (f *finished) Sent(time.Duration)                      {}
+func (f *finished) Sent(time.Time, time.Duration)           {}
 func (f *finished) Finished(r *prober.Result, m *prober.Measurement) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -521,9 +521,9 @@ type observer struct {
 	hasMaxITL bool
 }
 
-func (o *observer) Scheduled()                {}
-func (o *observer) Dropped(prober.DropReason) {}
-func (o *observer) Sent(time.Duration)        {}
+func (o *observer) Scheduled()                    {}
+func (o *observer) Dropped(prober.DropReason)     {}
+func (o *observer) Sent(time.Time, time.Duration) {}
 
 // Finished queues a traced request's spans without waiting: a full queue
 // (a collector that cannot keep up) drops them, counted.

@@ -379,7 +379,7 @@ func (observer) Scheduled()                {}
 func (observer) Dropped(prober.DropReason) {}
 
 // Sent counts a request's send lag.
-func (o observer) Sent(lag time.Duration) { o.t.lag.Observe(lag) }
+func (o observer) Sent(_ time.Time, lag time.Duration) { o.t.lag.Observe(lag) }
 
 // Finished counts a request's wait for a free connection: the time to a
 // reused connection (a new one's time is dialing and TLS, the server's

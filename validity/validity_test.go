@@ -143,8 +143,8 @@ func TestMonitorTargets(t *testing.T) {
 				if lateEvery > 0 && i%lateEvery == 0 {
 					lag = 20 * time.Millisecond
 				}
-				slow.Sent(lag)
-				fine.Sent(200 * time.Microsecond)
+				slow.Sent(time.Now(), lag)
+				fine.Sent(time.Now(), 200*time.Microsecond)
 			}
 		}
 	}

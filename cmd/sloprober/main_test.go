@@ -42,6 +42,14 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// self is this test binary, run as sloprober with asSloprober set.
+func self(t *testing.T) string {
+	t.Helper()
+	path, err := os.Executable()
+	require.NoError(t, err)
+	return path
+}
+
 // freeAddr returns a loopback address with a port that was free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -128,7 +136,7 @@ func start(t *testing.T, args ...string) *process {
 func startProcess(t *testing.T, args ...string) *process {
 	t.Helper()
 	p := &process{addr: freeAddr(t), done: make(chan int, 1)}
-	p.cmd = exec.Command(os.Args[0], daemonArgs(t, p.addr, args)...)
+	p.cmd = exec.Command(self(t), daemonArgs(t, p.addr, args)...)
 	p.cmd.Env = append(os.Environ(), asSloprober+"=1")
 	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
 	require.NoError(t, p.cmd.Start())
@@ -464,7 +472,7 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 // sloprober processes itself (bench starts its simulator so).
 func runProcess(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
+	cmd := exec.Command(self(t), args...)
 	cmd.Env = append(os.Environ(), asSloprober+"=1")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

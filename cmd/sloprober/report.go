@@ -153,7 +153,7 @@ func (c *reportCommand) runCanary(stdout, stderr io.Writer) int {
 	return c.emit(b.Bytes(), stdout, stderr)
 }
 
-// options turns the flags into the report's options; promreport checks
+// options turns the flags into the report's options; report/canary checks
 // the rest.
 func (f *canaryFlags) options() (canary.Options, error) {
 	length, err := model.ParseDuration(*f.rangeLength)

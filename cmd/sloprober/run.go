@@ -271,6 +271,11 @@ func (d *daemon) reload() error {
 	if err == nil {
 		err = d.parts.Apply(cfg)
 	}
+	if err == nil && d.stopping.Load() {
+		// The stop began while the reload prepared: the loads' part
+		// dropped it at its commit.
+		return errStopping
+	}
 	if err != nil && d.stopping.Load() {
 		// The manager refused it because it is stopping: not a bad
 		// configuration, so config_last_reload_successful stays.
@@ -289,6 +294,16 @@ func (d *daemon) reload() error {
 }
 
 func (c *runCommand) run(ctx context.Context, logger *slog.Logger, exit func(int)) int {
+	// deadline is the exit's deadline once the stop has begun. It stays
+	// armed through every deferred step of the stop (the tracer's flush,
+	// the store's close): main exits after them; a test's in-process run
+	// returns, and this first deferred call is the last to run.
+	var deadline atomic.Pointer[time.Timer]
+	defer func() {
+		if t := deadline.Load(); t != nil {
+			t.Stop()
+		}
+	}()
 	logger.Info("Starting sloprober", "version", version.Info())
 	logger.Info("Build context", "build_context", version.BuildContext())
 
@@ -369,14 +384,6 @@ func (c *runCommand) run(ctx context.Context, logger *slog.Logger, exit func(int
 	// comes before the web server's, which waits for the drain; the
 	// embedded simulator's, which only starts its stop, comes before the
 	// web server's too, so that the two close side by side.
-	// deadline is the exit's deadline once the stop has begun: main exits
-	// before it fires; a test's in-process run returns, and stops it.
-	var deadline atomic.Pointer[time.Timer]
-	defer func() {
-		if t := deadline.Load(); t != nil {
-			t.Stop()
-		}
-	}()
 	var g run.Group
 	// SIGINT, SIGTERM, or ctx done (a test's in-process run) stop it.
 	g.Add(run.SignalHandler(ctx, os.Interrupt, syscall.SIGTERM))

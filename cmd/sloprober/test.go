@@ -29,7 +29,7 @@ import (
 const (
 	exitPass  = 0 // the test passed
 	exitFail  = 1 // fail or infeasible: the target does not do what the test asks
-	exitError = 2 // the test could not run or was aborted; usage errors too
+	exitError = 2 // the test could not run, was aborted or concluded nothing (inconclusive); usage errors too
 )
 
 // testCommand is `sloprober test run`: one run of a test, now.
@@ -45,7 +45,7 @@ type testCommand struct {
 
 func newTestCommand(app *kingpin.Application) *testCommand {
 	test := app.Command("test", "Capacity tests: step tests (knee search) and soak tests.")
-	c := &testCommand{cmd: test.Command("run", "Run a step or soak test of the configuration once, now, and print its results. Exit code: 0 pass, 1 fail or infeasible, 2 error or aborted.")}
+	c := &testCommand{cmd: test.Command("run", "Run a step or soak test of the configuration once, now, and print its results. Exit code: 0 pass, 1 fail or infeasible, 2 error, aborted or inconclusive (no capacity concluded).")}
 	c.name = c.cmd.Arg("name", "The test's name in the configuration's tests section (the embedded default has \"knee\").").Required().String()
 	c.json = c.cmd.Flag("json", "Also write the run's results as JSON to this file.").String()
 	c.storage = c.cmd.Flag("storage.path", "Directory the run is stored in, as `sloprober run` stores its runs: `sloprober report show ID` reads it from there. A running daemon locks its directory: give another one.").Default("data/").String()
@@ -127,6 +127,9 @@ func (c *testCommand) run(ctx context.Context, logger *slog.Logger, stdout, stde
 		fmt.Fprintf(stderr, "Run %s stored in %s: sloprober report show %s --storage.path=%s\n", id, store.Dir(), id, store.Dir())
 	}
 	if *c.json != "" {
+		if serr != nil {
+			run.ID = "" // its report must not name a run the store does not hold whole
+		}
 		b, err := json.MarshalIndent(run, "", "  ")
 		if err == nil {
 			err = os.WriteFile(*c.json, append(b, '\n'), 0o644)
@@ -151,6 +154,9 @@ func (c *testCommand) run(ctx context.Context, logger *slog.Logger, stdout, stde
 // progressLine is one line of a running test's progress.
 func progressLine(p capacity.Progress) string {
 	what := fmt.Sprintf("%d clients", p.Concurrency)
+	if p.Concurrency == 1 {
+		what = "1 client"
+	}
 	if p.Rate > 0 {
 		what = fmt.Sprintf("%.3g req/s", p.Rate)
 	}

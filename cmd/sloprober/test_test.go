@@ -49,8 +49,8 @@ tests:
     scenario: short
     baseline: {requests: 3}
     sweep: {concurrency: [1, 4], refine: 0}
-    window: {warmup: 200ms, steady: 2s, min_requests: 5}
-    verify: {rates: [0.25], burst: {factor: 1}}
+    window: {warmup: 200ms, steady: 2s, min_requests: 5, max_steady: 10s}
+    verify: {rates: [0.4], max_levels: 1, burst: {factor: 1}}
   - {name: hopeless, kind: step, target: sim, scenario: impossible, baseline: {requests: 3}}
   - {name: soak, kind: soak, target: sim, scenario: short, rate: 5, duration: 2s, window: 1s, drift: {p99_growth: 10, goodput_drop: 0.99}}
 `, sim.URL)), 0o600))
@@ -73,7 +73,7 @@ tests:
 	require.Equal(t, 4, run.Capacity.Concurrency)
 	require.Equal(t, capacity.SchemaVersion, run.SchemaVersion)
 	require.NotNil(t, run.VerifiedRate)
-	require.Equal(t, run.Capacity.VerifiedRate, *run.VerifiedRate)
+	require.Equal(t, *run.Capacity.VerifiedRate, *run.VerifiedRate)
 
 	// The run is stored, under the id it prints, and its report is read
 	// from the store by that id.
@@ -163,7 +163,7 @@ tests:
   - {name: long, kind: step, target: sim, scenario: short, baseline: {requests: 3}, sweep: {concurrency: [1, 2]}, window: {warmup: 0s, steady: 5m}}
 `, sim.URL)), 0o600))
 	storage := filepath.Join(dir, "runs")
-	p := startProcess(t, "--config.file="+file, "--storage.path="+storage, "--web.enable-test-api", "--shutdown.grace-period=5s")
+	p := startProcess(t, append([]string{"--config.file=" + file, "--storage.path=" + storage, "--web.enable-test-api", "--shutdown.grace-period=5s"}, testValidity...)...)
 	p.waitReady(t)
 	code, body := p.post(t, "/api/v1/tests/long/run")
 	require.Equal(t, http.StatusAccepted, code, body)

@@ -179,8 +179,8 @@ func (o *tapObserver) Dropped(r prober.DropReason) {
 	o.count(func(t *tap) { t.dropped++ })
 }
 
-func (o *tapObserver) Sent(lag time.Duration) {
-	o.next.Sent(lag)
+func (o *tapObserver) Sent(t0 time.Time, lag time.Duration) {
+	o.next.Sent(t0, lag)
 	o.count(func(t *tap) { t.sent++ })
 }
 

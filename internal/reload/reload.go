@@ -10,6 +10,7 @@ package reload
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/sloprober/sloprober/config"
@@ -40,7 +41,8 @@ type part struct {
 }
 
 // Subscribe adds a part, once, before the first Apply. name says what it is
-// in an error that cannot say so itself ("engine metrics").
+// where the coordinator itself has to say so (a part that broke the
+// protocol); a part's errors name what failed themselves.
 func (c *Coordinator) Subscribe(name string, prepare Prepare) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -55,19 +57,28 @@ func (c *Coordinator) Apply(cfg *config.Config) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	changes := make([]Change, 0, len(c.parts))
+	committed := false
+	defer func() {
+		// A failed prepare, or a panic in one: what the others prepared
+		// is dropped, in reverse order, so that none holds anything (the
+		// loads' part holds tests' changes until then).
+		if !committed {
+			for _, prepared := range slices.Backward(changes) {
+				prepared.Discard()
+			}
+		}
+	}()
 	for _, p := range c.parts {
 		ch, err := p.prepare(cfg)
 		if err != nil {
-			for _, prepared := range changes {
-				defer prepared.Discard() // in reverse order
-			}
 			return err
 		}
 		if ch == nil {
-			panic(fmt.Sprintf("reload: part %q prepared no change and no error", p.name))
+			return fmt.Errorf("reload: part %q prepared no change and no error", p.name)
 		}
 		changes = append(changes, ch)
 	}
+	committed = true
 	for _, ch := range changes {
 		ch.Commit()
 	}

@@ -88,3 +88,23 @@ func TestApply(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyPanics: a part that panics while preparing leaves nothing
+// prepared behind (the loads' part holds tests' changes until its change
+// is dropped); a part that prepares nothing without an error is an error,
+// not a nil change committed.
+func TestApplyPanics(t *testing.T) {
+	r := &recorder{}
+	var c reload.Coordinator
+	c.Subscribe("a", r.part("a", nil))
+	c.Subscribe("b", func(*config.Config) (reload.Change, error) { panic("b broke") })
+	require.PanicsWithValue(t, "b broke", func() { _ = c.Apply(&config.Config{}) })
+	require.Equal(t, []string{"prepare a", "discard a"}, r.events)
+
+	r = &recorder{}
+	var d reload.Coordinator
+	d.Subscribe("a", r.part("a", nil))
+	d.Subscribe("nothing", func(*config.Config) (reload.Change, error) { return nil, nil })
+	require.EqualError(t, d.Apply(&config.Config{}), `reload: part "nothing" prepared no change and no error`)
+	require.Equal(t, []string{"prepare a", "discard a"}, r.events)
+}

@@ -728,9 +728,9 @@ type daemonObserver struct {
 	target string
 }
 
-func (o *daemonObserver) Scheduled()                {}
-func (o *daemonObserver) Dropped(prober.DropReason) {}
-func (o *daemonObserver) Sent(time.Duration)        {}
+func (o *daemonObserver) Scheduled()                    {}
+func (o *daemonObserver) Dropped(prober.DropReason)     {}
+func (o *daemonObserver) Sent(time.Time, time.Duration) {}
 func (o *daemonObserver) Finished(r *prober.Result, _ *prober.Measurement) {
 	o.f.finished(o.target, r)
 }

@@ -1,0 +1,127 @@
+package capacity
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/sloprober/sloprober/internal/proc"
+	"github.com/sloprober/sloprober/validity"
+)
+
+// A level measured while the prober was the limit says nothing of the
+// target. Two causes look alike from inside the process and call for
+// opposite advice. A busy host: other processes hold the CPUs, so
+// sloprober's goroutines wait to run (scheduler latency, send lag) while
+// sloprober itself uses little CPU, 2% of its two CPUs at a send lag of
+// 800 ms; adding shards there adds waiting. A saturated prober: sloprober
+// uses its CPUs up (90% of GOMAXPROCS or more); shards or CPUs help. A
+// busy host is often passing (a build, a backup), so the level is
+// measured again once the prober is valid again, up to the test's
+// retries; a run whose levels stay prober-bound concludes nothing.
+
+// Diagnoses of a window the prober limited.
+const (
+	diagnosisSaturated = "saturated prober"
+	diagnosisBusyHost  = "busy host"
+	diagnosisGC        = "GC pauses"
+)
+
+// diagnose tells why the prober limited a window whose health h broke the
+// thresholds of v, with what to do.
+func diagnose(h *ProberHealth, v *validity.Config) string {
+	has := func(reason string) bool {
+		for _, r := range h.Invalid {
+			if r == reason {
+				return true
+			}
+		}
+		return false
+	}
+	cpu := fmt.Sprintf("sloprober used %.0f%% of its %d CPUs", 100*h.CPUShare, h.GOMAXPROCS)
+	switch {
+	case has(validity.ReasonCPU):
+		return fmt.Sprintf("%s: %s: add shards or CPU", diagnosisSaturated, cpu)
+	case has(validity.ReasonGCPause) && !has(validity.ReasonSchedulerLatency) && !has(validity.ReasonSendLag):
+		return fmt.Sprintf("%s: GC pause P99 %.0f ms (%s): give sloprober more memory headroom or CPU", diagnosisGC, 1e3*h.GCPauseP99, cpu)
+	}
+	return fmt.Sprintf("%s: %s while it was late to run (scheduler latency P99 %.0f ms, send lag P99 %.0f ms): other processes hold the CPUs; run it on a quieter host or give it dedicated CPUs",
+		diagnosisBusyHost, cpu, 1e3*h.SchedulerP99, 1e3*h.LagP99)
+}
+
+// minSendsForLag is the fewest sends whose lag P99 judges a window: the
+// P99 of 45 sends is the largest of them, and one send 13 ms late (a GC,
+// a timer) would throw a level away. Over fewer, the median is judged: a
+// prober late to send is late on most sends.
+const minSendsForLag = 100
+
+// judgeProber judges the prober's health over a level by v (nil: none)
+// and marks the level, with a diagnosis, when the prober was the limit;
+// use says what becomes of such a level.
+func judgeProber(l *Level, v *validity.Config, use string) {
+	p := l.Prober
+	if p == nil || v == nil {
+		return
+	}
+	sec := func(x float64) time.Duration { return time.Duration(x * float64(time.Second)) }
+	lag := sec(p.LagP99)
+	if p.Sends < minSendsForLag {
+		lag = sec(p.LagP50) // the P99 of a few sends is their largest: one hiccup
+	}
+	p.Invalid = v.Judge(p.CPUShare, sec(p.SchedulerP99), sec(p.GCPauseP99), lag, 0)
+	if len(p.Invalid) > 0 {
+		p.Diagnosis = diagnose(p, v)
+		l.Note = addNote(l.Note, "prober-bound ("+strings.Join(p.Invalid, ", ")+"): measured while the prober was the limit, "+use)
+	}
+}
+
+// proberBoundReason names a level the prober limited, why and what to do.
+func proberBoundReason(l *Level) string {
+	why := l.Prober.Diagnosis
+	if why == "" {
+		why = "add shards or CPU" // a run judged before diagnoses
+	}
+	return fmt.Sprintf("prober-bound at %s (%s): %s", l.LoadName(), strings.Join(l.Prober.Invalid, ", "), why)
+}
+
+// Waiting for the prober to be valid again before a level is measured
+// again: its health is sampled over validWindow at a time, idle, for at
+// most validWait, and no longer than a steady window.
+const (
+	validWindow = time.Second
+	validWait   = 30 * time.Second
+)
+
+// waitValid waits, the test's load stopped, until the process would pass
+// the validity thresholds again: its CPU share and scheduler latency over
+// a second (the send lag needs requests, which the next measurement
+// judges). It returns after validWait (or a steady window, if shorter)
+// whatever the process shows (the next measurement judges it), or when
+// ctx is done.
+func (s *Step) waitValid(ctx context.Context) error {
+	if s.Validity == nil {
+		return nil
+	}
+	deadline := time.NewTimer(max(validWindow, min(validWait, time.Duration(s.Test.Window.Steady))))
+	defer deadline.Stop()
+	for {
+		snap, cpu0, t0 := validity.TakeRuntimeSnapshot(), proc.CPU(), time.Now()
+		tick := time.NewTimer(validWindow)
+		select {
+		case <-ctx.Done():
+			tick.Stop()
+			return context.Cause(ctx)
+		case <-deadline.C:
+			tick.Stop()
+			return nil
+		case <-tick.C:
+		}
+		sched, gc := snap.P99s()
+		share := (proc.CPU() - cpu0).Seconds() / time.Since(t0).Seconds() / float64(runtime.GOMAXPROCS(0))
+		if len(s.Validity.Judge(share, sched, gc, 0, 0)) == 0 {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,246 @@
+package capacity
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/validity"
+)
+
+// synthetic is a target's open-loop levels for the search, as a function
+// of the intended rate: the offered rate its window drew and its
+// decision, prober-bound when bound is set.
+type synthetic func(rate float64) (offered float64, decision string, bound bool)
+
+// search runs the open-loop search of a step test whose closed loop
+// completed 10 req/s, on synthetic levels, and returns the run.
+func search(t *testing.T, verify config.VerifyConfig, target synthetic, forecast *config.ForecastConfig, replicas int) (*Run, string, string) {
+	t.Helper()
+	tc := &config.TestConfig{Name: "s", Kind: config.TestStep, Verify: verify}
+	s := &Step{Test: tc, MaxRate: 100, run: &Run{Capacity: &Capacity{Concurrency: 8, Rate: 10}}}
+	s.Load.Target.Forecast, s.Load.Target.Replicas = forecast, replicas
+	s.openVerify = func(_ context.Context, stage string, rate float64, why string) (*Level, error) {
+		offered, decision, bound := target(rate)
+		l := &Level{Stage: stage, IntendedRate: rate, OfferedRate: offered, Decision: decision, Met: decision == DecisionMet,
+			Why: why, Prober: &ProberHealth{}, Counted: 100, Attainment: 0.97, Goodput: offered,
+			Interval: &Interval{Lower: 0.95, Upper: 0.99, N: 100, NEff: 100}}
+		if bound {
+			l.Prober.Invalid, l.Prober.Diagnosis = []string{validity.ReasonSendLag}, "busy host: ..."
+		}
+		return l, nil
+	}
+	verified, verdict, reason := s.verify(t.Context(), &Level{CompletedRate: 10})
+	if verified != nil {
+		verdict = VerdictPass
+	}
+	return s.run, verdict, reason
+}
+
+// below is a target that meets its objective below capacity (req/s),
+// misses above it, and is undecided within margin of it.
+func below(capacity, margin float64) synthetic {
+	return func(rate float64) (float64, string, bool) {
+		switch {
+		case rate < capacity-margin:
+			return rate, DecisionMet, false
+		case rate > capacity+margin:
+			return rate, DecisionMissed, false
+		}
+		return rate, DecisionInconclusive, false
+	}
+}
+
+// path is the search's path: each level's offered rate and decision.
+func path(r *Run) string {
+	var parts []string
+	for _, l := range r.Verify {
+		parts = append(parts, fmt.Sprintf("%.3g %s", l.OfferedRate, l.Decided()))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// TestSearch: the open-loop search on synthetic levels. The verified
+// capacity is the highest offered rate that met with every lower rate
+// measured meeting too; after the configured rates, bisection until the
+// gap is within the resolution or the levels run out.
+func TestSearch(t *testing.T) {
+	defaults := config.VerifyConfig{Rates: []float64{0.5, 0.8, 1.0}, Resolution: 0.05}
+	for _, tc := range []struct {
+		name     string
+		verify   config.VerifyConfig
+		target   synthetic
+		forecast *config.ForecastConfig
+		path     string
+		verified *float64
+		bound    float64
+		verdict  string
+		reason   string
+	}{
+		{
+			// The M/D/8 of the issue, scaled: truth 6.6 req/s of 10.
+			name: "bisection to the resolution", verify: defaults, target: below(6.6, 0),
+			path:     "5 met, 8 missed, 6.5 met, 7.25 missed, 6.88 missed",
+			verified: verifiedAt(6.5), bound: 6.875, verdict: VerdictPass,
+		},
+		{
+			name: "every configured rate met", verify: defaults, target: below(20, 0),
+			path: "5 met, 8 met, 10 met", verified: verifiedAt(10), verdict: VerdictPass,
+		},
+		{
+			// A lucky window above a miss verifies nothing: 8 missed,
+			// the forecast's 9.5 met, and the capacity stays below 8.
+			name:   "a miss below a lucky pass",
+			verify: config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.05},
+			target: func(rate float64) (float64, string, bool) {
+				if rate > 7 && rate < 9 {
+					return rate, DecisionMissed, false
+				}
+				return rate, DecisionMet, false
+			},
+			forecast: &config.ForecastConfig{PeakRate: 9.5},
+			path:     "5 met, 8 missed, 6.5 met, 7.25 missed, 6.88 met, 9.5 met",
+			verified: verifiedAt(6.875), bound: 7.25, verdict: VerdictPass,
+		},
+		{
+			// The 8 req/s level drew a lull (its window offered 6.1):
+			// it is stated at 6.1, and the search goes on above it.
+			name:   "a lull window",
+			verify: defaults,
+			target: func(rate float64) (float64, string, bool) {
+				if rate == 8 {
+					return 6.1, DecisionMet, false
+				}
+				return below(7, 0)(rate)
+			},
+			path:     "5 met, 6.1 met, 10 missed, 8.05 missed, 7.08 missed, 6.59 met",
+			verified: verifiedAt(6.5875), bound: 7.075, verdict: VerdictPass,
+		},
+		{
+			name: "inconclusive near the capacity", verify: defaults, target: below(7, 0.6),
+			path:     "5 met, 8 missed, 6.5 inconclusive, 5.75 met, 6.12 met",
+			verified: verifiedAt(6.125), bound: 6.5, verdict: VerdictPass,
+		},
+		{
+			name: "nothing decided", verify: config.VerifyConfig{Rates: []float64{0.5}, Resolution: 0.05, MaxLevels: 3},
+			target: below(5, 10),
+			path:   "5 inconclusive, 2.5 inconclusive, 1.25 inconclusive",
+			bound:  1.25, verdict: VerdictInconclusive, reason: "not concluded: no open-loop rate was decided within window.max_steady: 1.25 req/s",
+		},
+		{
+			name: "every rate missed", verify: config.VerifyConfig{Rates: []float64{0.5}, Resolution: 0.05, MaxLevels: 3},
+			target: below(0.1, 0),
+			path:   "5 missed, 2.5 missed, 1.25 missed", verified: verifiedAt(0),
+			bound: 1.25, verdict: VerdictFail, reason: "no open-loop rate met the objectives: 1.25 req/s missed",
+		},
+		{
+			// Prober-bound from 8 on (a busy host): the capacity below
+			// it stands, and the search looks below it only.
+			name:   "prober-bound levels",
+			verify: defaults,
+			target: func(rate float64) (float64, string, bool) {
+				if rate >= 8 {
+					return rate, DecisionMet, true
+				}
+				return rate, DecisionMet, false
+			},
+			path:     "5 met, 8 met, 10 met, 6.5 met, 7.25 met, 7.62 met",
+			verified: verifiedAt(7.625), bound: 8, verdict: VerdictPass,
+		},
+		{
+			// A busy host at 6 req/s: that level measured the prober;
+			// the rates above it are judged on their own.
+			name:   "a prober-bound level below a verified one",
+			verify: config.VerifyConfig{Rates: []float64{0.5, 0.6, 0.8}, Resolution: 0.05},
+			target: func(rate float64) (float64, string, bool) {
+				if rate == 6 {
+					return rate, DecisionMissed, true
+				}
+				return below(7.5, 0)(rate)
+			},
+			path:     "5 met, 6 missed, 8 missed, 6.5 met, 7.25 met, 7.62 missed",
+			verified: verifiedAt(7.25), bound: 7.625, verdict: VerdictPass,
+		},
+		{
+			name: "every rate prober-bound", verify: config.VerifyConfig{Rates: []float64{0.5}, Resolution: 0.05, MaxLevels: 2},
+			target: func(rate float64) (float64, string, bool) { return rate, DecisionMet, true },
+			path:   "5 met, 2.5 met", bound: 2.5, verdict: VerdictInconclusive,
+			reason: "not concluded: no open-loop rate measured the target validly: prober-bound at 2.5 req/s (send_lag): busy host",
+		},
+		{
+			name: "verify.max_levels", verify: config.VerifyConfig{Rates: []float64{0.5, 0.8, 1.0}, Resolution: 0.001, MaxLevels: 4},
+			target: below(6.6, 0),
+			path:   "5 met, 8 missed, 6.5 met, 7.25 missed", verified: verifiedAt(6.5), bound: 7.25, verdict: VerdictPass,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run, verdict, reason := search(t, tc.verify, tc.target, tc.forecast, 1)
+			require.Equal(t, tc.path, path(run))
+			require.Equal(t, tc.verdict, verdict, reason)
+			require.Contains(t, reason, tc.reason)
+			rate, ok := run.Capacity.Verified()
+			require.Equal(t, tc.verified != nil, ok)
+			if ok {
+				require.InDelta(t, *tc.verified, rate, 1e-9)
+			}
+			require.InDelta(t, tc.bound, run.Capacity.Bound, 1e-9)
+		})
+	}
+}
+
+// TestSearchForecast: a forecast's average and peak per replica, and the
+// peak with one replica lost, run as levels of their own; the verdict says
+// whether the deployment holds its peak.
+func TestSearchForecast(t *testing.T) {
+	v := config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.5}
+	spare := func(n int) *int { return &n }
+	for _, tc := range []struct {
+		name     string
+		forecast config.ForecastConfig
+		replicas int
+		path     string
+		fail     bool
+		reason   string
+	}{
+		{
+			name:     "holds with one replica lost",
+			forecast: config.ForecastConfig{PeakRate: 12, AverageRate: 6}, replicas: 3,
+			path:   "5 met, 8 met, 2 met, 4 met, 6 met",
+			reason: "the deployment holds the forecast peak 12 req/s (4 per replica on 3 replicas), and with one replica lost (6 per replica on 2 replicas)",
+		},
+		{
+			name:     "not with one replica lost",
+			forecast: config.ForecastConfig{PeakRate: 21}, replicas: 3,
+			path: "5 met, 8 met, 7 met, 10.5 missed", fail: true,
+			reason: "the deployment holds the forecast peak 21 req/s (7 per replica on 3 replicas), but not with one replica lost (10.5 per replica on 2 replicas): missed (spare_replicas 1)",
+		},
+		{
+			name:     "not with one replica lost, no spares planned",
+			forecast: config.ForecastConfig{PeakRate: 21, SpareReplicas: spare(0)}, replicas: 3,
+			path:   "5 met, 8 met, 7 met, 10.5 missed",
+			reason: "but not with one replica lost (10.5 per replica on 2 replicas): missed",
+		},
+		{
+			name:     "not the peak",
+			forecast: config.ForecastConfig{PeakRate: 9.5}, replicas: 1,
+			path: "5 met, 8 met, 9.5 missed", fail: true,
+			reason: "the deployment does not hold the forecast peak 9.5 req/s (9.5 per replica on 1 replica): missed",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run, verdict, reason := search(t, v, below(9, 0), &tc.forecast, tc.replicas)
+			require.Equal(t, VerdictPass, verdict, reason)
+			require.Equal(t, tc.path, path(run))
+			fail, text := run.Capacity.Forecast.Verdict()
+			require.Equal(t, tc.fail, fail, text)
+			require.Contains(t, text, tc.reason)
+		})
+	}
+}
+
+// verifiedAt is a verified rate.
+func verifiedAt(v float64) *float64 { return &v }
