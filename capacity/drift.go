@@ -16,8 +16,10 @@ import (
 // machine's noise: a soak against an unchanged server failed with "itl
 // P99 grew 126%". Drift is flagged only when the interval of the growth
 // lies beyond the allowance: a P99 of 1,000 requests is known to within
-// the 983rd and 997th of them, and the growth's interval is the ratio of
-// the end's bounds to the first window's.
+// the 983rd and 998th of them, and the growth's interval is the ratio of
+// the end's bounds to the first window's (each end at 95%: the interval
+// covers at least 90%, and a drift is flagged wrongly at most 2.5% of the
+// time).
 
 // driftLatencies are the per-request latencies a soak's drift compares,
 // in order.
@@ -122,9 +124,11 @@ func latencyGrowth(first, last []float64) *GrowthInterval {
 	slices.Sort(a)
 	slices.Sort(b)
 	v0, vN := quantile(a, q), quantile(b, q)
-	lo0, hi0 := quantileInterval(a, q)
-	loN, hiN := quantileInterval(b, q)
-	if v0 <= 0 || lo0 <= 0 {
+	lo0, hi0, ok0 := quantileInterval(a, q)
+	loN, hiN, okN := quantileInterval(b, q)
+	if v0 <= 0 || !ok0 || !okN || lo0 <= 0 {
+		// Too few requests a side to bound the percentile (a median of
+		// 7): nothing is claimed.
 		return nil
 	}
 	return &GrowthInterval{Growth: vN/v0 - 1, Lower: loN/hi0 - 1, Upper: hiN/lo0 - 1, Percentile: name, First: len(a), Last: len(b)}
@@ -162,8 +166,8 @@ func driftOf(d *Drift, first *requestSamples, last []*requestSamples, batch time
 // two attainment intervals (each by batch means).
 func attainmentDrop(first *requestSamples, last []*requestSamples, batch time.Duration) (drop, lower, upper float64, a0, aN *Interval, ok bool) {
 	end := pooled(last)
-	a0 = attainmentInterval(first.outcomes, first.start, batch)
-	aN = attainmentInterval(end.outcomes, end.start, batch)
+	a0 = attainmentInterval(first.outcomes, first.start, batch, confidence)
+	aN = attainmentInterval(end.outcomes, end.start, batch, confidence)
 	if a0 == nil || aN == nil {
 		return 0, 0, 0, a0, aN, false
 	}

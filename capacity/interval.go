@@ -27,8 +27,17 @@ const (
 	DecisionInconclusive = "inconclusive"
 )
 
-// confidence is the two-sided level of every interval: 95%.
+// confidence is the two-sided level of every decision: 95%. A level that
+// may be looked at up to k times (its first window and its extensions,
+// stopping at the first decisive look) gets each look's interval at
+// 1 - 0.05/k (Bonferroni): stopping at the first look that decides would
+// otherwise raise the chance of a wrong decision with every look (at the
+// objective itself, three looks at 95% each meet it 2.5% to 4.5% of the
+// time instead of at most 2.5%).
 const confidence = 0.95
+
+// lookConfidence is the confidence of each of k looks at a level.
+func lookConfidence(k int) float64 { return 1 - (1-confidence)/float64(max(k, 1)) }
 
 // batchesPerWindow is how many batches a level's steady window is cut
 // into for the batch means: 10 batches of a 2 min window are 12 s each,
@@ -69,6 +78,9 @@ type Interval struct {
 	N       int     `json:"n"`
 	NEff    float64 `json:"n_eff"`
 	Batches int     `json:"batches"`
+	// Confidence is the interval's own level: 0.95 for a level judged
+	// once, 1 - 0.05/k for each of a level's k looks.
+	Confidence float64 `json:"confidence,omitempty"`
 }
 
 // outcome is one counted request for an interval: when it was sent,
@@ -78,9 +90,10 @@ type outcome struct {
 	good bool
 }
 
-// attainmentInterval is the interval of the attainment of outcomes sent
-// from start on, in batches of batch (0: one batch); nil with none.
-func attainmentInterval(outcomes []outcome, start time.Time, batch time.Duration) *Interval {
+// attainmentInterval is the interval at level (lookConfidence) of the
+// attainment of outcomes sent from start on, in batches of batch (0: one
+// batch); nil with none.
+func attainmentInterval(outcomes []outcome, start time.Time, batch time.Duration, level float64) *Interval {
 	n := len(outcomes)
 	if n == 0 {
 		return nil
@@ -104,11 +117,16 @@ func attainmentInterval(outcomes []outcome, start time.Time, batch time.Duration
 	}
 	batches = slices.DeleteFunc(batches, func(c counts) bool { return c.n == 0 })
 	p := float64(good) / float64(n)
-	iv := &Interval{N: n, NEff: float64(n), Batches: len(batches)}
-	q := distuv.UnitNormal.Quantile(1 - (1-confidence)/2)
+	iv := &Interval{N: n, NEff: float64(n), Batches: len(batches), Confidence: level}
+	q := distuv.UnitNormal.Quantile(1 - (1-level)/2)
 	if k := len(batches); k >= minBatches && good > 0 && good < n {
 		// The ratio estimator's variance over k batches:
-		// k/(k-1) * sum (g_i - p n_i)^2 / N^2.
+		// k/(k-1) * sum (g_i - p n_i)^2 / N^2. Where it exceeds the
+		// binomial's, the interval is over the sample size it implies
+		// with Student's t (the variance is itself an estimate); where
+		// it does not, the requests are taken as independent (the
+		// binomial's variance, the normal quantile): never narrower
+		// than the binomial interval over the requests counted.
 		sum := 0.0
 		for _, b := range batches {
 			d := float64(b.good) - p*float64(b.n)
@@ -117,7 +135,7 @@ func attainmentInterval(outcomes []outcome, start time.Time, batch time.Duration
 		variance := float64(k) / float64(k-1) * sum / (float64(n) * float64(n))
 		if neff := p * (1 - p) / variance; variance > 0 && neff < float64(n) {
 			iv.NEff = max(neff, 1)
-			q = distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(k - 1)}.Quantile(1 - (1-confidence)/2)
+			q = max(q, distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(k - 1)}.Quantile(1-(1-level)/2))
 		}
 	}
 	iv.Lower, iv.Upper = wilson(p, iv.NEff, q)
@@ -147,20 +165,22 @@ func decide(iv *Interval, objective float64) string {
 }
 
 // quantileInterval is a distribution-free 95% interval of the q-quantile
-// of sorted values: the order statistics whose ranks bound it (the
-// normal approximation of the binomial count of values below the
-// quantile). With too few values for a rank, the bound is the extreme
-// value: the P99 of 50 values is at most their largest, not above it.
-func quantileInterval(sorted []float64, q float64) (lower, upper float64) {
+// of sorted values: the order statistics X(l) and X(u) with l and u the
+// normal approximation's bounds of the binomial count of values below
+// the quantile (l = floor(nq - z sd), u = ceil(nq + z sd) + 1). It
+// reports false when a rank falls outside the values: the P99 of 50
+// values has no upper bound in them, and the median of 5 none at all.
+func quantileInterval(sorted []float64, q float64) (lower, upper float64, ok bool) {
 	n := float64(len(sorted))
 	if n == 0 {
-		return 0, 0
+		return 0, 0, false
 	}
 	z := distuv.UnitNormal.Quantile(1 - (1-confidence)/2)
 	half := z * math.Sqrt(n*q*(1-q))
 	lo := int(math.Floor(n*q - half))
-	hi := int(math.Ceil(n*q + half))
-	lo = min(max(lo, 1), len(sorted))
-	hi = min(max(hi, 1), len(sorted))
-	return sorted[lo-1], sorted[hi-1]
+	hi := int(math.Ceil(n*q+half)) + 1
+	if lo < 1 || hi > len(sorted) {
+		return 0, 0, false
+	}
+	return sorted[lo-1], sorted[hi-1], true
 }

@@ -49,7 +49,7 @@ func TestAttainmentInterval(t *testing.T) {
 		{"nothing good", 40, func(int) bool { return true }, 0, 0.0876, 40, 0.5, DecisionMissed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			iv := attainmentInterval(outcomes(t0, window, tc.n, tc.bad), t0, batch)
+			iv := attainmentInterval(outcomes(t0, window, tc.n, tc.bad), t0, batch, confidence)
 			require.NotNil(t, iv)
 			require.Equal(t, tc.n, iv.N)
 			require.InDelta(t, tc.lower, iv.Lower, 5e-4, "%+v", iv)
@@ -58,16 +58,17 @@ func TestAttainmentInterval(t *testing.T) {
 			require.Equal(t, tc.decision, decide(iv, tc.objective))
 		})
 	}
-	require.Nil(t, attainmentInterval(nil, t0, batch))
+	require.Nil(t, attainmentInterval(nil, t0, batch, confidence))
 	require.Equal(t, DecisionInconclusive, decide(nil, 0.9), "nothing counted decides nothing")
 	// Two batches: too few to estimate a variance from, N stands.
-	iv := attainmentInterval(outcomes(t0, 2*batch, 100, func(i int) bool { return i < 10 }), t0, batch)
+	iv := attainmentInterval(outcomes(t0, 2*batch, 100, func(i int) bool { return i < 10 }), t0, batch, confidence)
 	require.Equal(t, 2, iv.Batches)
 	require.Equal(t, 100.0, iv.NEff)
 }
 
-// TestQuantileInterval: the order statistics that bound a quantile, and
-// the extremes where too few values are above it.
+// TestQuantileInterval: the order statistics that bound a quantile
+// (l = floor(nq - z sd), u = ceil(nq + z sd) + 1), and no interval where a
+// rank falls outside the values.
 func TestQuantileInterval(t *testing.T) {
 	values := func(n int) []float64 {
 		v := make([]float64, n)
@@ -80,18 +81,39 @@ func TestQuantileInterval(t *testing.T) {
 		n            int
 		q            float64
 		lower, upper float64
+		ok           bool
 	}{
-		{1000, 0.99, 983, 997},   // ranks 990 -/+ 1.96 sqrt(9.9), outwards
-		{1000, 0.5, 469, 531},    // 500 -/+ 31
-		{100, 0.99, 97, 100},     // the upper bound is the largest
-		{10, 0.5, 1, 9},          // 5 -/+ 3.1
-		{1, 0.99, 1, 1},          // one value bounds everything
-		{50, 0.95, 44, 50},       // 47.5 -/+ 3.0
-		{2000, 0.95, 1880, 1920}, // 1900 -/+ 19.1
+		{1000, 0.99, 983, 998, true},   // 990 -/+ 1.96 sqrt(9.9), the upper one more
+		{1000, 0.5, 469, 532, true},    // 500 -/+ 31
+		{100, 0.99, 0, 0, false},       // no upper bound among 100
+		{10, 0.5, 1, 10, true},         // 5 -/+ 3.1
+		{7, 0.5, 0, 0, false},          // 3.5 -/+ 2.6: no lower rank
+		{1, 0.99, 0, 0, false},         // one value bounds nothing
+		{200, 0.95, 183, 198, true},    // 190 -/+ 6.04
+		{2000, 0.95, 1880, 1921, true}, // 1900 -/+ 19.1
 	} {
 		t.Run(fmt.Sprintf("n%d_q%g", tc.n, tc.q), func(t *testing.T) {
-			lo, hi := quantileInterval(values(tc.n), tc.q)
+			lo, hi, ok := quantileInterval(values(tc.n), tc.q)
+			require.Equal(t, tc.ok, ok)
 			require.Equal(t, []float64{tc.lower, tc.upper}, []float64{lo, hi})
 		})
 	}
+}
+
+// TestLookConfidence: a level looked at up to k times gets each look's
+// interval at 1 - 0.05/k, so that stopping at the first decisive look
+// keeps its decision within 5%: 89 requests all good meet 95% at one
+// look ([95.9%, 100%]) and not at three ([94.0%, 100%]).
+func TestLookConfidence(t *testing.T) {
+	require.InDelta(t, 0.95, lookConfidence(1), 1e-12)
+	require.InDelta(t, 1-0.05/3, lookConfidence(3), 1e-12)
+	t0 := time.Unix(1_700_000_000, 0)
+	all := outcomes(t0, 10*time.Second, 89, func(int) bool { return false })
+	one := attainmentInterval(all, t0, time.Second, lookConfidence(1))
+	three := attainmentInterval(all, t0, time.Second, lookConfidence(3))
+	require.InDelta(t, 0.9586, one.Lower, 5e-4)
+	require.InDelta(t, 0.9396, three.Lower, 5e-4)
+	require.Equal(t, DecisionMet, decide(one, 0.95))
+	require.Equal(t, DecisionInconclusive, decide(three, 0.95))
+	require.InDelta(t, 1-0.05/3, three.Confidence, 1e-12)
 }

@@ -349,13 +349,35 @@ type levelCounts struct {
 // InFlight returns the test's requests in flight.
 func (c *Collector) InFlight() int { return int(c.inFlight.Load()) }
 
-// Open opens a window at start.
+// Open opens a window at start; a zero start is the time now, read with
+// the collector locked, so that a request sent at the window's edge is
+// counted in the window its record will go to.
 func (c *Collector) Open(start time.Time) *Window {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.open(start)
+}
+
+// open opens a window at start (zero: now); c.mu is held.
+func (c *Collector) open(start time.Time) *Window {
+	if start.IsZero() {
+		start = time.Now()
+	}
 	w := &Window{Start: start, dropped: map[prober.DropReason]int{}, cpu0: proc.CPU(), runtime: validity.TakeRuntimeSnapshot()}
 	c.windows = append(c.windows, w)
 	return w
+}
+
+// Roll closes last and opens the next window at the same instant, read
+// with the collector locked: every request is counted in, and recorded
+// by, the same one of the two.
+func (c *Collector) Roll(last *Window) *Window {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	next := c.open(time.Time{})
+	last.End, last.cpu1 = next.Start, proc.CPU()
+	last.sched, last.gc = last.runtime.P99s()
+	return next
 }
 
 // OpenFirst opens a window at start that keeps the first n of its

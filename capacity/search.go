@@ -15,8 +15,9 @@ import (
 // open loop up to about 3.9 req/s (M/D/8). The search finds that rate:
 //
 //  1. the configured rates (verify.rates, fractions of the closed-loop
-//     rate), in ascending order, until one does not meet the objectives:
-//     higher ones would be no better (a level the prober limited tells
+//     rate), in ascending order, until one misses the objectives (or
+//     stays undecided below them): higher ones would be no better (a level
+//     the prober limited, or one undecided for want of requests, tells
 //     nothing, and the next rate runs);
 //  2. bisection between the highest verified rate and the lowest rate
 //     above it that was not verified (missed, inconclusive or
@@ -66,8 +67,8 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 		if err != nil {
 			return nil, VerdictAborted, abortReason(ctx, err)
 		}
-		if !verifies(l) && !l.ProberBound() {
-			break // a level measured while the prober was the limit tells nothing: go on
+		if against(l) {
+			break // missed, or leaning to a miss; a level that tells nothing (prober-bound, undecided for want of requests) does not stop it
 		}
 	}
 	// 2. Bisection.
@@ -76,13 +77,16 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 		if hi == nil || hi.OfferedRate-offered(lo) <= v.Resolution*base {
 			break
 		}
-		rate := (offered(lo) + hi.OfferedRate) / 2
+		// A window may offer more than its rate: the midpoint stays
+		// within max_rate.
+		rate := min((offered(lo)+hi.OfferedRate)/2, s.MaxRate)
 		if _, err := run(rate, fmt.Sprintf("bisection between %.3g and %.3g req/s", offered(lo), hi.OfferedRate)); err != nil {
 			return nil, VerdictAborted, abortReason(ctx, err)
 		}
 	}
 	// 3. The forecast.
-	if err := s.verifyForecast(ctx, run); err != nil {
+	forecast, err := s.verifyForecast(ctx, run)
+	if err != nil {
 		return nil, VerdictAborted, abortReason(ctx, err)
 	}
 
@@ -91,29 +95,34 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 	if hi != nil {
 		c.Bound, c.BoundDecision = hi.OfferedRate, searchDecision(hi)
 	}
+	forecast.decide(offered(lo), hi)
 	if lo != nil {
 		rate := lo.OfferedRate
 		c.VerifiedRate, c.VerifiedGoodput = &rate, lo.Goodput
 		return lo, "", ""
 	}
 	closed := fmt.Sprintf("(the closed loop met them at %s, %.3g req/s)", clients(c.Concurrency), capLevel.CompletedRate)
-	ladder := s.ladder()
-	if len(ladder) == 0 {
-		return nil, VerdictInconclusive, "not concluded: no open-loop rate could run " + closed
-	}
-	for _, l := range ladder {
-		if !l.ProberBound() && l.Decided() == DecisionMissed {
-			zero := 0.0
-			c.VerifiedRate = &zero
-			return nil, VerdictFail, fmt.Sprintf("no open-loop rate met the objectives: %s missed, %s %s",
-				l.LoadName(), attainmentText(l), closed)
+	var valid []*Level // the levels the prober measured validly, by offered rate
+	for _, l := range s.ladder() {
+		if !l.ProberBound() {
+			valid = append(valid, l)
 		}
 	}
-	if l := ladder[0]; l.ProberBound() {
-		return nil, VerdictInconclusive, fmt.Sprintf("not concluded: no open-loop rate measured the target validly: %s %s", proberBoundReason(l), closed)
+	switch {
+	case len(valid) == 0 && len(s.ladder()) > 0:
+		return nil, VerdictInconclusive, fmt.Sprintf("not concluded: no open-loop rate measured the target validly: %s %s", proberBoundReason(s.ladder()[0]), closed)
+	case len(valid) == 0:
+		return nil, VerdictInconclusive, "not concluded: no open-loop rate could run " + closed
+	case valid[0].Decided() == DecisionMissed:
+		// The lowest rate measured missed: no rate tried meets the
+		// objectives, a conclusion (0), not a lack of one.
+		zero := 0.0
+		c.VerifiedRate = &zero
+		return nil, VerdictFail, fmt.Sprintf("no open-loop rate met the objectives: the lowest tried, %s, missed, %s %s",
+			valid[0].LoadName(), attainmentText(valid[0]), closed)
 	}
-	return nil, VerdictInconclusive, fmt.Sprintf("not concluded: no open-loop rate was decided within window.max_steady: %s %s %s",
-		ladder[0].LoadName(), attainmentText(ladder[0]), closed)
+	return nil, VerdictInconclusive, fmt.Sprintf("not concluded: no open-loop rate was decided within window.max_steady: the lowest tried, %s, %s %s",
+		valid[0].LoadName(), attainmentText(valid[0]), closed)
 }
 
 // fractionWhy is what a configured verification rate is for.
@@ -158,27 +167,52 @@ func (s *Step) ladder() []*Level {
 }
 
 // searchBounds returns the verified level (nil: none) and the lowest
-// level above it that did not verify (nil: none did not). A level
-// measured while the prober was the limit measured the prober, not the
-// target: it neither verifies a rate nor stops a higher one from
-// verifying, but it bounds the search while no valid level above it has.
+// level above it that did not verify (nil: none did not), the next
+// bisection's bounds. A level counts against the rates above it when it
+// is evidence that the target does not meet its objectives there: it
+// missed, or stayed undecided with its attainment below the objective. A
+// level that measured the prober (prober-bound), one that stayed
+// undecided with nothing against it (its attainment at or above the
+// objective: too few requests to confirm it, as a low forecast rate's),
+// and one that dropped arrivals neither verify their rate nor stop a
+// higher one from verifying; the search is bounded by the lowest level
+// above the verified one that did not verify (it bisects below a level
+// it could not decide rather than measure it again).
 func (s *Step) searchBounds() (lo, hi *Level) {
 	for _, l := range s.ladder() {
 		switch {
-		case l.ProberBound():
+		case verifies(l):
+			lo, hi = l, nil
+		case against(l):
 			if hi == nil {
 				hi = l
 			}
-		case !verifies(l):
-			if hi == nil || hi.ProberBound() {
-				hi = l
-			}
 			return lo, hi
-		default:
-			lo, hi = l, nil
+		case hi == nil:
+			hi = l
 		}
 	}
 	return lo, hi
+}
+
+// against reports whether a level that did not verify its rate is
+// evidence against the rates above it: measured validly, it missed, or
+// stayed undecided with a scenario's attainment below its objective.
+func against(l *Level) bool {
+	if l.Prober == nil || l.ProberBound() {
+		return false
+	}
+	switch l.Decided() {
+	case DecisionMissed:
+		return true
+	case DecisionInconclusive:
+		for _, sc := range l.Scenarios {
+			if sc.Counted > 0 && sc.Attainment < sc.Objective {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // offered is a level's offered rate, 0 for none.
@@ -198,18 +232,27 @@ func attainmentText(l *Level) string {
 	return fmt.Sprintf("attained %.1f%% of %d", 100*l.Attainment, l.Counted)
 }
 
+// forecastLevels are the levels of a forecast check, to be decided once
+// the search has concluded.
+type forecastLevels struct {
+	check  *ForecastCheck
+	levels map[*ForecastLevel]*Level
+}
+
 // verifyForecast runs the target's forecast (its average and peak rates
 // per replica, and the peak with one replica lost) as levels of the
-// search, and records what they decided.
-func (s *Step) verifyForecast(ctx context.Context, run func(rate float64, why string) (*Level, error)) error {
+// search. What they decided is settled by decide, once the search is
+// done.
+func (s *Step) verifyForecast(ctx context.Context, run func(rate float64, why string) (*Level, error)) (*forecastLevels, error) {
 	t := &s.Load.Target
 	f := t.Forecast
 	if f == nil {
-		return nil
+		return nil, nil
 	}
 	replicas := max(t.Replicas, 1)
 	fc := &ForecastCheck{PeakRate: f.PeakRate, AverageRate: f.AverageRate, Replicas: replicas, SpareReplicas: f.Spare()}
 	s.run.Capacity.Forecast = fc
+	out := &forecastLevels{check: fc, levels: map[*ForecastLevel]*Level{}}
 	check := func(total float64, on int, what string) (*ForecastLevel, error) {
 		fl := &ForecastLevel{Rate: total / float64(on)}
 		why := fmt.Sprintf("forecast %s: %.4g req/s over %s", what, total, plural(on, "replica"))
@@ -223,30 +266,66 @@ func (s *Step) verifyForecast(ctx context.Context, run func(rate float64, why st
 		if err != nil {
 			return fl, err
 		}
-		fl.Offered, fl.Decision = l.OfferedRate, searchDecision(l)
-		if verifies(l) {
-			fl.Decision = DecisionMet
-		}
+		fl.Offered = l.OfferedRate
+		out.levels[fl] = l
 		return fl, nil
 	}
 	var err error
 	if f.AverageRate > 0 {
 		if fc.Average, err = check(f.AverageRate, replicas, "average"); err != nil {
-			return err
+			return out, err
 		}
 	}
 	if fc.Peak, err = check(f.PeakRate, replicas, "peak"); err != nil {
-		return err
+		return out, err
 	}
-	fc.Holds = fc.Peak.Decision == DecisionMet
 	if replicas > 1 {
 		if fc.OneLost, err = check(f.PeakRate, replicas-1, "peak with one replica lost"); err != nil {
-			return err
+			return out, err
 		}
+	}
+	return out, nil
+}
+
+// Decisions of a forecast level that met on its own but lies above the
+// verified capacity, which the monotone rule makes the most a window's
+// luck can claim: above a rate that missed (the deployment does not hold
+// it), or only above the verified capacity (not verified).
+const (
+	forecastAboveMiss     = "above a rate that missed"
+	forecastAboveVerified = "above the verified capacity"
+)
+
+// decide settles what each forecast level decided, given the verified
+// capacity (0: none) and the search's bound above it (nil: none): a
+// forecast rate is held when its level met and lies within the verified
+// capacity.
+func (fl *forecastLevels) decide(verified float64, bound *Level) {
+	if fl == nil {
+		return
+	}
+	fc := fl.check
+	for _, f := range []*ForecastLevel{fc.Average, fc.Peak, fc.OneLost} {
+		l := fl.levels[f]
+		if f == nil || l == nil {
+			continue
+		}
+		switch {
+		case verifies(l) && l.OfferedRate <= verified:
+			f.Decision = DecisionMet
+		case verifies(l) && bound != nil && bound.Decided() == DecisionMissed && !bound.ProberBound() && bound.OfferedRate <= l.OfferedRate:
+			f.Decision = forecastAboveMiss
+		case verifies(l):
+			f.Decision = forecastAboveVerified
+		default:
+			f.Decision = searchDecision(l)
+		}
+	}
+	fc.Holds = fc.Peak != nil && fc.Peak.Decision == DecisionMet
+	if fc.OneLost != nil {
 		holds := fc.OneLost.Decision == DecisionMet
 		fc.HoldsOneLost = &holds
 	}
-	return nil
 }
 
 // Verdict is what a forecast adds to a run that verified a capacity: a
@@ -260,8 +339,8 @@ func (fc *ForecastCheck) Verdict() (fail bool, reason string) {
 	peak := fmt.Sprintf("the forecast peak %.4g req/s (%.3g per replica on %s)", fc.PeakRate, fc.Peak.Rate, plural(fc.Replicas, "replica"))
 	switch fc.Peak.Decision {
 	case DecisionMet:
-	case DecisionMissed:
-		return true, fmt.Sprintf("the deployment does not hold %s: missed", peak)
+	case DecisionMissed, forecastAboveMiss:
+		return true, fmt.Sprintf("the deployment does not hold %s: %s", peak, fc.Peak.Decision)
 	default:
 		// Undecided, prober-bound or not run: nothing is known.
 		return false, fmt.Sprintf("%s could not be verified: %s", peak, fc.Peak.Decision)
@@ -273,11 +352,11 @@ func (fc *ForecastCheck) Verdict() (fail bool, reason string) {
 	switch fc.OneLost.Decision {
 	case DecisionMet:
 		return false, fmt.Sprintf("the deployment holds %s, and %s", peak, lost)
-	case DecisionMissed:
+	case DecisionMissed, forecastAboveMiss:
 		if fc.SpareReplicas > 0 {
-			return true, fmt.Sprintf("the deployment holds %s, but not %s: missed (spare_replicas %d)", peak, lost, fc.SpareReplicas)
+			return true, fmt.Sprintf("the deployment holds %s, but not %s: %s (spare_replicas %d)", peak, lost, fc.OneLost.Decision, fc.SpareReplicas)
 		}
-		return false, fmt.Sprintf("the deployment holds %s, but not %s: missed", peak, lost)
+		return false, fmt.Sprintf("the deployment holds %s, but not %s: %s", peak, lost, fc.OneLost.Decision)
 	}
 	return false, fmt.Sprintf("the deployment holds %s; %s could not be verified: %s", peak, lost, fc.OneLost.Decision)
 }

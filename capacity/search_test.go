@@ -26,9 +26,20 @@ func search(t *testing.T, verify config.VerifyConfig, target synthetic, forecast
 	s.Load.Target.Forecast, s.Load.Target.Replicas = forecast, replicas
 	s.openVerify = func(_ context.Context, stage string, rate float64, why string) (*Level, error) {
 		offered, decision, bound := target(rate)
+		// An objective of 90%: met and undecided levels attain 97%
+		// (undecided: too few requests), missed ones 80%, and
+		// undecided ones leaning to a miss ("inconclusive-") 88%.
+		attainment := 0.97
+		switch decision {
+		case DecisionMissed:
+			attainment = 0.8
+		case leaningMissed:
+			decision, attainment = DecisionInconclusive, 0.88
+		}
 		l := &Level{Stage: stage, IntendedRate: rate, OfferedRate: offered, Decision: decision, Met: decision == DecisionMet,
-			Why: why, Prober: &ProberHealth{}, Counted: 100, Attainment: 0.97, Goodput: offered,
-			Interval: &Interval{Lower: 0.95, Upper: 0.99, N: 100, NEff: 100}}
+			Why: why, Prober: &ProberHealth{}, Counted: 100, Attainment: attainment, Goodput: offered,
+			Scenarios: []ScenarioResult{{Scenario: "s", Counted: 100, Attainment: attainment, Objective: 0.9}},
+			Interval:  &Interval{Lower: attainment - 0.03, Upper: attainment + 0.02, N: 100, NEff: 100}}
 		if bound {
 			l.Prober.Invalid, l.Prober.Diagnosis = []string{validity.ReasonSendLag}, "busy host: ..."
 		}
@@ -40,6 +51,10 @@ func search(t *testing.T, verify config.VerifyConfig, target synthetic, forecast
 	}
 	return s.run, verdict, reason
 }
+
+// leaningMissed is a synthetic level undecided with its attainment below
+// the objective.
+const leaningMissed = "inconclusive-"
 
 // below is a target that meets its objective below capacity (req/s),
 // misses above it, and is undecided within margin of it.
@@ -129,13 +144,13 @@ func TestSearch(t *testing.T) {
 			name: "nothing decided", verify: config.VerifyConfig{Rates: []float64{0.5}, Resolution: 0.05, MaxLevels: 3},
 			target: below(5, 10),
 			path:   "5 inconclusive, 2.5 inconclusive, 1.25 inconclusive",
-			bound:  1.25, verdict: VerdictInconclusive, reason: "not concluded: no open-loop rate was decided within window.max_steady: 1.25 req/s",
+			bound:  1.25, verdict: VerdictInconclusive, reason: "not concluded: no open-loop rate was decided within window.max_steady: the lowest tried, 1.25 req/s",
 		},
 		{
 			name: "every rate missed", verify: config.VerifyConfig{Rates: []float64{0.5}, Resolution: 0.05, MaxLevels: 3},
 			target: below(0.1, 0),
 			path:   "5 missed, 2.5 missed, 1.25 missed", verified: verifiedAt(0),
-			bound: 1.25, verdict: VerdictFail, reason: "no open-loop rate met the objectives: 1.25 req/s missed",
+			bound: 1.25, verdict: VerdictFail, reason: "no open-loop rate met the objectives: the lowest tried, 1.25 req/s, missed",
 		},
 		{
 			// Prober-bound from 8 on (a busy host): the capacity below
@@ -152,18 +167,46 @@ func TestSearch(t *testing.T) {
 			verified: verifiedAt(7.625), bound: 8, verdict: VerdictPass,
 		},
 		{
-			// A busy host at 6 req/s: that level measured the prober;
-			// the rates above it are judged on their own.
+			// A busy host at 6 req/s: that level measured the prober,
+			// and the rate above it is judged on its own.
 			name:   "a prober-bound level below a verified one",
 			verify: config.VerifyConfig{Rates: []float64{0.5, 0.6, 0.8}, Resolution: 0.05},
 			target: func(rate float64) (float64, string, bool) {
 				if rate == 6 {
 					return rate, DecisionMissed, true
 				}
-				return below(7.5, 0)(rate)
+				return below(9, 0)(rate)
 			},
-			path:     "5 met, 6 missed, 8 missed, 6.5 met, 7.25 met, 7.62 missed",
-			verified: verifiedAt(7.25), bound: 7.625, verdict: VerdictPass,
+			path:     "5 met, 6 missed, 8 met",
+			verified: verifiedAt(8), verdict: VerdictPass,
+		},
+		{
+			// An undecided level with nothing against it (97% against
+			// 90%: too few requests) does not stop a higher rate from
+			// verifying; one whose attainment is below the objective
+			// does.
+			name:   "an undecided level below a verified one",
+			verify: config.VerifyConfig{Rates: []float64{0.2, 0.5, 0.8}, Resolution: 0.05},
+			target: func(rate float64) (float64, string, bool) {
+				if rate == 2 {
+					return rate, DecisionInconclusive, false
+				}
+				return below(6, 0)(rate)
+			},
+			path:     "2 inconclusive, 5 met, 8 missed, 6.5 missed, 5.75 met, 6.12 missed",
+			verified: verifiedAt(5.75), bound: 6.125, verdict: VerdictPass,
+		},
+		{
+			name:   "an undecided level leaning to a miss",
+			verify: config.VerifyConfig{Rates: []float64{0.2, 0.5, 0.8}, Resolution: 0.05},
+			target: func(rate float64) (float64, string, bool) {
+				if rate == 5 {
+					return rate, leaningMissed, false
+				}
+				return below(6, 0)(rate)
+			},
+			path:     "2 met, 5 inconclusive, 3.5 met, 4.25 met, 4.62 met",
+			verified: verifiedAt(4.625), bound: 5, verdict: VerdictPass,
 		},
 		{
 			name: "every rate prober-bound", verify: config.VerifyConfig{Rates: []float64{0.5}, Resolution: 0.05, MaxLevels: 2},
@@ -202,6 +245,7 @@ func TestSearchForecast(t *testing.T) {
 		name     string
 		forecast config.ForecastConfig
 		replicas int
+		target   synthetic
 		path     string
 		fail     bool
 		reason   string
@@ -230,9 +274,27 @@ func TestSearchForecast(t *testing.T) {
 			path: "5 met, 8 met, 9.5 missed", fail: true,
 			reason: "the deployment does not hold the forecast peak 9.5 req/s (9.5 per replica on 1 replica): missed",
 		},
+		{
+			// The peak per replica met on its own, above a rate that
+			// missed: a lucky window, and not held.
+			name:     "a lucky peak above a miss",
+			forecast: config.ForecastConfig{PeakRate: 9.5}, replicas: 1,
+			target: func(rate float64) (float64, string, bool) {
+				if rate > 7 && rate < 9 {
+					return rate, DecisionMissed, false
+				}
+				return rate, DecisionMet, false
+			},
+			path: "5 met, 8 missed, 9.5 met", fail: true,
+			reason: "the deployment does not hold the forecast peak 9.5 req/s (9.5 per replica on 1 replica): above a rate that missed",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			run, verdict, reason := search(t, v, below(9, 0), &tc.forecast, tc.replicas)
+			target := tc.target
+			if target == nil {
+				target = below(9, 0)
+			}
+			run, verdict, reason := search(t, v, target, &tc.forecast, tc.replicas)
 			require.Equal(t, VerdictPass, verdict, reason)
 			require.Equal(t, tc.path, path(run))
 			fail, text := run.Capacity.Forecast.Verdict()

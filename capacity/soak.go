@@ -218,7 +218,7 @@ func (s *Soak) summarizeWindow(st *Step, run *Run, windows []*Window, i int) {
 	w := &run.Soak.Windows[i]
 	w.Level = Level{Stage: "soak", IntendedRate: s.Test.Rate, EngineQueue: w.EngineQueue}
 	d := st.col.Data(windows[i])
-	summarize(&w.Level, &s.Load, d, s.Test.Window.MinRequests, s.batch())
+	summarize(&w.Level, &s.Load, d, s.Test.Window.MinRequests, s.batch(), confidence)
 	judgeProber(&w.Level, s.Validity, "its latencies include the prober's own delays")
 	bad := 0
 	for outcome, n := range w.Outcomes {

@@ -78,7 +78,7 @@ func serverSignals(records []Record) *ServerSignals {
 }
 
 // summarize computes a level from a window's records.
-func summarize(l *Level, spec *config.LoadSpec, w windowData, minRequests int, batch time.Duration) {
+func summarize(l *Level, spec *config.LoadSpec, w windowData, minRequests int, batch time.Duration, level float64) {
 	records := w.records
 	secs := w.end.Sub(w.start).Seconds()
 	l.Start, l.WindowSeconds = w.start, secs
@@ -161,7 +161,7 @@ func summarize(l *Level, spec *config.LoadSpec, w windowData, minRequests int, b
 	l.InputTokensRate, l.OutputTokensRate = per(in), per(out)
 	l.Attainment = ratio(good, l.Counted)
 	l.SLOAttainment = sloAttainment(spec, missed, l.Counted)
-	l.Interval = attainmentInterval(countedOutcomes(records, ""), w.start, batch)
+	l.Interval = attainmentInterval(countedOutcomes(records, ""), w.start, batch, level)
 	decisions := map[string]int{}
 	for _, s := range spec.Scenarios {
 		a := byScenario[s.Key.Scenario]
@@ -175,7 +175,7 @@ func summarize(l *Level, spec *config.LoadSpec, w windowData, minRequests int, b
 		// own objective.
 		sr.Met = a.counted == 0
 		if a.counted > 0 {
-			sr.Interval = attainmentInterval(countedOutcomes(records, s.Key.Scenario), w.start, batch)
+			sr.Interval = attainmentInterval(countedOutcomes(records, s.Key.Scenario), w.start, batch, level)
 			sr.Decision = decide(sr.Interval, s.Objective)
 			sr.Met = sr.Decision == DecisionMet
 			decisions[sr.Decision]++

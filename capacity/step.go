@@ -322,21 +322,27 @@ func (s *Step) burst(ctx context.Context, verified *Level) (string, string, bool
 
 // noCapacity is the verdict of a sweep and refinement in which no level
 // met the objectives with every level below it meeting them too: fail
-// when a level the prober measured validly missed; inconclusive when the
-// levels were undecided, or prober-bound after their retries.
+// when the lowest level the prober measured validly missed; inconclusive
+// when it was undecided, or every level was prober-bound after its
+// retries.
 func (s *Step) noCapacity(capped, proberBound string) (string, string) {
 	if len(s.run.Sweep) == 0 && capped != "" {
 		return VerdictAborted, "no sweep level could run: " + capped
 	}
 	for _, l := range s.run.Sweep {
-		if !l.ProberBound() && l.Decided() == DecisionMissed {
-			// A level the prober did not limit missed: the target's.
-			reason := "no sweep level met the objectives: " + missedObjectives(s.lowest())
+		if l.ProberBound() {
+			continue
+		}
+		if l.Decided() == DecisionMissed {
+			// The lowest level the prober did not limit missed: the
+			// target's failure.
+			reason := "no sweep level met the objectives: " + missedObjectives(&l)
 			if proberBound != "" {
 				reason += "; the sweep ended early: " + proberBound
 			}
 			return VerdictFail, reason
 		}
+		break // undecided: the capacity may lie there
 	}
 	if proberBound != "" {
 		return VerdictInconclusive, "not concluded: no level measured the target validly: " + proberBound
@@ -482,16 +488,24 @@ func (s *Step) measure(ctx context.Context, l *Level, run, stop config.LoadSpec)
 		if err != nil || !l.ProberBound() || attempt >= s.Test.Retries {
 			return err
 		}
+		// The prober-bound measurement stays the level's until the
+		// next one replaces it: a run stopped meanwhile keeps it.
 		why := fmt.Sprintf("%s (%s)", l.Prober.Diagnosis, strings.Join(l.Prober.Invalid, ", "))
 		s.Logger.Info("Measuring a level again: the prober was the limit", "test", s.Test.Name, "level", l.LoadName(), "why", why)
-		*l = Level{Stage: l.Stage, Concurrency: l.Concurrency, IntendedRate: l.IntendedRate, Why: l.Why,
-			Remeasured: append(l.Remeasured, why)}
 		if err := s.waitValid(ctx); err != nil {
 			return err
 		}
 		if err := s.Manager.Apply(s.Test.Name, []config.LoadSpec{run}); err != nil {
+			if errors.Is(err, prober.ErrOverCaps) {
+				// The caps changed meanwhile (a reload): the level
+				// stays as it was measured.
+				l.Note = addNote(l.Note, "not measured again: capped by "+err.Error())
+				return nil
+			}
 			return err
 		}
+		*l = Level{Stage: l.Stage, Concurrency: l.Concurrency, IntendedRate: l.IntendedRate, Why: l.Why,
+			Remeasured: append(l.Remeasured, why)}
 	}
 }
 
@@ -501,7 +515,7 @@ func (s *Step) measureOnce(ctx context.Context, l *Level, stop config.LoadSpec) 
 	steady := time.Duration(s.Test.Window.Steady)
 	err := s.watch(ctx, time.Duration(s.Test.Window.Warmup), nil)
 	queue := sampleQueue(ctx, s.Queue)
-	ws := []*Window{s.col.Open(time.Now())}
+	ws := []*Window{s.col.Open(time.Time{})}
 	if err == nil {
 		err = s.watch(ctx, steady, nil)
 	}
@@ -510,8 +524,7 @@ func (s *Step) measureOnce(ctx context.Context, l *Level, stop config.LoadSpec) 
 		// requests end; if they decide the level, that window is not
 		// needed.
 		last := ws[len(ws)-1]
-		next := s.col.Open(time.Now())
-		s.col.Close(last, next.Start)
+		next := s.col.Roll(last)
 		ended := s.watch(ctx, time.Duration(s.Load.Target.Timeout)+5*time.Second, func() bool { return s.col.Ended(last) })
 		if ended != nil && !errors.Is(ended, errTimedOut) {
 			s.col.Discard(next, time.Now())
@@ -536,7 +549,10 @@ func (s *Step) measureOnce(ctx context.Context, l *Level, stop config.LoadSpec) 
 	s.summarize(l, drain, s.Test.Window.MinRequests, ws...)
 	l.Extensions = len(ws) - 1
 	if errors.Is(err, errStopRule) {
+		// Plainly broken, whatever its window holds (a rule that fires
+		// in the warm-up leaves it empty): missed.
 		l.Note = err.Error()
+		l.Decision, l.Met = DecisionMissed, false
 	}
 	return err
 }
@@ -545,7 +561,7 @@ func (s *Step) measureOnce(ctx context.Context, l *Level, stop config.LoadSpec) 
 // level: met or missed.
 func (s *Step) decided(ws []*Window) bool {
 	var l Level
-	summarize(&l, &s.Load, s.col.Data(ws...), 0, s.batch())
+	summarize(&l, &s.Load, s.col.Data(ws...), 0, s.batch(), lookConfidence(s.Test.Window.MaxSteadyWindows()))
 	return l.Decision != DecisionInconclusive
 }
 
@@ -731,11 +747,16 @@ func (s *Step) stopRule() error {
 // summarize fills a level from its windows, once their requests have
 // ended.
 func (s *Step) summarize(l *Level, drain time.Duration, minRequests int, ws ...*Window) {
-	batch := s.batch()
-	if l.Stage == "baseline" {
-		batch = 0 // one request at a time: nothing to batch
+	// A level extended while undecided was looked at up to
+	// MaxSteadyWindows times; a baseline and a burst once.
+	batch, level := s.batch(), lookConfidence(s.Test.Window.MaxSteadyWindows())
+	switch l.Stage {
+	case "baseline":
+		batch, level = 0, confidence // one request at a time: nothing to batch
+	case "burst":
+		level = confidence
 	}
-	summarize(l, &s.Load, s.col.Data(ws...), minRequests, batch)
+	summarize(l, &s.Load, s.col.Data(ws...), minRequests, batch, level)
 	if s.judgeLevel != nil {
 		s.judgeLevel(l)
 	} else {

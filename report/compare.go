@@ -183,7 +183,13 @@ func verifiedLevel(r *Report) *Level {
 		return nil
 	}
 	for i := range r.Levels {
-		if l := &r.Levels[i]; l.Stage == "verify" && l.IntendedRate == r.Capacity.VerifiedRate {
+		// Stated at its offered rate; in a schema-1 run at its intended.
+		l := &r.Levels[i]
+		rate := l.IntendedRate
+		if l.Decision != "" {
+			rate = l.OfferedRate
+		}
+		if l.Stage == "verify" && l.Met && rate == r.Capacity.VerifiedRate {
 			return l
 		}
 	}

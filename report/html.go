@@ -47,7 +47,7 @@ func WriteHTML(w io.Writer, r *Report) error {
 <main>
 `, CSP, html.EscapeString(r.Provenance.Version), html.EscapeString(title), css)
 	verdictClass := "verdict-unknown"
-	if slices.Contains([]string{"pass", "fail", "infeasible", "aborted", "running"}, r.Verdict) {
+	if slices.Contains([]string{"pass", "fail", "infeasible", "aborted", "inconclusive", "running"}, r.Verdict) {
 		verdictClass = "verdict-" + r.Verdict
 	}
 	renderMarkdown(&b, md.String(), verdictClass, func(section string) {
