@@ -2,7 +2,6 @@ package capacity
 
 import (
 	"math"
-	"slices"
 	"time"
 
 	"gonum.org/v1/gonum/stat/distuv"
@@ -59,8 +58,10 @@ const minBatches = 3
 // length (by the requests' send times), the variance of the attainment
 // is estimated from the batches' own attainments (the batch means
 // method, as a ratio estimator: the batches hold different numbers of
-// requests), and NEff = p(1-p) / variance is the number of independent
-// requests that would have that variance, never more than N. With a
+// requests), at the batch length and at twice it (the larger variance
+// stands: misses that outlast a batch show at the longer one), and NEff
+// = p(1-p) / variance is the number of independent requests that would
+// have that variance, never more than N. With a
 // variance from batches, the quantile is Student's t with batches - 1
 // degrees of freedom rather than the normal one. Where the batches cannot
 // tell (fewer than 3, or every request good or every one bad), NEff is N.
@@ -98,8 +99,7 @@ func attainmentInterval(outcomes []outcome, start time.Time, batch time.Duration
 	if n == 0 {
 		return nil
 	}
-	type counts struct{ n, good int }
-	var batches []counts
+	var batches []batchCount // by time: batch i is [start + i batch, start + (i+1) batch)
 	good := 0
 	for _, o := range outcomes {
 		i := 0
@@ -107,7 +107,7 @@ func attainmentInterval(outcomes []outcome, start time.Time, batch time.Duration
 			i = max(0, int(o.sent.Sub(start)/batch))
 		}
 		for len(batches) <= i {
-			batches = append(batches, counts{})
+			batches = append(batches, batchCount{})
 		}
 		batches[i].n++
 		if o.good {
@@ -115,31 +115,73 @@ func attainmentInterval(outcomes []outcome, start time.Time, batch time.Duration
 			good++
 		}
 	}
-	batches = slices.DeleteFunc(batches, func(c counts) bool { return c.n == 0 })
 	p := float64(good) / float64(n)
-	iv := &Interval{N: n, NEff: float64(n), Batches: len(batches), Confidence: level}
-	q := distuv.UnitNormal.Quantile(1 - (1-level)/2)
-	if k := len(batches); k >= minBatches && good > 0 && good < n {
-		// The ratio estimator's variance over k batches:
-		// k/(k-1) * sum (g_i - p n_i)^2 / N^2. Where it exceeds the
-		// binomial's, the interval is over the sample size it implies
-		// with Student's t (the variance is itself an estimate); where
-		// it does not, the requests are taken as independent (the
-		// binomial's variance, the normal quantile): never narrower
-		// than the binomial interval over the requests counted.
-		sum := 0.0
-		for _, b := range batches {
-			d := float64(b.good) - p*float64(b.n)
-			sum += d * d
+	iv := &Interval{N: n, NEff: float64(n), Confidence: level}
+	z := distuv.UnitNormal.Quantile(1 - (1-level)/2)
+	q := z
+	// The batch means at two batch lengths, the batch and twice it: a
+	// queue whose misses last longer than a batch shows at the longer
+	// one. The wider interval stands (its half-width goes as
+	// q / sqrt(NEff)). Where the batches' variance is below the
+	// binomial's, the requests are taken as independent (the binomial's
+	// variance, the normal quantile): never narrower than the binomial
+	// interval over the requests counted. Where it is above, the
+	// interval is over the sample size it implies, with Student's t (the
+	// variance is itself an estimate).
+	for scale, bs := range [][]batchCount{batches, pairs(batches)} {
+		k, variance := ratioVariance(bs, p)
+		if scale == 0 {
+			iv.Batches = k
 		}
-		variance := float64(k) / float64(k-1) * sum / (float64(n) * float64(n))
-		if neff := p * (1 - p) / variance; variance > 0 && neff < float64(n) {
-			iv.NEff = max(neff, 1)
-			q = max(q, distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(k - 1)}.Quantile(1-(1-level)/2))
+		if k < minBatches || good == 0 || good == n || variance <= 0 {
+			continue
+		}
+		neff := min(max(p*(1-p)/variance, 1), float64(n))
+		qk := z
+		if neff < float64(n) {
+			qk = max(z, distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(k - 1)}.Quantile(1-(1-level)/2))
+		}
+		if qk*qk/neff > q*q/iv.NEff {
+			iv.NEff, iv.Batches, q = neff, k, qk
 		}
 	}
 	iv.Lower, iv.Upper = wilson(p, iv.NEff, q)
 	return iv
+}
+
+// batchCount is the requests of one batch and the good ones among them.
+type batchCount struct{ n, good int }
+
+// pairs merges adjacent batches: the batches of twice the length.
+func pairs(bs []batchCount) []batchCount {
+	out := make([]batchCount, 0, (len(bs)+1)/2)
+	for i := 0; i < len(bs); i += 2 {
+		c := bs[i]
+		if i+1 < len(bs) {
+			c.n, c.good = c.n+bs[i+1].n, c.good+bs[i+1].good
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// ratioVariance is the ratio estimator's variance of the attainment p over
+// the non-empty batches of bs, k/(k-1) * sum (g_i - p n_i)^2 / N^2, and k.
+func ratioVariance(bs []batchCount, p float64) (k int, variance float64) {
+	sum, n := 0.0, 0
+	for _, b := range bs {
+		if b.n == 0 {
+			continue
+		}
+		k++
+		n += b.n
+		d := float64(b.good) - p*float64(b.n)
+		sum += d * d
+	}
+	if k < 2 || n == 0 {
+		return k, 0
+	}
+	return k, float64(k) / float64(k-1) * sum / (float64(n) * float64(n))
 }
 
 // wilson is Wilson's score interval of a proportion p over n trials at

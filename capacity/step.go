@@ -559,10 +559,15 @@ func (s *Step) measureOnce(ctx context.Context, l *Level, stop config.LoadSpec) 
 
 // decided reports whether windows whose requests have ended decide their
 // level: met or missed.
+// A level the prober limited is not extended either: it is measured
+// again (measure), and more of the same window would measure the prober.
 func (s *Step) decided(ws []*Window) bool {
 	var l Level
 	summarize(&l, &s.Load, s.col.Data(ws...), 0, s.batch(), lookConfidence(s.Test.Window.MaxSteadyWindows()))
-	return l.Decision != DecisionInconclusive
+	if s.judgeLevel == nil {
+		judgeProber(&l, s.Validity, "")
+	}
+	return l.Decision != DecisionInconclusive || l.ProberBound()
 }
 
 // batch is the length of a level's batches for its attainment interval:

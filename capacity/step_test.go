@@ -96,7 +96,14 @@ func runStep(t *testing.T, ctx context.Context, cfg *config.Config) *capacity.Ru
 
 // TestStepGroundTruth: the step test finds the analytic capacity (4
 // clients, 12.5 req/s, within one refined step or 10%), the knee at the
-// same level, verifies half of it open loop, and passes.
+// same level, verifies a quarter of it open loop, and passes.
+//
+// The windows may extend to 24 s: a level whose every request is good
+// decides met at an objective of 85% once its requests number
+// z^2 * 0.85 / 0.15, with z at 1 - 0.05 / 8 looks (two-sided, 2.73): 43.
+// The quarter rate, 3 req/s, draws 72 in 24 s on average (fewer than 43
+// about once in 10,000 runs); a 15 s limit, 45 on average against 38
+// needed, left it undecided in one run in seven.
 func TestStepGroundTruth(t *testing.T) {
 	sim := simtest.Start(t, groundTruthSim)
 	cfg := stepConfig(t, sim.URL, `
@@ -106,7 +113,7 @@ func TestStepGroundTruth(t *testing.T) {
     scenario: short
     baseline: {requests: 10}
     sweep: {concurrency: [1, 2, 4, 8], refine: 2}
-    window: {warmup: 1s, steady: 3s, min_requests: 20, max_steady: 15s}
+    window: {warmup: 1s, steady: 3s, min_requests: 20, max_steady: 24s}
     verify: {rates: [0.25, 1.5], max_levels: 2, burst: {factor: 2, for: 2s}, drain_within: 10s}
 `)
 	run := runStep(t, t.Context(), cfg)
@@ -125,8 +132,8 @@ func TestStepGroundTruth(t *testing.T) {
 		require.Equal(t, l.Concurrency <= analyticConcurrency, l.Met, "level %d: %+v", l.Concurrency, l.Scenarios)
 		require.Equal(t, l.Sent, l.Outcomes[prober.OutcomeOK], "level %d: every request ok", l.Concurrency)
 		// A level the first window left undecided is extended by
-		// steady windows, up to five (max_steady 15s).
-		require.LessOrEqual(t, l.Extensions, 4)
+		// steady windows, up to eight (max_steady 24s).
+		require.LessOrEqual(t, l.Extensions, 7)
 		require.InDelta(t, 3*(1+l.Extensions), l.WindowSeconds, 0.5, "the steady windows")
 		require.NotNil(t, l.Interval)
 		require.Equal(t, l.Met, l.Interval.Lower >= 0.85, "level %d: met is the interval's lower end at the objective: %+v", l.Concurrency, l.Interval)

@@ -53,9 +53,11 @@ func runSoak(t *testing.T, cfg *config.Config) *capacity.Run {
 
 // TestSoakBenchmark is the soak half of `make bench-capacity`: soaks of an
 // unchanged simulator (no drift may be flagged) and of a degrading one
-// (drift must be flagged every time), side by side. It runs only with
-// SLOPROBER_BENCH_SOAK set to the runs of each (10 in `make
-// bench-capacity`).
+// (drift must be flagged every time), one after the other: side by side,
+// the degrading simulator's growing work takes the unchanged one's CPU and
+// its latency grows with it (a run of 2 cores flagged the unchanged one).
+// It runs only with SLOPROBER_BENCH_SOAK set to the runs of each (10 in
+// `make bench-capacity`).
 func TestSoakBenchmark(t *testing.T) {
 	n := 0
 	if _, err := fmt.Sscan(os.Getenv("SLOPROBER_BENCH_SOAK"), &n); err != nil || n <= 0 {
@@ -69,7 +71,6 @@ func TestSoakBenchmark(t *testing.T) {
 	t.Run("simulators", func(t *testing.T) {
 		for k, kind := range kinds {
 			t.Run(kind.name, func(t *testing.T) {
-				t.Parallel()
 				right := 0
 				for i := range n {
 					// A simulator a run: a degradation counts from its start.
