@@ -224,7 +224,9 @@ func TestCapacityBenchmark(t *testing.T) {
 					}
 					fmt.Fprintf(table, "| %g | %d | %.1f | %s | %.3f | %s | %d | %s |\n", objective, i+1, truth, verifiedCell(run), ratio,
 						boundCell(run), len(run.Verify), time.Since(start).Round(time.Second))
-					t.Logf("objective %g run %d: %s", objective, i+1, run.Reason)
+					var b strings.Builder
+					capacity.WriteTable(&b, run)
+					t.Logf("objective %g run %d: %s\n%s", objective, i+1, run.Reason, b.String())
 				}
 				slices.Sort(ratios)
 				fmt.Fprintf(table, "| %g | **%d of %d within 10%%, %d above by more; verified/truth min %.3f, median %.3f, max %.3f** | | | | | | |\n",
