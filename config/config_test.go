@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -91,6 +92,13 @@ canary[0].arrival: must be constant, poisson or gamma, got "bursty"`},
 		{"duplicates.yml", `testdata/duplicates.yml: targets[1].name: duplicate target name "local"
 scenarios[1].name: duplicate scenario name "chat"
 canary[1]: canary[0] and canary[1] both produce target="local" scenario="chat" test="canary"`},
+		// A secret pasted with its newline: named, never shown.
+		{"header_newline.yml", `testdata/header_newline.yml: targets[0].authorization.credentials (or bearer_token): must not contain a newline or another control character: it is sent as a header value
+targets[0].http_headers.x-api-key.secrets[0]: must not contain a newline or another control character: it is sent as a header value
+targets[0].http_headers.x-team.values[0]: must not contain a newline or another control character: it is sent as a header value, got "a\rb"
+targets[0].server_metrics.authorization.credentials (or bearer_token): must not contain a newline or another control character: it is sent as a header value`},
+		// A query is kept (after the API's path); a fragment is refused.
+		{"url_fragment.yml", `testdata/url_fragment.yml: targets[0].url: a #fragment is never sent to a server; remove it, got "http://127.0.0.1:8000/v1#chat"`},
 		{"over_rate.yml", "testdata/over_rate.yml: canary: the enabled loads add up to 6 req/s, above global.max_rate 5"},
 		{"bad_auth.yml", "testdata/bad_auth.yml: targets[0]: at most one of bearer_token & bearer_token_file must be configured"},
 		{"bad_tracing.yml", `testdata/bad_tracing.yml: targets[0].timing.sources[1]: must be one of timings, server_timing, headers, got "spans"
@@ -150,7 +158,7 @@ canary[1].replay.file: traces/instant.jsonl spans no time (2 records, all at the
 canary[2].replay.speed: must be a finite number of at least 0.01, got 0.001
 canary[3].replay.speed: must be a finite number of at least 0.01, got +Inf`},
 		{"bad_traces.yml", `testdata/bad_traces.yml: scenarios[0].lengths_from: file: testdata/traces/huge.jsonl: line 2: input_tokens: must be at most 1000000 tokens, got 9000000000000000000
-scenarios[1].lengths_from: file: /dev/null: not a regular file
+scenarios[1].lengths_from: file: /dev/null: not a regular file (a device)
 scenarios[2].lengths_from: file: testdata/traces/empty.csv: the file is empty`},
 		{"turns.yml", "testdata/turns.yml: scenarios[0].conversation.turns: must be between 1 and 1000, got 1000000"},
 		{"long_names.yml", `testdata/long_names.yml: targets[0].name: must be at most 64 bytes, got 65 bytes ("tttttttttttttttttttttttttttttttt"...)
@@ -451,4 +459,44 @@ func TestTracingAndTiming(t *testing.T) {
 	empty, err := Load([]byte("targets: []\ntracing:\n"), false)
 	require.NoError(t, err, "an empty tracing section is the defaults")
 	require.Equal(t, DefaultTracingConfig, empty.Tracing)
+}
+
+// TestServerMetricsTimeout: a server_metrics read's timeout defaults to
+// 5 s, or to the interval where that is shorter (an interval of 2 s alone
+// was refused: "timeout must be at most the interval"); one set stands,
+// and one above the interval is an error.
+func TestServerMetricsTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		section string
+		timeout time.Duration
+		err     string
+	}{
+		{"{url: 'http://127.0.0.1:8000/metrics'}", 5 * time.Second, ""},
+		{"{url: 'http://127.0.0.1:8000/metrics', interval: 2s}", 2 * time.Second, ""},
+		{"{url: 'http://127.0.0.1:8000/metrics', interval: 1m}", 5 * time.Second, ""},
+		{"{url: 'http://127.0.0.1:8000/metrics', interval: 2s, timeout: 1s}", time.Second, ""},
+		{"{url: 'http://127.0.0.1:8000/metrics', interval: 2s, timeout: 3s}", 0,
+			"targets[0].server_metrics.timeout: must be positive and at most the interval (2s), got 3s"},
+		{"{url: 'http://127.0.0.1:8000/metrics', timeout: 0s}", 0,
+			"targets[0].server_metrics.timeout: must be positive and at most the interval (15s), got 0s"},
+	} {
+		t.Run(tc.section, func(t *testing.T) {
+			c, err := Load([]byte("targets: [{name: x, url: 'http://127.0.0.1:8000/v1', model: m, server_metrics: "+tc.section+"}]"), false)
+			if tc.err != "" {
+				require.EqualError(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, model.Duration(tc.timeout), c.Targets[0].ServerMetrics.Timeout)
+		})
+	}
+}
+
+// TestLoadFileNamedPipe: a FIFO as --config.file is refused at once
+// (`check config` hung on it, waiting for a writer).
+func TestLoadFileNamedPipe(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sloprober.yml")
+	require.NoError(t, syscall.Mkfifo(path, 0o600))
+	_, err := LoadFile(path, false)
+	require.EqualError(t, err, path+": not a regular file (a named pipe)")
 }

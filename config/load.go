@@ -14,6 +14,7 @@ import (
 
 	commoncfg "github.com/prometheus/common/config"
 
+	"github.com/sloprober/sloprober/internal/regularfile"
 	"github.com/sloprober/sloprober/internal/strictyaml"
 	"github.com/sloprober/sloprober/workload"
 )
@@ -25,7 +26,7 @@ import (
 // file above MaxConfigFileBytes is rejected after reading one byte more
 // than the limit, not the whole file.
 func LoadFile(filename string, expandEnv bool) (*Config, error) {
-	f, err := os.Open(filename)
+	f, _, err := regularfile.Open(filename)
 	if err != nil {
 		return nil, err
 	}

@@ -50,11 +50,18 @@ func ParseShard(s, hostname string) (Shard, error) {
 		return Shard{}, fmt.Errorf("shard %q: N must be between 1 and %d", s, MaxShards)
 	}
 	if idx == "ordinal" {
+		// The host's ordinal is the part that is wrong, not i: a
+		// StatefulSet of more replicas than N, or a host name that
+		// ends otherwise.
 		_, ord, found := cutLast(hostname, "-")
-		if !found {
+		i, err := strconv.Atoi(ord)
+		switch {
+		case !found || err != nil:
 			return Shard{}, fmt.Errorf("shard %q: the host name %q does not end in -<ordinal>", s, hostname)
+		case i < 0 || i >= n:
+			return Shard{}, fmt.Errorf("shard %q: the host name %q has ordinal %d, not between 0 and %d: run at most %d replicas, or raise N", s, hostname, i, n-1, n)
 		}
-		idx = ord
+		return Shard{Index: i, Count: n}, nil
 	}
 	i, err := strconv.Atoi(idx)
 	if err != nil || i < 0 || i >= n {

@@ -22,7 +22,9 @@ func TestParseShard(t *testing.T) {
 		{in: "1/1001", err: `shard "1/1001": N must be between 1 and 1000`},
 		{in: "1", err: `shard "1": must be i/N (e.g. 0/3) or ordinal/N`},
 		{in: "ordinal/3", host: "sloprober", err: `shard "ordinal/3": the host name "sloprober" does not end in -<ordinal>`},
-		{in: "ordinal/3", host: "sloprober-5", err: `shard "ordinal/3": i must be between 0 and 2`},
+		{in: "ordinal/3", host: "sloprober-5", err: `shard "ordinal/3": the host name "sloprober-5" has ordinal 5, not between 0 and 2: run at most 3 replicas, or raise N`},
+		{in: "ordinal/3", host: "sloprober-canary", err: `shard "ordinal/3": the host name "sloprober-canary" does not end in -<ordinal>`},
+		{in: "x/3", err: `shard "x/3": i must be between 0 and 2`},
 	} {
 		t.Run(tc.in+" "+tc.host, func(t *testing.T) {
 			got, err := ParseShard(tc.in, tc.host)

@@ -182,7 +182,9 @@ type ServerMetricsConfig struct {
 	URL string `yaml:"url"`
 	// Interval is how often it is read. Default 15s.
 	Interval model.Duration `yaml:"interval,omitempty"`
-	// Timeout bounds one read. Default 5s, at most the interval.
+	// Timeout bounds one read, at most the interval. Default 5s, or the
+	// interval where that is shorter: interval 2s alone reads every 2 s
+	// and gives each read 2 s, where a default of 5 s would be refused.
 	Timeout model.Duration `yaml:"timeout,omitempty"`
 	// HTTPClientConfig is prometheus/common's (auth, TLS, proxy).
 	HTTPClientConfig commoncfg.HTTPClientConfig `yaml:",inline"`
@@ -198,8 +200,16 @@ var DefaultServerMetricsConfig = ServerMetricsConfig{
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (s *ServerMetricsConfig) UnmarshalYAML(unmarshal func(any) error) error {
 	*s = DefaultServerMetricsConfig
+	const unset = -1 // a duration YAML cannot spell
+	s.Timeout = unset
 	type plain ServerMetricsConfig
-	return unmarshal((*plain)(s))
+	if err := unmarshal((*plain)(s)); err != nil {
+		return err
+	}
+	if s.Timeout == unset {
+		s.Timeout = min(DefaultServerMetricsConfig.Timeout, s.Interval)
+	}
+	return nil
 }
 
 // TimingOf returns a target's timing configuration: its own, else the
@@ -299,4 +309,5 @@ func (v *validation) validateServerMetrics(key string, s *ServerMetricsConfig) {
 	if err := s.HTTPClientConfig.Validate(); err != nil {
 		v.bad(key, "%v", err)
 	}
+	v.validateHeaderValues(key, &s.HTTPClientConfig)
 }

@@ -18,6 +18,7 @@ import (
 	// image without /usr/share/zoneinfo knows UTC only.
 	_ "time/tzdata"
 
+	commoncfg "github.com/prometheus/common/config"
 	"github.com/prometheus/common/model"
 	"github.com/robfig/cron/v3"
 	"go.yaml.in/yaml/v2"
@@ -165,6 +166,7 @@ func (v *validation) validateTarget(key string, t *TargetConfig) {
 	if err := t.HTTPClientConfig.Validate(); err != nil {
 		v.bad(key, "%v", err)
 	}
+	v.validateHeaderValues(key, &t.HTTPClientConfig)
 	v.validateTiming(key, t.Timing)
 	v.validateServerMetrics(key, t.ServerMetrics)
 }
@@ -427,6 +429,40 @@ func checkName(name string) error {
 	return nil
 }
 
+// validateHeaderValues checks the inline values that prometheus/common
+// sends as header values: the authorization's type and credentials (a
+// bearer_token among them), and http_headers' values and secrets. A newline in one
+// (a secret pasted with its line end) passed `check config` and then
+// failed every request ("invalid header field value"): it is an error
+// here, naming the key and never the secret.
+func (v *validation) validateHeaderValues(key string, c *commoncfg.HTTPClientConfig) {
+	bad := func(s string) bool { return !httpguts.ValidHeaderFieldValue(s) }
+	const why = "must not contain a newline or another control character: it is sent as a header value"
+	if a := c.Authorization; a != nil {
+		if bad(a.Type) {
+			v.bad(key+".authorization.type", "%s, got %q", why, a.Type)
+		}
+		// prometheus/common moves a bearer_token here when it loads.
+		if bad(string(a.Credentials)) {
+			v.bad(key+".authorization.credentials (or bearer_token)", "%s", why)
+		}
+	}
+	if h := c.HTTPHeaders; h != nil {
+		for _, name := range slices.Sorted(maps.Keys(h.Headers)) {
+			for i, val := range h.Headers[name].Values {
+				if bad(val) {
+					v.bad(fmt.Sprintf("%s.http_headers.%s.values[%d]", key, name, i), "%s, got %q", why, val)
+				}
+			}
+			for i, val := range h.Headers[name].Secrets {
+				if bad(string(val)) {
+					v.bad(fmt.Sprintf("%s.http_headers.%s.secrets[%d]", key, name, i), "%s", why)
+				}
+			}
+		}
+	}
+}
+
 func validateURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil {
@@ -437,6 +473,11 @@ func validateURL(s string) error {
 	}
 	if u.Host == "" {
 		return errors.New("host is missing")
+	}
+	if u.Fragment != "" || strings.Contains(s, "#") {
+		// http://h/v1#x: the fragment is never sent, and the API's path
+		// would go after it.
+		return errors.New("a #fragment is never sent to a server; remove it")
 	}
 	return nil
 }

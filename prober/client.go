@@ -70,7 +70,7 @@ func NewClient(t *config.TargetConfig, userAgent string, maxStreams int) (*Clien
 		c.pools = append(c.pools, hc)
 	}
 	c.http = c.pools[0]
-	c.endpoint = strings.TrimSuffix(t.URL, "/") + c.api.path
+	c.endpoint = joinPath(t.URL, c.api.path)
 	return c, nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/sloprober/sloprober/config"
 )
@@ -29,7 +28,7 @@ type ServedModel struct {
 // string bounded like every statement of a server about itself, within the
 // calibration requests' bounds (10 s, 4 MiB).
 func (c *Client) Models(ctx context.Context) ([]ServedModel, error) {
-	url := strings.TrimSuffix(c.target.URL, "/") + "/models"
+	url := joinPath(c.target.URL, "/models")
 	b, err := c.call(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err

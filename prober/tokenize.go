@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/sloprober/sloprober/config"
@@ -20,13 +19,6 @@ const maxInfoReplyBytes = 4 << 20
 
 // infoTimeout bounds each calibration request.
 const infoTimeout = 10 * time.Second
-
-// serverRoot is the target's base URL without its /v1 suffix, where
-// /tokenize, /apply-template and /props are (vLLM, SGLang, llama.cpp).
-func serverRoot(base string) string {
-	base = strings.TrimSuffix(base, "/")
-	return strings.TrimSuffix(base, "/v1")
-}
 
 // calibrationWords are the prompt lengths sent to /tokenize: two lengths far
 // apart tell the overhead from the rate.
@@ -196,7 +188,7 @@ func (c *Client) tokenizeLlama(ctx context.Context, text string) (int, string, e
 	root := serverRoot(c.target.URL)
 	template := "none"
 	if ChatLike(c.target.API) {
-		b, err := c.post(ctx, root+"/apply-template", map[string]any{"messages": []Message{{Role: "user", Content: text}}})
+		b, err := c.post(ctx, joinPath(root, "/apply-template"), map[string]any{"messages": []Message{{Role: "user", Content: text}}})
 		var out struct {
 			Prompt string `json:"prompt"`
 		}
@@ -206,7 +198,7 @@ func (c *Client) tokenizeLlama(ctx context.Context, text string) (int, string, e
 			template = "usage"
 		}
 	}
-	b, err := c.post(ctx, root+"/tokenize", map[string]any{"content": text, "add_special": true, "parse_special": true})
+	b, err := c.post(ctx, joinPath(root, "/tokenize"), map[string]any{"content": text, "add_special": true, "parse_special": true})
 	if err != nil {
 		return 0, "", fmt.Errorf("llama.cpp form: %w", err)
 	}
@@ -230,7 +222,7 @@ func (c *Client) tokenizeVLLM(ctx context.Context, text string) (int, string, er
 		body["messages"] = []Message{{Role: "user", Content: text}}
 		template = "tokenize"
 	}
-	b, err := c.post(ctx, serverRoot(c.target.URL)+"/tokenize", body)
+	b, err := c.post(ctx, joinPath(serverRoot(c.target.URL), "/tokenize"), body)
 	if err != nil {
 		return 0, "", fmt.Errorf("vLLM form: %w", err)
 	}
@@ -251,10 +243,10 @@ func (c *Client) contextLength(ctx context.Context) (int, string) {
 			best, source = n, s
 		}
 	}
-	if b, err := c.call(ctx, http.MethodGet, strings.TrimSuffix(c.target.URL, "/")+"/models", nil); err == nil {
+	if b, err := c.call(ctx, http.MethodGet, joinPath(c.target.URL, "/models"), nil); err == nil {
 		consider(parseModelsContext(b, c.target.Model), "max_model_len")
 	}
-	if b, err := c.call(ctx, http.MethodGet, serverRoot(c.target.URL)+"/props", nil); err == nil {
+	if b, err := c.call(ctx, http.MethodGet, joinPath(serverRoot(c.target.URL), "/props"), nil); err == nil {
 		consider(parsePropsContext(b), "n_ctx")
 	}
 	consider(c.target.MaxContext, "max_context")

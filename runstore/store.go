@@ -37,6 +37,7 @@ import (
 
 	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/internal/regularfile"
 )
 
 const (
@@ -642,18 +643,11 @@ func writeFileAtomic(dir, name string, data []byte) (err error) {
 
 // readFile reads a run file of at most MaxRunBytes.
 func readFile(path string) ([]byte, os.FileInfo, error) {
-	f, err := os.Open(path)
+	f, fi, err := regularfile.Open(path)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, nil, fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
-	}
 	if fi.Size() > MaxRunBytes {
 		return nil, nil, fmt.Errorf("%w: %d bytes, the limit is %d", errTooLarge, fi.Size(), MaxRunBytes)
 	}

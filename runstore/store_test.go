@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -397,6 +398,10 @@ func TestCorruptFilesAreSetAside(t *testing.T) {
 			content(`{"test": "nightly", "start": "2025-01-01T00:00:00Z", "verdict": "running", "sweep": 5}`)},
 		{"not a run name", "notes.json", content(`{}`)},
 		{"upper-case hex in the name", "nightly-20250101T000000.000Z-0BADF11E.json", content(`{}`)},
+		// Opening a FIFO blocks until a writer comes: start-up hung.
+		{"a named pipe", badID + ".json", func(t *testing.T, path string) {
+			require.NoError(t, syscall.Mkfifo(path, 0o600))
+		}},
 		{"too large", badID + ".json", func(t *testing.T, path string) {
 			f, err := os.Create(path)
 			require.NoError(t, err)
@@ -438,6 +443,21 @@ func TestCorruptFilesAreSetAside(t *testing.T) {
 			require.Contains(t, logs.String(), "set_aside=0")
 		})
 	}
+}
+
+// TestGetRefusesNamedPipe: a stored run's file replaced by a FIFO is
+// an error at once for Get (each GET of it hung, and leaked a goroutine).
+func TestGetRefusesNamedPipe(t *testing.T) {
+	dir := t.TempDir()
+	s, err := runstore.Open(dir, runstore.Retention{}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	id := finished(t, s, "nightly", t0, t0.Add(time.Hour), capacity.VerdictPass)
+	path := filepath.Join(dir, "runs", string(id)+".json")
+	require.NoError(t, os.Remove(path))
+	require.NoError(t, syscall.Mkfifo(path, 0o600))
+	_, err = s.Get(id)
+	require.EqualError(t, err, "run "+string(id)+": "+path+": not a regular file (a named pipe)")
 }
 
 func content(s string) func(t *testing.T, path string) {

@@ -114,11 +114,33 @@ func NewScraper(target string, cfg *config.ServerMetricsConfig) (*Scraper, error
 	if err != nil {
 		return nil, fmt.Errorf("target %q: server_metrics: %w", target, err)
 	}
+	client.CheckRedirect = checkRedirect(cfg.HTTPClientConfig.FollowRedirects)
 	timeout := time.Duration(cfg.Timeout)
 	if timeout <= 0 { // not validated
 		timeout = time.Duration(config.DefaultServerMetricsConfig.Timeout)
 	}
 	return &Scraper{url: cfg.URL, client: client, timeout: timeout}, nil
+}
+
+// maxRedirects bounds the redirects a scrape follows where following them
+// is configured.
+const maxRedirects = 3
+
+// checkRedirect is the redirect policy of scrapes. prometheus/common's
+// round tripper puts the section's credentials on every request, the
+// redirected ones included: a /metrics that redirected to another port
+// got the bearer token. So follow_redirects (true by default, as in
+// Prometheus) follows only redirects to the same scheme, host and port;
+// any other, or any with follow_redirects: false, is an "http" failure
+// (its 3xx).
+func checkRedirect(follow bool) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		first := via[0]
+		if !follow || len(via) > maxRedirects || req.URL.Scheme != first.URL.Scheme || req.URL.Host != first.URL.Host {
+			return http.ErrUseLastResponse
+		}
+		return nil
+	}
 }
 
 // UserAgent is the User-Agent of scrapes: sloprober/<version>, or

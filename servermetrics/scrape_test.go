@@ -115,7 +115,8 @@ func TestScrapeHostile(t *testing.T) {
 			http.Error(w, "engine dead", http.StatusInternalServerError)
 		}},
 		{name: "404", reason: ReasonHTTP, handler: http.NotFound},
-		{name: "redirect loop", reason: ReasonConnect, handler: func(w http.ResponseWriter, r *http.Request) {
+		// Three redirects are followed, the fourth is the answer: its 3xx.
+		{name: "redirect loop", reason: ReasonHTTP, handler: func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/elsewhere", http.StatusFound)
 		}},
 		{name: "body broken off", reason: ReasonHTTP, handler: func(w http.ResponseWriter, _ *http.Request) {
@@ -166,7 +167,7 @@ func TestScrapeHostile(t *testing.T) {
 
 // TestScrapeRedirects: redirects are followed as configured
 // (follow_redirects, true by default as in Prometheus).
-func TestScrapeRedirects(t *testing.T) {
+func TestScrapeRedirectsFollowed(t *testing.T) {
 	srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/metrics" {
 			http.Redirect(w, r, "/real", http.StatusFound)

@@ -8,13 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"reflect"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sloprober/sloprober/internal/regularfile"
 )
 
 // Trace formats.
@@ -82,16 +83,14 @@ type Trace struct {
 // (/dev/stdin, /dev/zero) would block or never end, and a configuration
 // reload reads its traces again.
 func LoadTrace(path, format string) (*Trace, error) {
-	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", path)
-	} else if err == nil && fi.Size() > MaxTraceFileBytes {
-		return nil, fmt.Errorf("%s: %d bytes, larger than the limit of %d bytes (1 GiB)", path, fi.Size(), int64(MaxTraceFileBytes))
-	}
-	f, err := os.Open(path)
+	f, fi, err := regularfile.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	if fi.Size() > MaxTraceFileBytes {
+		return nil, fmt.Errorf("%s: %d bytes, larger than the limit of %d bytes (1 GiB)", path, fi.Size(), int64(MaxTraceFileBytes))
+	}
 	t, err := ReadTrace(f, format)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

@@ -245,7 +245,7 @@ func TestTraceErrors(t *testing.T) {
 
 		{"small.csv", "parquet", "testdata/small.csv: unknown trace format \"parquet\" (known: azure, mooncake, jsonl)"},
 		{"nothing.csv", FormatAzure, "open testdata/nothing.csv: no such file or directory"},
-		{".", FormatAzure, "testdata/.: not a regular file"},
+		{".", FormatAzure, "testdata/.: not a regular file (a directory)"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			_, err := LoadTrace("testdata/"+tc.file, tc.format)
