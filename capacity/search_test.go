@@ -35,11 +35,13 @@ func search(t *testing.T, verify config.VerifyConfig, target synthetic, forecast
 			attainment = 0.8
 		case leaningMissed:
 			decision, attainment = DecisionInconclusive, 0.88
+		case allGood:
+			decision, attainment = DecisionInconclusive, 1
 		}
 		l := &Level{Stage: stage, IntendedRate: rate, OfferedRate: offered, Decision: decision, Met: decision == DecisionMet,
 			Why: why, Prober: &ProberHealth{}, Counted: 100, Attainment: attainment, Goodput: offered,
 			Scenarios: []ScenarioResult{{Scenario: "s", Counted: 100, Attainment: attainment, Objective: 0.9}},
-			Interval:  &Interval{Lower: attainment - 0.03, Upper: attainment + 0.02, N: 100, NEff: 100}}
+			Interval:  &Interval{Lower: attainment - 0.03, Upper: min(attainment+0.02, 1), N: 100, NEff: 100}}
 		if bound {
 			l.Prober.Invalid, l.Prober.Diagnosis = []string{validity.ReasonSendLag}, "busy host: ..."
 		}
@@ -53,8 +55,11 @@ func search(t *testing.T, verify config.VerifyConfig, target synthetic, forecast
 }
 
 // leaningMissed is a synthetic level undecided with its attainment below
-// the objective.
-const leaningMissed = "inconclusive-"
+// the objective; allGood one undecided with every request good (too few).
+const (
+	leaningMissed = "inconclusive-"
+	allGood       = "inconclusive+"
+)
 
 // below is a target that meets its objective below capacity (req/s),
 // misses above it, and is undecided within margin of it.
@@ -145,6 +150,26 @@ func TestSearch(t *testing.T) {
 			target: below(5, 10),
 			path:   "5 inconclusive, 2.5 inconclusive, 1.25 inconclusive",
 			bound:  1.25, verdict: VerdictInconclusive, reason: "not concluded: no open-loop rate was decided within window.max_steady: the lowest tried, 1.25 req/s",
+		},
+		{
+			// Every request good, too few to decide: lower rates have
+			// fewer still, so the search does not bisect below it.
+			name: "undecided, every request good", verify: config.VerifyConfig{Rates: []float64{0.5}, Resolution: 0.05, MaxLevels: 3},
+			target: func(rate float64) (float64, string, bool) { return rate, allGood, false },
+			path:   "5 inconclusive", bound: 5, verdict: VerdictInconclusive,
+			reason: "not concluded: the lowest rate tried, 5 req/s, attained 100.0% [97.0, 100.0] of 100, every request good but too few to show the objective within window.max_steady: a longer window.max_steady decides it",
+		},
+		{
+			// Below a verified rate, the same: the bisection stops at it.
+			name: "undecided above a verified rate, every request good", verify: defaults,
+			target: func(rate float64) (float64, string, bool) {
+				if rate > 5 {
+					return rate, allGood, false
+				}
+				return rate, DecisionMet, false
+			},
+			path:     "5 met, 8 inconclusive, 10 inconclusive",
+			verified: verifiedAt(5), bound: 8, verdict: VerdictPass,
 		},
 		{
 			name: "every rate missed", verify: config.VerifyConfig{Rates: []float64{0.5}, Resolution: 0.05, MaxLevels: 3},
