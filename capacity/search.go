@@ -104,15 +104,16 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 		return lo, "", ""
 	}
 	closed := fmt.Sprintf("(the closed loop met them at %s, %.3g req/s)", clients(c.Concurrency), capLevel.CompletedRate)
+	ladder := s.ladder()
 	var valid []*Level // the levels the prober measured validly, by offered rate
-	for _, l := range s.ladder() {
+	for _, l := range ladder {
 		if !l.ProberBound() {
 			valid = append(valid, l)
 		}
 	}
 	switch {
-	case len(valid) == 0 && len(s.ladder()) > 0:
-		return nil, VerdictInconclusive, fmt.Sprintf("not concluded: no open-loop rate measured the target validly: %s %s", proberBoundReason(s.ladder()[0]), closed)
+	case len(valid) == 0 && len(ladder) > 0:
+		return nil, VerdictInconclusive, fmt.Sprintf("not concluded: no open-loop rate measured the target validly: %s %s", proberBoundReason(ladder[0]), closed)
 	case len(valid) == 0:
 		return nil, VerdictInconclusive, "not concluded: no open-loop rate could run " + closed
 	case valid[0].Decided() == DecisionMissed:

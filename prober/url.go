@@ -11,31 +11,28 @@ import (
 // sent POST /v1?api-version=2/chat/completions: the query swallowed the
 // API's path. A fragment is never sent (config refuses one).
 func joinPath(base, path string) string {
-	u, err := url.Parse(base)
-	if err != nil {
-		// A validated configuration's URL parses; this one is sent
-		// as written and fails where it is used, with its error.
-		return strings.TrimSuffix(base, "/") + path
-	}
-	u.Path = strings.TrimSuffix(u.Path, "/") + path
-	if u.RawPath != "" {
-		u.RawPath = strings.TrimSuffix(u.RawPath, "/") + path
-	}
-	u.Fragment, u.RawFragment = "", ""
-	return u.String()
+	return editPath(base, func(p string) string { return strings.TrimSuffix(p, "/") + path })
 }
 
 // serverRoot is the target's base URL without its /v1 suffix, its query
 // kept: where /tokenize, /apply-template and /props are (vLLM, SGLang,
 // llama.cpp).
 func serverRoot(base string) string {
+	return editPath(base, func(p string) string { return strings.TrimSuffix(strings.TrimSuffix(p, "/"), "/v1") })
+}
+
+// editPath returns base with edit applied to its path (raw and decoded
+// alike), its query kept and its fragment dropped. A base that does not
+// parse (a validated configuration's always does) is edited as a string,
+// sent as written and fails where it is used, with its error.
+func editPath(base string, edit func(string) string) string {
 	u, err := url.Parse(base)
 	if err != nil {
-		return strings.TrimSuffix(strings.TrimSuffix(base, "/"), "/v1")
+		return edit(base)
 	}
-	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/v1")
+	u.Path = edit(u.Path)
 	if u.RawPath != "" {
-		u.RawPath = strings.TrimSuffix(strings.TrimSuffix(u.RawPath, "/"), "/v1")
+		u.RawPath = edit(u.RawPath)
 	}
 	u.Fragment, u.RawFragment = "", ""
 	return u.String()
