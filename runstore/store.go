@@ -19,6 +19,19 @@
 // that a run that never ended leaves evidence: the next Open rewrites it
 // as aborted (see ReasonInterrupted). Retention keeps, per test, the newest
 // runs and the runs of a maximum age, at Open and after each Finish.
+//
+// A write that fails (a full disk, a file system remounted read-only)
+// loses nothing the process still holds: the run's index entry takes the
+// new state all the same (a finished run is no longer "running"), its
+// encoded file is kept in memory, Get serves it from there and List names
+// the failure (Summary.StorageError), and the write is retried before
+// every later write of a run and at Close. Only a stop before a retry
+// succeeds loses it (Close logs each such run).
+//
+// A daemon whose storage cannot be opened for writing (Open fails with
+// ErrUnwritable) still starts: OpenReadOnly indexes the runs it can read,
+// and each Begin tries Open again, failing with the directory's error
+// until the directory can be written.
 package runstore
 
 import (
@@ -88,6 +101,16 @@ var (
 	ErrFinished = errors.New("run already finished")
 	// ErrClosed: a write to a closed store.
 	ErrClosed = errors.New("run store closed")
+	// ErrNotStored: Update or Finish could not write the run's file. The
+	// run is kept in memory (Get serves it; List names the error in its
+	// StorageError) and written at the next write of a run or at Close.
+	ErrNotStored = errors.New("not stored")
+	// ErrUnwritable is matched (errors.Is) by an error of Open that the
+	// directory could not be created, locked, read or written: a
+	// read-only or full file system, missing permissions. Its message is
+	// the failure's own. ErrLocked (another sloprober holds it) and a bad
+	// argument are not.
+	ErrUnwritable = errors.New("storage cannot be written")
 
 	errTooLarge = errors.New("run file too large")
 )
@@ -100,17 +123,50 @@ type Retention struct {
 	MaxAge  time.Duration
 }
 
+// unwritableError is an error of Open that matches ErrUnwritable, with
+// the failure's own message.
+type unwritableError struct{ err error }
+
+func (e unwritableError) Error() string   { return e.err.Error() }
+func (e unwritableError) Unwrap() []error { return []error{e.err, ErrUnwritable} }
+
+// Summary is a run as List lists it: its header and, while its file does
+// not hold its latest state, why.
+type Summary struct {
+	capacity.Summary
+	// StorageError is set while the run's last write has failed: its
+	// latest state (for a finished run, its result) is held in memory
+	// only and served from there, and the write is retried at the next
+	// write of a run and at Close; a stop before then loses it. Empty
+	// when its file is up to date.
+	StorageError string `json:"storage_error,omitempty"`
+}
+
 // entry is a run in the index.
 type entry struct {
 	capacity.Summary
 	// at is the start in the ID: the order of the index.
 	at time.Time
+	// pending is the run's file as it should be, when its last write
+	// failed (storageErr says why); nil when the file is up to date. A
+	// run that could not even be encoded has a storageErr and no
+	// pending.
+	pending    []byte
+	storageErr string
+	storing    string // what failed: "storing the result", "storing the partial results"
+	// abortedAt is set in a read-only store (OpenReadOnly) for a run
+	// whose file says running: it is served as aborted, ended then, as
+	// Open would have rewritten it.
+	abortedAt time.Time
 }
 
 // id is the entry's run ID.
 func (e *entry) id() ID { return ID(e.ID) }
 
 func (e *entry) running() bool { return e.Verdict == VerdictRunning }
+
+// unstored reports whether the entry's file lacks its latest state.
+func (e *entry) unstored() bool { return e.storageErr != "" }
 
 // age is how long ago the run ended (or started, if it has no end).
 func (e *entry) age(now time.Time) time.Duration {
@@ -139,8 +195,13 @@ type Store struct {
 	// changes. Runs begin and end minutes apart; nothing waits on it but
 	// another write.
 	wmu    sync.Mutex
-	lock   io.Closer
+	lock   io.Closer // nil in a read-only store
 	closed bool
+
+	// unwritable is why a read-only store cannot write (nil once Begin's
+	// Open has succeeded, and in a store that Open opened). Set with wmu
+	// and mu held.
+	unwritable error
 
 	// mu guards the index; the readers (List, Get, Last) only take it.
 	// The index changes only with wmu held too: a writer may read it
@@ -166,10 +227,13 @@ func Open(dir string, retention Retention, logger *slog.Logger) (*Store, error) 
 		return nil, fmt.Errorf("retention of %d runs and %s: must not be negative", retention.MaxRuns, retention.MaxAge)
 	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("create the storage directory: %w", err)
+		return nil, unwritableError{fmt.Errorf("create the storage directory: %w", err)}
 	}
 	lock, err := acquireLock(filepath.Join(dir, lockName))
 	if err != nil {
+		if !errors.Is(err, ErrLocked) {
+			err = unwritableError{err}
+		}
 		return nil, err
 	}
 	s := &Store{
@@ -182,13 +246,113 @@ func Open(dir string, retention Retention, logger *slog.Logger) (*Store, error) 
 	}
 	if err := s.load(); err != nil {
 		_ = lock.Close()
-		return nil, err
+		return nil, unwritableError{err}
 	}
 	return s, nil
 }
 
-// Close releases the lock. The store can still be read; writes fail with
-// ErrClosed.
+// OpenReadOnly opens the store in dir for a process that Open failed for
+// with why (ErrUnwritable): it indexes the run files it can read, and changes
+// nothing on disk (a run found running is served as aborted, no file is
+// set aside, no retention applied). Each Begin tries Open again: until it
+// succeeds, Begin fails with Open's error, naming the directory; once it
+// does, the store is as Open returns it. logger may be nil.
+func OpenReadOnly(dir string, retention Retention, why error, logger *slog.Logger) *Store {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{
+		dir:        dir,
+		runs:       filepath.Join(dir, runsDir),
+		retention:  retention,
+		logger:     logger,
+		byID:       map[ID]*entry{},
+		unwritable: why,
+	}
+	s.loadReadOnly()
+	return s
+}
+
+// Unwritable is why the store cannot write: the last error of Open in a
+// store that OpenReadOnly opened, until a Begin has opened it; else nil.
+func (s *Store) Unwritable() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.unwritable
+}
+
+// loadReadOnly indexes the run files that can be read, newest first up to
+// MaxIndexedRuns, writing nothing.
+func (s *Store) loadReadOnly() {
+	des, err := os.ReadDir(s.runs)
+	if err != nil {
+		s.logger.Warn("Cannot read the stored runs", "dir", s.runs, "err", err)
+		return
+	}
+	var found []*entry
+	for _, de := range des {
+		name := de.Name()
+		if !strings.HasSuffix(name, runExt) || strings.HasPrefix(name, tmpPrefix) {
+			continue
+		}
+		test, at, err := parseID(strings.TrimSuffix(name, runExt))
+		if err != nil {
+			continue
+		}
+		found = append(found, &entry{Summary: capacity.Summary{ID: strings.TrimSuffix(name, runExt), Test: test}, at: at})
+	}
+	slices.SortFunc(found, func(a, b *entry) int { return compareEntries(b, a) })
+	skipped := 0
+	for _, e := range found {
+		if len(s.order) >= MaxIndexedRuns {
+			break
+		}
+		path := filepath.Join(s.runs, e.ID+runExt)
+		m, modTime, err := readSummary(path, e.Test)
+		if err != nil {
+			s.logger.Warn("Skipping a run file that cannot be read", "file", path, "err", err)
+			skipped++
+			continue
+		}
+		if m.Verdict == VerdictRunning {
+			end := modTime.UTC()
+			if end.Before(m.Start) {
+				end = m.Start
+			}
+			m.Verdict, m.Reason, m.End = capacity.VerdictAborted, ReasonInterrupted, end
+			e.abortedAt = end
+		}
+		m.ID = e.ID
+		e.Summary = m
+		s.byID[e.id()] = e
+		s.order = append(s.order, e)
+	}
+	slices.Reverse(s.order)
+	s.logger.Info("Loaded the stored runs that can be read; the storage is not written", "dir", s.runs, "runs", len(s.order), "skipped", skipped)
+}
+
+// reopen opens a read-only store with Open, taking its lock and index;
+// wmu is held.
+func (s *Store) reopen() error {
+	n, err := Open(s.dir, s.retention, s.logger)
+	if err != nil {
+		s.mu.Lock()
+		s.unwritable = err
+		s.mu.Unlock()
+		return fmt.Errorf("the storage %s cannot be written: %w", s.dir, err)
+	}
+	s.lock = n.lock
+	s.mu.Lock()
+	s.byID, s.order, s.unwritable = n.byID, n.order, nil
+	s.mu.Unlock()
+	s.logger.Info("The storage can be written: runs are stored again", "dir", s.dir)
+	return nil
+}
+
+// Close writes the runs whose last write failed, logs those it still
+// cannot (lost with this stop: their files keep an older state, a run
+// found running by the next Open is marked aborted), and releases the
+// lock. The store can still be read; writes fail with ErrClosed.
 func (s *Store) Close() error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -196,6 +360,16 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	if s.lock == nil {
+		return nil
+	}
+	s.retryPending("")
+	for _, e := range s.order {
+		if e.unstored() {
+			s.logger.Error("A run could not be stored and is lost with this stop", "id", e.ID, "test", e.Test, "verdict", e.Verdict,
+				"file", s.path(e.id()), "err", e.storageErr)
+		}
+	}
 	return s.lock.Close()
 }
 
@@ -343,6 +517,12 @@ func (s *Store) Begin(run *capacity.Run) (ID, error) {
 	if s.closed {
 		return "", ErrClosed
 	}
+	if s.lock == nil {
+		if err := s.reopen(); err != nil {
+			return "", fmt.Errorf("begin: %w", err)
+		}
+	}
+	s.retryPending("")
 	var id ID
 	for {
 		var err error
@@ -363,7 +543,11 @@ func (s *Store) Begin(run *capacity.Run) (ID, error) {
 			return "", fmt.Errorf("begin: the store holds %d runs, all running", len(s.order))
 		}
 	}
-	if err := s.write(id, &r); err != nil {
+	data, err := encode(id, &r)
+	if err == nil {
+		err = s.writeData(id, data)
+	}
+	if err != nil {
 		return "", fmt.Errorf("begin: %w", err)
 	}
 	e := &entry{at: at}
@@ -383,14 +567,18 @@ func (e *entry) set(id ID, run *capacity.Run) {
 }
 
 // Update stores the partial results of a running run; its verdict stays
-// "running" whatever run's is.
+// "running" whatever run's is. A failed write is ErrNotStored: the
+// partial results are held in memory (see Summary.StorageError).
 func (s *Store) Update(id ID, run *capacity.Run) error {
 	return s.put(id, run, false)
 }
 
 // Finish stores the final results of a run: run needs a verdict, and has
 // its end (a zero End is the time now). Retention is applied to the run's
-// test after.
+// test after. A failed write is ErrNotStored: the run is finished all
+// the same, its result held in memory and served by Get, its write
+// retried at the next write of a run and at Close (see
+// Summary.StorageError).
 func (s *Store) Finish(id ID, run *capacity.Run) error {
 	return s.put(id, run, true)
 }
@@ -441,16 +629,70 @@ func (s *Store) put(id ID, run *capacity.Run, finish bool) error {
 	if r.Start.IsZero() {
 		r.Start = start
 	}
-	if err := s.write(id, &r); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+	// The older failed writes first: this one may fail the same way.
+	s.retryPending(id)
+	data, err := encode(id, &r)
+	if err == nil {
+		err = s.writeData(id, data)
 	}
+	what := "storing the partial results"
+	if finish {
+		what = "storing the result"
+	}
+	// The index takes the run's new state whether or not its file does:
+	// a finished run whose write failed is finished, not running.
 	s.mu.Lock()
 	e.set(id, &r)
+	e.pending, e.storageErr, e.storing = nil, "", ""
+	if err != nil {
+		e.pending, e.storageErr, e.storing = data, what+": "+err.Error(), what
+	}
 	s.mu.Unlock()
+	if err != nil {
+		msg := "Could not store a run's partial results: held in memory, written with its next write"
+		switch {
+		case data == nil:
+			msg = "Could not encode a run: not stored"
+		case finish:
+			msg = "Could not store a run's result: held in memory and served from there; the write is retried at the next write of a run and at shutdown, and lost if sloprober stops first"
+		}
+		s.logger.Error(msg, "id", id, "test", r.Test, "verdict", r.Verdict, "file", s.path(id), "err", err)
+		return fmt.Errorf("%s %s: %w: %w", op, id, ErrNotStored, err)
+	}
 	if finish {
 		s.expire(r.Test, MaxIndexedRuns, time.Now())
 	}
 	return nil
+}
+
+// retryPending writes the runs whose last write failed, but for except's
+// (whose new state the caller writes); wmu is held.
+func (s *Store) retryPending(except ID) {
+	// Listed first: expire changes s.order (but never drops these).
+	var todo []*entry
+	for _, e := range s.order {
+		// A run that could not be encoded has nothing to write.
+		if e.unstored() && e.pending != nil && e.id() != except {
+			todo = append(todo, e)
+		}
+	}
+	for _, e := range todo {
+		if err := s.writeData(e.id(), e.pending); err != nil {
+			s.mu.Lock()
+			e.storageErr = e.storing + ": " + err.Error()
+			s.mu.Unlock()
+			s.logger.Warn("Still cannot store a run", "id", e.ID, "file", s.path(e.id()), "err", err)
+			continue
+		}
+		s.mu.Lock()
+		e.pending, e.storageErr = nil, ""
+		running := e.running()
+		s.mu.Unlock()
+		s.logger.Info("Stored a run whose earlier write had failed", "id", e.ID, "verdict", e.Verdict, "file", s.path(e.id()))
+		if !running {
+			s.expire(e.Test, MaxIndexedRuns, time.Now())
+		}
+	}
 }
 
 // expire applies retention to the runs of test ("": every test), and keeps
@@ -463,7 +705,7 @@ func (s *Store) expire(test string, limit int, now time.Time) {
 	if maxRuns > 0 || maxAge > 0 {
 		kept := map[string]int{}
 		for _, e := range slices.Backward(s.order) {
-			if (test != "" && e.Test != test) || e.running() {
+			if (test != "" && e.Test != test) || e.running() || e.unstored() {
 				continue
 			}
 			if (maxRuns > 0 && kept[e.Test] >= maxRuns) || (maxAge > 0 && e.age(now) > maxAge) {
@@ -477,7 +719,7 @@ func (s *Store) expire(test string, limit int, now time.Time) {
 		if len(s.order)-len(drop) <= limit {
 			break
 		}
-		if !e.running() {
+		if !e.running() && !e.unstored() {
 			drop[e] = true
 		}
 	}
@@ -505,13 +747,13 @@ func (s *Store) remove(id ID) {
 
 // List returns the summaries of the runs of test ("": of every test),
 // newest first.
-func (s *Store) List(test string) []capacity.Summary {
+func (s *Store) List(test string) []Summary {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := []capacity.Summary{}
+	out := []Summary{}
 	for _, e := range slices.Backward(s.order) {
 		if test == "" || e.Test == test {
-			out = append(out, e.Summary)
+			out = append(out, Summary{Summary: e.Summary, StorageError: e.storageErr})
 		}
 	}
 	return out
@@ -520,25 +762,49 @@ func (s *Store) List(test string) []capacity.Summary {
 // Get reads a run. An id that is not a run ID is ErrInvalidID; one not
 // stored ErrNotFound.
 func (s *Store) Get(id ID) (*capacity.Run, error) {
+	run, _, err := s.Lookup(id)
+	return run, err
+}
+
+// Lookup is Get, and the run's StorageError: a run whose last write failed
+// is served from memory, in the state its file should have.
+func (s *Store) Lookup(id ID) (*capacity.Run, string, error) {
 	if _, _, err := parseID(string(id)); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	s.mu.RLock()
-	_, ok := s.byID[id]
-	s.mu.RUnlock()
-	if !ok {
-		return nil, fmt.Errorf("run %s: %w", id, ErrNotFound)
+	e, ok := s.byID[id]
+	var pending []byte
+	var storageErr string
+	var abortedAt time.Time
+	if ok {
+		pending, storageErr, abortedAt = e.pending, e.storageErr, e.abortedAt
 	}
-	run, err := readRun(s.path(id))
+	s.mu.RUnlock()
+	var run *capacity.Run
+	var err error
+	switch {
+	case !ok:
+		return nil, "", fmt.Errorf("run %s: %w", id, ErrNotFound)
+	case pending != nil:
+		run, err = capacity.DecodeRun(pending)
+	case storageErr != "":
+		return nil, storageErr, fmt.Errorf("run %s: %s", id, storageErr)
+	default:
+		run, err = readRun(s.path(id))
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		// Removed by retention since.
-		return nil, fmt.Errorf("run %s: %w", id, ErrNotFound)
+		return nil, "", fmt.Errorf("run %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("run %s: %w", id, err)
+		return nil, "", fmt.Errorf("run %s: %w", id, err)
+	}
+	if !abortedAt.IsZero() && run.Verdict == VerdictRunning {
+		run.Verdict, run.Reason, run.End = capacity.VerdictAborted, ReasonInterrupted, abortedAt
 	}
 	run.ID = string(id) // the file's name is its id, whatever it holds
-	return run, nil
+	return run, storageErr, nil
 }
 
 // Last returns the newest run of test ("": of any test), the newest
@@ -592,17 +858,31 @@ func (s *Store) path(id ID) string { return filepath.Join(s.runs, string(id)+run
 
 // write writes a run's file atomically.
 func (s *Store) write(id ID, run *capacity.Run) error {
+	data, err := encode(id, run)
+	if err != nil {
+		return err
+	}
+	return s.writeData(id, data)
+}
+
+// encode is a run's file.
+func encode(id ID, run *capacity.Run) ([]byte, error) {
 	r := *run
 	r.ID = string(id)
 	r.Seal()
 	data, err := json.MarshalIndent(&r, "", "  ")
 	if err != nil {
-		return fmt.Errorf("encode run %s: %w", id, err)
+		return nil, fmt.Errorf("encode run %s: %w", id, err)
 	}
-	if len(data) >= MaxRunBytes {
-		return fmt.Errorf("run %s: %w: %d bytes, the limit is %d", id, errTooLarge, len(data), MaxRunBytes)
+	return append(data, '\n'), nil
+}
+
+// writeData writes a run's file, as encode made it, atomically.
+func (s *Store) writeData(id ID, data []byte) error {
+	if len(data) > MaxRunBytes {
+		return fmt.Errorf("run %s: %w: %d bytes, the limit is %d", id, errTooLarge, len(data)-1, MaxRunBytes)
 	}
-	return writeFileAtomic(s.runs, string(id)+runExt, append(data, '\n'))
+	return writeFileAtomic(s.runs, string(id)+runExt, data)
 }
 
 // writeFileAtomic writes dir/name whole or not at all: a temporary file in

@@ -95,7 +95,7 @@ func stored(run *capacity.Run, id runstore.ID) *capacity.Run {
 	return &r
 }
 
-func ids(list []capacity.Summary) []runstore.ID {
+func ids(list []runstore.Summary) []runstore.ID {
 	var out []runstore.ID
 	for _, s := range list {
 		out = append(out, runstore.ID(s.ID))
@@ -117,7 +117,7 @@ func TestRoundTrip(t *testing.T) {
 	got, err := s.Get(id)
 	require.NoError(t, err)
 	require.Equal(t, runstore.VerdictRunning, got.Verdict)
-	require.Equal(t, []capacity.Summary{{ID: string(id), Test: "nightly", Kind: "step", Target: "sim", Start: t0, Verdict: "running"}}, s.List(""))
+	require.Equal(t, []runstore.Summary{{Summary: capacity.Summary{ID: string(id), Test: "nightly", Kind: "step", Target: "sim", Start: t0, Verdict: "running"}}}, s.List(""))
 	_, ok := s.Last("nightly", true)
 	require.False(t, ok, "a running run is not finished")
 	last, ok := s.Last("nightly", false)
@@ -142,10 +142,10 @@ func TestRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, stored(run, id), got)
 	rate := 10.0
-	want := capacity.Summary{ID: string(id), Test: "nightly", Kind: "step", Target: "sim", Start: t0, End: t0.Add(time.Hour),
-		Verdict: "pass", Reason: "10 req/s verified", VerifiedRate: &rate}
-	require.Equal(t, []capacity.Summary{want}, s.List(""))
-	require.Equal(t, []capacity.Summary{want}, s.List("nightly"))
+	want := runstore.Summary{Summary: capacity.Summary{ID: string(id), Test: "nightly", Kind: "step", Target: "sim", Start: t0, End: t0.Add(time.Hour),
+		Verdict: "pass", Reason: "10 req/s verified", VerifiedRate: &rate}}
+	require.Equal(t, []runstore.Summary{want}, s.List(""))
+	require.Equal(t, []runstore.Summary{want}, s.List("nightly"))
 	require.Empty(t, s.List("other"))
 	last, ok = s.Last("nightly", true)
 	require.True(t, ok)
@@ -164,7 +164,7 @@ func TestRoundTrip(t *testing.T) {
 	// A restart keeps it as it was.
 	require.NoError(t, s.Close())
 	s2 := open(t, dir, runstore.Retention{})
-	require.Equal(t, []capacity.Summary{want}, s2.List(""))
+	require.Equal(t, []runstore.Summary{want}, s2.List(""))
 	got, err = s2.Get(id)
 	require.NoError(t, err)
 	require.Equal(t, stored(run, id), got)
@@ -281,7 +281,7 @@ func TestRestartAbortsInterruptedRuns(t *testing.T) {
 			require.NoError(t, err)
 			want := capacity.Summary{ID: string(id), Test: "nightly", Kind: "step", Target: "sim", Start: t0, End: mtime,
 				Verdict: capacity.VerdictAborted, Reason: runstore.ReasonInterrupted}
-			require.Equal(t, want, s2.List("nightly")[0])
+			require.Equal(t, want, s2.List("nightly")[0].Summary)
 			require.Equal(t, "interrupted: sloprober stopped while the run was running", want.Reason)
 			require.Len(t, s2.List(""), 2, "the finished run is kept")
 			require.Equal(t, string(done), s2.List("other")[0].ID)
@@ -297,7 +297,7 @@ func TestRestartAbortsInterruptedRuns(t *testing.T) {
 
 			// Marked once: the next start finds it aborted, its end the same.
 			s3 := open(t, dir, runstore.Retention{})
-			require.Equal(t, want, s3.List("nightly")[0])
+			require.Equal(t, want, s3.List("nightly")[0].Summary)
 		})
 	}
 }

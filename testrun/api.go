@@ -16,7 +16,7 @@ import (
 //
 //	GET  /api/v1/tests                  configured tests, their schedule, next and last run, running run
 //	GET  /api/v1/runs[?test=NAME]       stored runs, newest first
-//	GET  /api/v1/runs/{id}              one run's results (capacity.Run as JSON)
+//	GET  /api/v1/runs/{id}              one run's results (capacity.Run as JSON; with storage_error while not stored)
 //	POST /api/v1/tests/{name}/run       start a run now: 202 {"id": ...}; 409 if a test runs on the target
 //	POST /api/v1/tests/{name}/abort     abort the running run of a test: 200, 404 if none
 //	GET  /reports/{id}[?format=html|md|json]  a run's report (report.Build); HTML by default
@@ -36,14 +36,15 @@ func NewAPI(s *Service, mutations bool) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, runs)
 	})
-	// getRun reads the run of the path's {id}, or answers the error.
-	getRun := func(w http.ResponseWriter, r *http.Request) (*capacity.Run, runstore.ID, bool) {
+	// getRun reads the run of the path's {id} and its storage error, or
+	// answers the error.
+	getRun := func(w http.ResponseWriter, r *http.Request) (*capacity.Run, string, bool) {
 		id, err := runstore.ParseID(r.PathValue("id"))
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err)
 			return nil, "", false
 		}
-		run, err := s.Get(id)
+		run, storageErr, err := s.Lookup(id)
 		switch {
 		case errors.Is(err, runstore.ErrNotFound):
 			writeError(w, http.StatusNotFound, err)
@@ -52,12 +53,22 @@ func NewAPI(s *Service, mutations bool) http.Handler {
 			writeError(w, http.StatusInternalServerError, err)
 			return nil, "", false
 		}
-		return run, id, true
+		return run, storageErr, true
 	}
 	mux.HandleFunc("GET /api/v1/runs/{id}", func(w http.ResponseWriter, r *http.Request) {
-		if run, _, ok := getRun(w, r); ok {
-			writeJSON(w, http.StatusOK, run)
+		run, storageErr, ok := getRun(w, r)
+		if !ok {
+			return
 		}
+		if storageErr != "" {
+			// The run as it should be stored, and why it is not.
+			writeJSON(w, http.StatusOK, struct {
+				*capacity.Run
+				StorageError string `json:"storage_error"`
+			}{run, storageErr})
+			return
+		}
+		writeJSON(w, http.StatusOK, run)
 	})
 	mux.HandleFunc("GET /reports/{id}", func(w http.ResponseWriter, r *http.Request) {
 		run, _, ok := getRun(w, r)

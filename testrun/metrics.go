@@ -23,7 +23,7 @@ var verdicts = []string{capacity.VerdictPass, capacity.VerdictFail, capacity.Ver
 type Metrics struct {
 	info, running, next, lastRun, lastVerdict *prometheus.GaugeVec
 	capRate, capConcurrency, capGoodput       *prometheus.GaugeVec
-	runs, skips                               *prometheus.CounterVec
+	runs, skips, storageFailures              *prometheus.CounterVec
 
 	mu    sync.Mutex
 	known map[string]string // test name: target
@@ -50,9 +50,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		capGoodput:     gauge("capacity_goodput_requests_per_second", "Good requests per second at the last step run's verified rate."),
 		runs:           counter("runs_total", "Finished runs of the test, by verdict (pass, fail, infeasible, aborted, inconclusive).", "verdict"),
 		skips:          counter("runs_skipped_total", "Scheduled runs not started because another test ran on the target."),
-		known:          map[string]string{},
+		storageFailures: counter("storage_failures_total", "Runs of the test that --storage.path could not take: at their start (the run did not start) or at their end "+
+			"(the result is held in memory, its write retried at the next write of a run and at shutdown, lost if sloprober stops first)."),
+		known: map[string]string{},
 	}
-	reg.MustRegister(m.info, m.running, m.next, m.lastRun, m.lastVerdict, m.capRate, m.capConcurrency, m.capGoodput, m.runs, m.skips)
+	reg.MustRegister(m.info, m.running, m.next, m.lastRun, m.lastVerdict, m.capRate, m.capConcurrency, m.capGoodput, m.runs, m.skips, m.storageFailures)
 	return m
 }
 
@@ -61,7 +63,7 @@ func (m *Metrics) all() []interface {
 } {
 	return []interface {
 		DeletePartialMatch(prometheus.Labels) int
-	}{m.info, m.running, m.next, m.lastRun, m.lastVerdict, m.capRate, m.capConcurrency, m.capGoodput, m.runs, m.skips}
+	}{m.info, m.running, m.next, m.lastRun, m.lastVerdict, m.capRate, m.capConcurrency, m.capGoodput, m.runs, m.skips, m.storageFailures}
 }
 
 // configured sets the series of the configured tests, restores their
@@ -86,6 +88,7 @@ func (m *Metrics) configured(tests []*config.TestConfig, next map[string]time.Ti
 		if _, ok := m.known[t.Name]; !ok || m.known[t.Name] != t.Target {
 			m.running.WithLabelValues(t.Target, t.Name).Set(0)
 			m.skips.WithLabelValues(t.Target, t.Name)
+			m.storageFailures.WithLabelValues(t.Target, t.Name)
 			for _, v := range verdicts {
 				m.runs.WithLabelValues(t.Target, t.Name, v)
 			}
@@ -123,6 +126,14 @@ func (m *Metrics) skipped(target, test string) {
 	defer m.mu.Unlock()
 	if m.known[test] == target {
 		m.skips.WithLabelValues(target, test).Inc()
+	}
+}
+
+func (m *Metrics) storageFailed(target, test string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.known[test] == target {
+		m.storageFailures.WithLabelValues(target, test).Inc()
 	}
 }
 

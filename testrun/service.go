@@ -119,7 +119,8 @@ func Begin(store *runstore.Store, t *config.TestConfig) (runstore.ID, error) {
 // id in store: the partial results are stored at every level or window
 // (a run cut short by a crash keeps them, and its end, the file's last
 // write, is known to within a level) and the final run at its end. The
-// error is the final write's; the run is returned whatever it says.
+// error is the final write's (runstore.ErrNotStored: the store holds the
+// result in memory and retries); the run is returned whatever it says.
 func Stored(ctx context.Context, store *runstore.Store, id runstore.ID, env capacity.Env, t *config.TestConfig, load config.LoadSpec,
 	execute func(context.Context, capacity.Env, *config.TestConfig, config.LoadSpec) *capacity.Run) (*capacity.Run, error) {
 	logger := env.Logger
@@ -127,7 +128,9 @@ func Stored(ctx context.Context, store *runstore.Store, id runstore.ID, env capa
 		logger = slog.New(slog.DiscardHandler)
 	}
 	env.Checkpoint = func(r *capacity.Run) {
-		if err := store.Update(id, r); err != nil {
+		// A write that failed is logged by the store, which keeps the
+		// partial results in memory.
+		if err := store.Update(id, r); err != nil && !errors.Is(err, runstore.ErrNotStored) {
 			logger.Warn("Storing a running test's partial results", "test", t.Name, "run", id, "err", err)
 		}
 	}
@@ -300,6 +303,8 @@ func (s *Service) Start(name, why string) (runstore.ID, error) {
 	}
 	id, err := Begin(s.store, t)
 	if err != nil {
+		// Nothing ran: the storage cannot take the run.
+		s.metrics.storageFailed(t.Target, t.Name)
 		return "", err
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
@@ -315,14 +320,19 @@ func (s *Service) Start(name, why string) (runstore.ID, error) {
 		load := cfg.TestLoad(t)
 		r, err := Stored(ctx, s.store, id, s.env(cfg, load.Target.Name, maxRate), t, load, s.execute)
 		if err != nil {
-			s.logger.Error("Storing a test run", "test", t.Name, "run", id, "err", err)
+			// ErrNotStored: logged by the store, which serves the result
+			// from memory (the API with its storage_error) and retries.
+			s.metrics.storageFailed(t.Target, t.Name)
+			if !errors.Is(err, runstore.ErrNotStored) {
+				s.logger.Error("Storing a test run", "test", t.Name, "run", id, "storage", s.store.Dir(), "err", err)
+			}
 		}
 		s.metrics.finished(r)
 		s.mu.Lock()
 		delete(s.running, t.Target)
 		s.mu.Unlock()
 		s.metrics.setRunning(t.Target, t.Name, false)
-		s.logger.Info("Test ended", "test", t.Name, "run", id, "verdict", r.Verdict, "reason", r.Reason)
+		s.logger.Info("Test ended", "test", t.Name, "run", id, "verdict", r.Verdict, "reason", r.Reason, "stored", err == nil)
 	}()
 	return id, nil
 }
@@ -370,8 +380,9 @@ type TestStatus struct {
 	Last     *RunSummary `json:"last,omitempty"`
 }
 
-// RunSummary is a stored run without its levels.
-type RunSummary = capacity.Summary
+// RunSummary is a stored run without its levels, and its storage_error
+// while its latest state is held in memory only.
+type RunSummary = runstore.Summary
 
 // Tests lists the configured tests.
 func (s *Service) Tests() []TestStatus {
@@ -405,3 +416,12 @@ func (s *Service) Runs(test string) []RunSummary { return s.store.List(test) }
 
 // Get returns a stored run.
 func (s *Service) Get(id runstore.ID) (*capacity.Run, error) { return s.store.Get(id) }
+
+// Lookup returns a stored run and its storage error: not empty while the
+// run's latest state is held in memory only (runstore.Summary).
+func (s *Service) Lookup(id runstore.ID) (*capacity.Run, string, error) { return s.store.Lookup(id) }
+
+// StorageError is why runs cannot be stored, nil when they can: the
+// storage could not be opened for writing at start (runstore.OpenReadOnly),
+// and no run has begun since that could open it.
+func (s *Service) StorageError() error { return s.store.Unwritable() }

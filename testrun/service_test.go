@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -256,3 +258,64 @@ func TestMovedTestStaysBusy(t *testing.T) {
 
 // rate is a verified rate.
 func rate(v float64) *float64 { return &v }
+
+// TestUnstoredResult: a run whose final write fails (here its file
+// replaced by a directory, which stops root as it does anyone, as a full
+// disk would) is not left running: the API lists and serves it finished,
+// with its verdict and a storage_error, the failure is counted, and the
+// next run's first write stores it once the storage can be written.
+func TestUnstoredResult(t *testing.T) {
+	dir := t.TempDir()
+	f := newService(t, dir, loadConfig(t), 0)
+	defer f.svc.Stop()
+	blocked := make(chan string, 1)
+	f.svc.SetRunner(func(_ context.Context, tc *config.TestConfig, _ config.LoadSpec, _ float64) *capacity.Run {
+		if tc.Name == "a" {
+			files, _ := filepath.Glob(filepath.Join(dir, "runs", "a-*.json"))
+			if len(files) == 1 && os.Remove(files[0]) == nil && os.Mkdir(files[0], 0o750) == nil {
+				blocked <- files[0]
+			}
+			close(blocked)
+		}
+		r := &capacity.Run{Summary: capacity.Summary{Test: tc.Name, Kind: tc.Kind, Target: tc.Target, Start: time.Now(), End: time.Now(),
+			Verdict: capacity.VerdictPass, Reason: "ok"}}
+		r.Capacity = &capacity.Capacity{Concurrency: 8, Rate: 11, Goodput: 11, VerifiedRate: rate(10), VerifiedGoodput: 9.5}
+		return r
+	})
+	api := testrun.NewAPI(f.svc, true)
+	get := func(path string) string {
+		rec := httptest.NewRecorder()
+		api.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		return rec.Body.String()
+	}
+	id, err := f.svc.Start("a", "test")
+	require.NoError(t, err)
+	file, ok := <-blocked
+	require.True(t, ok, "the run's file was replaced")
+	require.Eventually(t, func() bool { return value(t, f.reg, "sloprober_test_running", "test", "a") == 0 }, 5*time.Second, time.Millisecond)
+
+	storageErr := `"storage_error": "storing the result: rename `
+	list := get("/api/v1/runs?test=a")
+	require.Contains(t, list, `"verdict": "pass"`, "finished, not running")
+	require.Contains(t, list, storageErr)
+	require.Contains(t, list, file+`: file exists"`)
+	run := get("/api/v1/runs/" + string(id))
+	require.Contains(t, run, `"verdict": "pass"`)
+	require.Contains(t, run, `"verified_rate": 10`, "the whole result, from memory")
+	require.Contains(t, run, storageErr)
+	require.Contains(t, get("/api/v1/tests"), storageErr)
+	require.Equal(t, 1.0, value(t, f.reg, "sloprober_test_storage_failures_total", "test", "a"))
+	require.Equal(t, 0.0, value(t, f.reg, "sloprober_test_storage_failures_total", "test", "b"))
+	require.Equal(t, 1.0, value(t, f.reg, "sloprober_test_runs_total", "test", "a", "verdict", "pass"))
+
+	// Writable again: the next run's start stores it.
+	require.NoError(t, os.Remove(file))
+	_, err = f.svc.Start("b", "test")
+	require.NoError(t, err)
+	require.NotContains(t, get("/api/v1/runs?test=a"), "storage_error")
+	stored, err := runstore.Read(dir, id)
+	require.NoError(t, err)
+	require.Equal(t, capacity.VerdictPass, stored.Verdict)
+	require.Equal(t, 10.0, *stored.Capacity.VerifiedRate)
+}

@@ -341,9 +341,19 @@ func (c *runCommand) run(ctx context.Context, logger *slog.Logger, exit func(int
 	if shard.Sharded() {
 		logger.Info("Sending a share of every canary load", "shard", shard.String(), "share", shard.Share(), "tests", shard.Index == 0)
 	}
-	store, serr := runstore.Open(*c.storage, runstore.Retention{MaxRuns: *c.keepRuns, MaxAge: time.Duration(*c.keepAge)}, logger)
-	if serr != nil {
-		logger.Error("Error opening the storage of test runs", "path", *c.storage, "err", serr)
+	retention := runstore.Retention{MaxRuns: *c.keepRuns, MaxAge: time.Duration(*c.keepAge)}
+	store, serr := runstore.Open(*c.storage, retention, logger)
+	switch {
+	case errors.Is(serr, runstore.ErrUnwritable):
+		// A full or read-only disk, missing permissions: the canary
+		// needs none of it. The runs that can be read are served; a test
+		// that starts fails, naming the path, until the storage can be
+		// written (each start tries it again).
+		logger.Warn("The storage of test runs cannot be written: starting without it; the stored runs that can be read are served, and test runs fail until it can be written",
+			"storage.path", *c.storage, "err", serr)
+		store = runstore.OpenReadOnly(*c.storage, retention, serr, logger)
+	case serr != nil:
+		logger.Error("Error opening the storage of test runs", "storage.path", *c.storage, "err", serr)
 		return 1
 	}
 	defer store.Close()
@@ -513,13 +523,17 @@ func (c *runCommand) handler(d *daemon, logger *slog.Logger, reg prometheus.Gath
 		Stopping: d.stopping.Load,
 		Health:   d.validity.Status,
 		Notes: func() []string {
+			var notes []string
+			if err := d.tests.StorageError(); err != nil {
+				notes = append(notes, fmt.Sprintf("Test runs cannot be stored: --storage.path %s cannot be written (%v); a test run fails until it can be.", *c.storage, err))
+			}
 			if sim == nil {
-				return []string{"Configuration: " + *c.config.file}
+				return append(notes, "Configuration: "+*c.config.file)
 			}
-			return []string{
-				"No configuration file: probing the built-in simulator at " + d.simURL + " with the embedded default configuration.",
-				"Inject faults with: curl -X PUT " + d.simURL + `/sim/faults -d '{"error_rate":{"503":0.2}}'`,
-			}
+			return append(notes,
+				"No configuration file: probing the built-in simulator at "+d.simURL+" with the embedded default configuration.",
+				"Inject faults with: curl -X PUT "+d.simURL+`/sim/faults -d '{"error_rate":{"503":0.2}}'`,
+			)
 		},
 	})
 }
@@ -528,11 +542,15 @@ func (c *runCommand) handler(d *daemon, logger *slog.Logger, reg prometheus.Gath
 const maxReportLinks = 20
 
 // reportLinks are the landing page's rows of the newest stored runs
-// (runs newest first), each linking its report.
-func reportLinks(runs []capacity.Summary) []exporter.ReportLink {
+// (runs newest first), each linking its report; a run held in memory only
+// (its write failed) says "not stored" after its verdict.
+func reportLinks(runs []runstore.Summary) []exporter.ReportLink {
 	out := make([]exporter.ReportLink, 0, min(len(runs), maxReportLinks))
 	for _, r := range runs[:min(len(runs), maxReportLinks)] {
 		l := exporter.ReportLink{ID: r.ID, Test: r.Test, Kind: r.Kind, Target: r.Target, Verdict: r.Verdict, End: r.End}
+		if r.StorageError != "" {
+			l.Verdict += " (not stored)"
+		}
 		if r.VerifiedRate != nil {
 			l.Capacity = fmt.Sprintf("%.3g req/s", *r.VerifiedRate)
 		}

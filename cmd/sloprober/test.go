@@ -140,7 +140,11 @@ func (c *testCommand) run(ctx context.Context, logger *slog.Logger, stdout, stde
 	}
 	if serr != nil {
 		// The table and --json have the results; the store does not.
-		return fail(serr)
+		where := "the table above"
+		if *c.json != "" {
+			where += " and " + *c.json
+		}
+		return fail(fmt.Errorf("%w; the run's results are only in %s", serr, where))
 	}
 	switch run.Verdict {
 	case capacity.VerdictPass:
