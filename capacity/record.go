@@ -554,7 +554,9 @@ func (c *Collector) random() uint64 {
 }
 
 func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
-	defer o.c.inFlight.Add(-1)
+	if !r.NotSent {
+		defer o.c.inFlight.Add(-1)
+	}
 	rec := Record{
 		Scenario: o.scenario, Sent: r.Sent, Outcome: r.Outcome, Counted: m.Counted, Good: m.Good, Missed: m.Missed,
 		TTFT: m.TTFT, HasTTFT: m.HasTTFT, TPOT: m.TPOT, HasTPOT: m.HasTPOT, E2E: m.E2E, HasE2E: m.HasE2E,
@@ -593,7 +595,9 @@ func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
 	if w == nil {
 		return
 	}
-	w.inFlight = max(w.inFlight-1, 0)
+	if !r.NotSent {
+		w.inFlight = max(w.inFlight-1, 0)
+	}
 	if w.discarded || w.limit > 0 && len(w.records) >= w.limit {
 		return
 	}

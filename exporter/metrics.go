@@ -106,7 +106,7 @@ type Metrics struct {
 	targetInfo, costPerHour                                                          *prometheus.GaugeVec
 	reloadSuccess, reloadTimestamp                                                   prometheus.Gauge
 	calFrozen                                                                        *prometheus.GaugeVec
-	calRejected                                                                      *prometheus.CounterVec
+	calRejected, retries                                                             *prometheus.CounterVec
 
 	mu     sync.Mutex
 	layout map[string][]float64
@@ -168,6 +168,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"1 while a target's prompt calibration has stopped adapting because the server's prompt token counts cannot be followed (truncation, constant counts), else 0.", "target"),
 		calRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "calibration_rejected_total",
 			Help: "Prompt token counts of a target that calibration refused to learn from."}, []string{"target"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "request_retries_total",
+			Help: "Requests sent a second time, on a new connection, having provably never reached the server, by reason (server_closed_idle, nothing_written)."},
+			[]string{"target", "reason"}),
 		layout:     layouts(nil),
 		series:     map[config.Key]*series{},
 		calTargets: map[string]bool{},
@@ -177,7 +180,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.scheduled, m.dropped, m.sent, m.finished, m.responses, m.good, m.sloMissed,
 		m.inputTokens, m.outputTokens, m.goodOutputTokens, m.outputChunks, m.reasoningTokens, m.fallbacks, m.mismatches,
 		m.inFlight, m.intendedRate, m.intendedConcurrency, m.objective, m.sloThreshold, m.targetInfo, m.costPerHour,
-		m.reloadSuccess, m.reloadTimestamp, m.calFrozen, m.calRejected)
+		m.reloadSuccess, m.reloadTimestamp, m.calFrozen, m.calRejected, m.retries)
 	for _, h := range m.hist.all() {
 		reg.MustRegister(h)
 	}
@@ -229,6 +232,7 @@ func (m *Metrics) ApplyConfig(cfg *config.Config) {
 		if !targets[name] {
 			m.calFrozen.DeleteLabelValues(name)
 			m.calRejected.DeleteLabelValues(name)
+			m.retries.DeletePartialMatch(prometheus.Labels{"target": name})
 		}
 	}
 	m.calTargets, m.configured = targets, true
@@ -492,8 +496,13 @@ func (s *series) Sent(_ time.Time, lag time.Duration) {
 // metric reference.
 func (s *series) Finished(r *prober.Result, m *prober.Measurement) {
 	h := s.hist.Load()
-	s.inFlight.Dec()
+	if !r.NotSent {
+		s.inFlight.Dec()
+	}
 	s.finished[r.Outcome].Inc()
+	if r.Retry != "" {
+		s.m.retries.WithLabelValues(s.labels[0], r.Retry).Inc()
+	}
 	if r.StatusCode != 0 {
 		s.response(r.StatusCode).Inc()
 	}

@@ -195,5 +195,5 @@ func validTimings(t *ServerTimings) bool {
 	return ok(t.PromptMS) && ok(t.PredictedMS) &&
 		t.PromptN >= 0 && t.PromptN <= maxReportedTokens &&
 		t.PredictedN >= 0 && t.PredictedN <= maxReportedTokens &&
-		t.CacheN >= 0 && t.CacheN <= maxReportedTokens
+		(t.CacheN == nil || *t.CacheN >= 0 && *t.CacheN <= maxReportedTokens)
 }

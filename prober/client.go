@@ -49,6 +49,10 @@ type Client struct {
 	http     *http.Client   // the first pool; also for /tokenize
 	pools    []*http.Client // requests take them in turn
 	next     atomic.Uint64
+	// retry sends again a request that never reached the server, on a
+	// connection of its own (keep-alives off): see Result.Retry.
+	retry *http.Client
+	conns *connTracker
 }
 
 // idlePerPool is the idle-connection limit of prometheus/common's
@@ -60,19 +64,35 @@ const idlePerPool = 1000
 // NewClient builds the client of a target for up to maxStreams concurrent
 // requests; userAgent is sent on every request.
 func NewClient(t *config.TargetConfig, userAgent string, maxStreams int) (*Client, error) {
-	c := &Client{target: t, api: apiOf(t.API), timing: newTimingMap(t.TimingOf())}
-	for range poolsFor(maxStreams) {
-		rt, err := commoncfg.NewRoundTripperFromConfig(t.HTTPClientConfig, "sloprober_"+t.Name, commoncfg.WithUserAgent(userAgent))
+	c := &Client{target: t, api: apiOf(t.API), timing: newTimingMap(t.TimingOf()), conns: newConnTracker()}
+	client := func(opts ...commoncfg.HTTPClientOption) (*http.Client, error) {
+		opts = append(opts, commoncfg.WithUserAgent(userAgent), commoncfg.WithDialContextFunc(c.conns.dial))
+		rt, err := commoncfg.NewRoundTripperFromConfig(t.HTTPClientConfig, "sloprober_"+t.Name, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("target %q: %w", t.Name, err)
 		}
-		hc := &http.Client{Transport: rt, CheckRedirect: checkRedirect(t.HTTPClientConfig.FollowRedirects)}
+		return &http.Client{Transport: rt, CheckRedirect: checkRedirect(t.HTTPClientConfig.FollowRedirects)}, nil
+	}
+	for range poolsFor(maxStreams) {
+		hc, err := client()
+		if err != nil {
+			return nil, err
+		}
 		c.pools = append(c.pools, hc)
+	}
+	var err error
+	if c.retry, err = client(commoncfg.WithKeepAlivesDisabled()); err != nil {
+		return nil, err
 	}
 	c.http = c.pools[0]
 	c.endpoint = joinPath(t.URL, c.api.path)
 	return c, nil
 }
+
+// oneShotProbe: against a server that closes every connection, one request
+// in oneShotProbe still goes on a kept-alive pool, so that a server that
+// starts keeping connections is noticed (its next reuse ends oneShot).
+const oneShotProbe = 64
 
 // maxRedirects bounds the redirects a probe follows where following them is
 // configured.
@@ -144,7 +164,8 @@ type Request struct {
 	// W3C traceparent header and kept in the result.
 	SpanContext trace.SpanContext
 	// OnSend, when set, is called with t0 when the HTTP call starts (or,
-	// for a request that never gets that far, when it ends).
+	// for a request that fails before, when it ends); never for a request
+	// not sent (Result.NotSent).
 	OnSend func(t0 time.Time)
 
 	calibrate  bool // the server's count of this prompt calibrates its target
@@ -196,9 +217,9 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 		}
 	}
 	// Stopping (or cancelled), or a request the workload does not make
-	// after all: it ends before it is sent.
+	// after all: it ends before it is sent, and is not counted as sent.
 	if cause := cmp.Or(context.Cause(ctx), req.Skip); cause != nil {
-		markSent()
+		r.Sent, r.NotSent = time.Now(), true
 		r.Cause = cause
 		return
 	}
@@ -210,7 +231,7 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, time.Duration(c.target.Timeout), ErrTimeout)
 	defer cancel()
-	tr := &tracer{}
+	tr := &tracer{conns: c.conns}
 	ctx = httptrace.WithClientTrace(ctx, tr.clientTrace())
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
 	if err != nil {
@@ -229,7 +250,13 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 		hreq.Header.Set("Traceparent", traceparent(req.SpanContext))
 	}
 
-	pool := c.pools[c.next.Add(1)%uint64(len(c.pools))]
+	n := c.next.Add(1)
+	pool := c.pools[n%uint64(len(c.pools))]
+	if c.conns.oneShot() && n%oneShotProbe != 0 {
+		// The server closes every connection after one response: a
+		// connection of its own for each request (see connTracker).
+		pool = c.retry
+	}
 	markSent()
 	tr.start = r.Sent
 	resp, err := pool.Do(hreq)
@@ -237,6 +264,17 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 		r.Ended = time.Since(r.Sent)
 		r.Trace = tr.result()
 	}()
+	if reason := tr.neverReached(err); reason != "" && ctx.Err() == nil {
+		// Sent again, once, on a connection of its own; TTFT and E2E
+		// still run from the first attempt: what a user would wait.
+		r.Retry = reason
+		retry := hreq.Clone(ctx)
+		if retry.Body, err = hreq.GetBody(); err == nil {
+			resp, err = c.retry.Do(retry)
+		}
+	} else if tr.attempts() > 1 {
+		r.Retry = RetryNothingWritten
+	}
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
@@ -545,6 +583,12 @@ type tracer struct {
 	start time.Time
 	t     Trace
 	conn  bool
+
+	conns     *connTracker
+	gotConns  int          // connections given to the request (net/http retries)
+	closed    bool         // the server had closed the connection given before it was written
+	tc        *trackedConn // the connection given, when tracked
+	firstByte bool
 }
 
 func (tr *tracer) mark(d *time.Duration) {
@@ -555,19 +599,70 @@ func (tr *tracer) mark(d *time.Duration) {
 
 func (tr *tracer) clientTrace() *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{
-		DNSDone:              func(httptrace.DNSDoneInfo) { tr.mark(&tr.t.DNSDone) },
-		ConnectDone:          func(_, _ string, err error) { tr.mark(&tr.t.ConnectDone) },
-		TLSHandshakeDone:     func(tls.ConnectionState, error) { tr.mark(&tr.t.TLSDone) },
-		WroteRequest:         func(httptrace.WroteRequestInfo) { tr.mark(&tr.t.WroteRequest) },
-		GotFirstResponseByte: func() { tr.mark(&tr.t.FirstByte) },
+		DNSDone:          func(httptrace.DNSDoneInfo) { tr.mark(&tr.t.DNSDone) },
+		ConnectDone:      func(_, _ string, err error) { tr.mark(&tr.t.ConnectDone) },
+		TLSHandshakeDone: func(tls.ConnectionState, error) { tr.mark(&tr.t.TLSDone) },
+		WroteRequest:     func(httptrace.WroteRequestInfo) { tr.mark(&tr.t.WroteRequest) },
+		GotFirstResponseByte: func() {
+			tr.mu.Lock()
+			tr.t.FirstByte = time.Since(tr.start)
+			tr.firstByte = true
+			tc := tr.tc
+			tr.mu.Unlock()
+			if tc != nil {
+				tc.response()
+			}
+		},
 		GotConn: func(info httptrace.GotConnInfo) {
+			// Asked before the request is written: a close seen now
+			// came before any of it.
+			// net/http marks a connection dialed for one request and
+			// handed to another "reused" although it carried nothing:
+			// the tracker's count of requests is the truth.
+			var tc *trackedConn
+			var closed bool
+			if tr.conns != nil && info.Conn != nil {
+				tc, closed = tr.conns.gotConn(info.Conn.LocalAddr())
+			}
 			tr.mu.Lock()
 			tr.t.GotConn = time.Since(tr.start)
 			tr.t.Reused = info.Reused
 			tr.conn = true
+			tr.gotConns++
+			tr.closed, tr.tc = closed, tc
 			tr.mu.Unlock()
 		},
 	}
+}
+
+// neverReached returns why a request that failed with err provably never
+// reached the server, or "": it was given a kept-alive connection, no byte
+// of a response came, and the server had closed that connection before the
+// request was written, or reset it with the request unread (see the Retry
+// reasons). Any other failure may have been seen by the server and is never
+// sent twice: a reset or an EOF just after the request was written may be a
+// server that closed the connection as the request arrived, or one that
+// read it and failed.
+func (tr *tracer) neverReached(err error) string {
+	if err == nil {
+		return ""
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	switch {
+	case tr.firstByte:
+		return ""
+	case tr.closed || isServerClosedIdle(err):
+		return RetryServerClosedIdle
+	}
+	return ""
+}
+
+// attempts is how many connections the request was given.
+func (tr *tracer) attempts() int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.gotConns
 }
 
 func (tr *tracer) connected() bool {

@@ -176,7 +176,13 @@ func (c *ClosedLoop) sendOne(ctx context.Context, a Arrival) <-chan struct{} {
 	c.nInFlight.Add(1)
 	ended := make(chan struct{})
 	var once sync.Once
-	started := func(t0 time.Time) { once.Do(func() { obs.Sent(t0, 0) }) }
+	started := func(t0 time.Time) {
+		once.Do(func() {
+			if !t0.IsZero() {
+				obs.Sent(t0, 0)
+			}
+		})
+	}
 	c.send(c.reqCtx, a, started, func() {
 		started(time.Now())
 		c.nInFlight.Add(-1)

@@ -203,6 +203,9 @@ func (l *load) request(ctx context.Context, a Arrival, started func(time.Time), 
 	}
 	client := c.client.Load()
 	client.Do(ctx, req, r)
+	if r.NotSent {
+		started(time.Time{}) // counted by its outcome only
+	}
 	meas := Measure(r, s.slos)
 	meas.Split = SplitPhases(r, client.timing.sources)
 	l.obs[a.Scenario].Finished(r, &meas)

@@ -26,6 +26,7 @@ type counts struct {
 	inFlight, maxInFlight              int
 	maxLag                             time.Duration
 	failed, shutdown, missed, ttfts    int
+	notSent                            int
 	info                               prober.LoadInfo
 }
 
@@ -105,7 +106,11 @@ func (o *countingObserver) Sent(_ time.Time, lag time.Duration) {
 func (o *countingObserver) Finished(r *prober.Result, m *prober.Measurement) {
 	o.do(func(c *counts) {
 		c.finished++
-		c.inFlight--
+		if r.NotSent {
+			c.notSent++
+		} else {
+			c.inFlight--
+		}
 		switch r.Outcome {
 		case prober.OutcomeOK:
 		case prober.OutcomeShutdown:

@@ -100,7 +100,8 @@ type ServerTimings struct {
 	PromptMS    float64  `json:"prompt_ms"`
 	PredictedN  int      `json:"predicted_n"`
 	PredictedMS float64  `json:"predicted_ms"`
-	CacheN      int      `json:"cache_n"`
+	// CacheN is nil when the server did not say.
+	CacheN *int `json:"cache_n"`
 }
 
 // Trace holds the httptrace times of a request, as offsets from Sent; zero
@@ -135,7 +136,16 @@ type Result struct {
 	Scheduled time.Time
 	// Sent is when the HTTP call started (t0). Every offset below is from
 	// Sent, on the monotonic clock.
-	Sent  time.Time
+	Sent time.Time
+	// NotSent: the request ended before it was handed to the HTTP client
+	// (stopping, or a turn the workload no longer makes). It is counted
+	// by its outcome only, never as sent: Sent is then when it ended.
+	NotSent bool
+	// Retry is why the request was sent a second time, on a new
+	// connection, having provably never reached the server (the Retry
+	// reasons); "" when it was sent once. Sent, and so TTFT and E2E, are
+	// from the first attempt.
+	Retry string
 	Trace Trace
 	// Chunks are the arrival offsets of the chunks that carried generated
 	// text (content, reasoning or a tool call): Chunks[0] is t1 - t0, the

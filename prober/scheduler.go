@@ -11,7 +11,9 @@ import (
 // SendFunc starts the request of an arrival. It must not block: it starts
 // the request (in a goroutine of its own), calls started at t0, when the
 // HTTP call starts (after the request is built: its prompt, up to 8 MiB, is
-// no part of the server's time), and calls done once the request has ended
+// no part of the server's time), or with the zero time, before reporting
+// it, for a request that ended before it was sent (Result.NotSent: counted
+// by its outcome, never as sent), and calls done once the request has ended
 // and been reported. ctx ends, with cause ErrShutdown, when the load stops
 // and its grace period is over.
 type SendFunc func(ctx context.Context, a Arrival, started func(t0 time.Time), done func())
@@ -188,7 +190,11 @@ func (s *Scheduler) handle(now time.Time, a Arrival) {
 		s.inFlight.Add(1)
 		var once sync.Once
 		started := func(t0 time.Time) {
-			once.Do(func() { obs.Sent(t0, max(t0.Sub(a.Due), 0)) })
+			once.Do(func() {
+				if !t0.IsZero() {
+					obs.Sent(t0, max(t0.Sub(a.Due), 0))
+				}
+			})
 		}
 		s.send(s.reqCtx, a, started, func() {
 			started(time.Now()) // a send func that never said it started

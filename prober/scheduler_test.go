@@ -1,9 +1,12 @@
 package prober
 
 import (
+	"github.com/sloprober/sloprober/config"
+
 	"context"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -298,4 +301,50 @@ func TestPoissonRate(t *testing.T) {
 	}
 	cv := math.Sqrt(sq/float64(len(gaps))) / mean
 	require.InDelta(t, 1, cv, 0.02)
+}
+
+// TestNotSentNotCounted: a request that ends before it is sent (the send
+// func reports started with the zero time: Result.NotSent) is scheduled and
+// finished, never sent, so requests_sent_total is what the server received.
+func TestNotSentNotCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		obs := newCountingObserver()
+		var n atomic.Int64
+		send := func(ctx context.Context, a Arrival, started func(time.Time), done func()) {
+			notSent := n.Add(1)%2 == 0
+			go func() {
+				defer done()
+				r := &Result{Scheduled: a.Due, Sent: time.Now(), NotSent: notSent, Cause: ErrConversationFull}
+				if r.NotSent {
+					started(time.Time{})
+				} else {
+					started(r.Sent)
+				}
+				r.Outcome = Classify(r)
+				m := Measure(r, nil)
+				obs.Finished(r, &m)
+			}()
+		}
+		s := NewScheduler(NewConstantArrivals(10, 1, time.Now()), 100, nil, time.Second, send, obs)
+		runFor(s, time.Second, time.Second)
+		require.Equal(t, 10, obs.scheduled)
+		require.Equal(t, 10, obs.done)
+		require.Equal(t, 5, obs.sent, "the five not sent are not counted as sent")
+	})
+}
+
+// TestSkippedRequestNotSent: Do ends a request the workload no longer
+// makes before sending it: NotSent, cancelled, OnSend never called.
+func TestSkippedRequestNotSent(t *testing.T) {
+	tc := config.DefaultTargetConfig
+	tc.Name, tc.URL, tc.Model = "none", "http://127.0.0.1:1/v1", "m"
+	c, err := NewClient(&tc, "sloprober/test", 1)
+	require.NoError(t, err)
+	defer c.Close()
+	called := false
+	r := &Result{}
+	c.Do(context.Background(), &Request{ID: "x", Skip: ErrConversationFull, OnSend: func(time.Time) { called = true }}, r)
+	require.True(t, r.NotSent)
+	require.False(t, called)
+	require.Equal(t, OutcomeCancelled, r.Outcome)
 }

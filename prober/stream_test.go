@@ -203,8 +203,8 @@ func TestReadStreamTimings(t *testing.T) {
 	data, err := os.ReadFile("testdata/streams/vllm_chat.sse")
 	require.NoError(t, err)
 	r := readRecorded(t, data, func(r io.Reader) io.Reader { return r })
-	q := 1.5
-	require.Equal(t, &ServerTimings{QueueMS: &q, PromptN: 8, PromptMS: 5.25, PredictedN: 3, PredictedMS: 20, CacheN: 4}, r.Timings)
+	q, cached := 1.5, 4
+	require.Equal(t, &ServerTimings{QueueMS: &q, PromptN: 8, PromptMS: 5.25, PredictedN: 3, PredictedMS: 20, CacheN: &cached}, r.Timings)
 	// The role chunk is read at 1ms and is no token: t1 is the second event.
 	require.Equal(t, []time.Duration{2 * time.Millisecond, 3 * time.Millisecond, 4 * time.Millisecond}, r.Chunks)
 }

@@ -24,6 +24,23 @@ const infoTimeout = 10 * time.Second
 // apart tell the overhead from the rate.
 var calibrationWords = []int{64, 1024}
 
+// calibrationLengths returns the prompt lengths, in words, to send to
+// /tokenize for a context of contextTokens (0: unknown): calibrationWords
+// where the longer fits, else lengths that do. A server rejects a prompt
+// longer than its context (llama-server -c 1024 refused 1,024 words, and
+// calibration fell back to one token a word): the longer length is kept
+// to half the context at MaxTokensPerWord (1,024 tokens: 128 words, at
+// most 512 tokens whatever the tokenizer), and the shorter to an eighth of
+// it, so the two stay far apart.
+func calibrationLengths(contextTokens int) []int {
+	long := calibrationWords[len(calibrationWords)-1]
+	if contextTokens <= 0 || float64(long)*MaxTokensPerWord <= float64(contextTokens)/2 {
+		return calibrationWords
+	}
+	long = max(int(float64(contextTokens)/2/MaxTokensPerWord), 8)
+	return []int{max(long/8, 1), long}
+}
+
 // Calibration says how a target's prompts are calibrated, for the log.
 type Calibration struct {
 	// Tokenize is the /tokenize form the target answered: "llama.cpp",
@@ -144,11 +161,12 @@ func (c *Client) tokenize(ctx context.Context, cal *Calibrator, info Calibration
 		name  string
 		count func(context.Context, string) (int, string, error)
 	}{{"llama.cpp", c.tokenizeLlama}, {"vllm", c.tokenizeVLLM}}
+	lengths := calibrationLengths(info.Context)
 	for _, form := range forms {
 		var counts []int
 		var template string
 		var err error
-		for i, words := range calibrationWords {
+		for i, words := range lengths {
 			text := SynthesizePrompt(Seed("tokenize"), uint64(i), words)
 			var n int
 			n, template, err = form.count(ctx, text)
@@ -164,14 +182,14 @@ func (c *Client) tokenize(ctx context.Context, cal *Calibrator, info Calibration
 		name := form.name
 		accepted := 0
 		for i, n := range counts {
-			if cal.Observe(calibrationWords[i], n).Accepted {
+			if cal.Observe(lengths[i], n).Accepted {
 				accepted++
 			} else {
 				info.Rejected++
 			}
 		}
 		if accepted < len(counts) {
-			errs = append(errs, fmt.Errorf("%s form: counts %v for %v words fit no plausible tokenizer", name, counts, calibrationWords))
+			errs = append(errs, fmt.Errorf("%s form: counts %v for %v words fit no plausible tokenizer", name, counts, lengths))
 			break
 		}
 		info.Tokenize, info.Template = name, template

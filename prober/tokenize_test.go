@@ -66,3 +66,24 @@ func FuzzParseTokenizeReply(f *testing.F) {
 		_ = parsePropsContext(b)
 	})
 }
+
+func TestCalibrationLengthsWithinContext(t *testing.T) {
+	for _, tc := range []struct {
+		context int
+		want    []int
+	}{
+		{0, []int{64, 1024}},
+		{32768, []int{64, 1024}},
+		{8192, []int{64, 1024}},
+		{4096, []int{64, 512}},
+		{1024, []int{16, 128}},
+		{256, []int{4, 32}},
+		{10, []int{1, 8}},
+	} {
+		got := calibrationLengths(tc.context)
+		require.Equal(t, tc.want, got, "context %d", tc.context)
+		if tc.context > 0 {
+			require.LessOrEqual(t, float64(got[1])*MaxTokensPerWord, float64(max(tc.context, 64)), "the longer prompt fits the context whatever the tokenizer")
+		}
+	}
+}

@@ -2,10 +2,12 @@ package prober_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sort"
@@ -118,7 +120,8 @@ canary:
 		require.Less(t, r.Lag(), 50*time.Millisecond)
 		require.Equal(t, want.in, r.Usage.PromptTokens, "request %d input", i)
 		require.Equal(t, want.out, r.Usage.CompletionTokens, "request %d output", i)
-		require.Equal(t, want.hits, r.Timings.CacheN, "request %d prefix cache hits", i)
+		require.NotNil(t, r.Timings.CacheN)
+		require.Equal(t, want.hits, *r.Timings.CacheN, "request %d prefix cache hits", i)
 	}
 }
 
@@ -314,4 +317,35 @@ canary: [{target: sim, scenario: a, rate: 20, arrival: constant}, {target: sim, 
 	for _, r := range f.get("a") {
 		require.Equal(t, prober.OutcomeOK, r.Outcome, r.Error())
 	}
+}
+
+// TestTokenizeSmallContext: a server whose context is 1,024 tokens and
+// whose /tokenize refuses longer prompts (as llama-server -c 1024 does) is
+// calibrated from /tokenize all the same: the calibration prompts fit its
+// context (before, the 1,024-word prompt was refused and calibration fell
+// back to one token a word).
+func TestTokenizeSmallContext(t *testing.T) {
+	sim := simtest.StartWith(t, "slots: 0\nfixed: {ttft: 1ms, itl: 1ms}\nmax_model_len: 1024\ntokenizer: {chars_per_token: 3}\n", func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/tokenize" {
+				h.ServeHTTP(w, r)
+				return
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			var reply struct{ Count int }
+			if err := json.Unmarshal(rec.Body.Bytes(), &reply); err == nil && reply.Count > 1024 {
+				http.Error(w, `{"error":{"code":400,"message":"the request exceeds the available context size","type":"exceed_context_size_error"}}`, http.StatusBadRequest)
+				return
+			}
+			w.WriteHeader(rec.Code)
+			_, _ = w.Write(rec.Body.Bytes())
+		})
+	})
+	c := newClient(t, target(sim.URL+"/v1"))
+	cal := prober.NewCalibrator()
+	info := c.Tokenize(context.Background(), cal)
+	require.Equal(t, 1024, info.Context)
+	require.NotEmpty(t, info.Tokenize, "calibrated from /tokenize: %v", info.Err)
+	require.NoError(t, info.Err)
 }

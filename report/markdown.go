@@ -155,7 +155,7 @@ func (m *mdWriter) loadModel(r *Report) {
 	if lm.CachedShare != nil {
 		m.P("The server reported %.1f%% of the prompt tokens as cached (prefix cache).", 100**lm.CachedShare)
 	} else {
-		m.P("The server reported no cached prompt tokens.")
+		m.P("The server did not report cached prompt tokens (usage's prompt_tokens_details.cached_tokens): the prefix cache's share is not known.")
 	}
 	if lm.Replay != "" {
 		m.P("Requests from the trace %s.", mdText(lm.Replay))

@@ -83,6 +83,7 @@ func (c *probeCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 	req := prober.NewRequest(s, config.Key{Target: t.Name, Scenario: s.Name, Test: "probe"}, cal)
 	r := &prober.Result{Target: t.Name, Scenario: s.Name, Test: "probe", Scheduled: time.Now()}
 	client.Do(context.Background(), req, r)
+	closesEvery := serverClosesConnections(client)
 	m := prober.Measure(r, s.SLOs())
 	m.Split = prober.SplitPhases(r, t.TimingOf().Sources)
 	cutTo := 0
@@ -90,6 +91,11 @@ func (c *probeCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 		cutTo = cal.Context()
 	}
 	printTimeline(stdout, t, s, r, &m, cutTo)
+	if closesEvery {
+		fmt.Fprintln(stdout, "connection: the server closed the connection after its response although it answered keep-alive (as llama.cpp's server does):"+
+			" every request pays a new connection, and a request sent on a kept-alive one races the close."+
+			" sloprober sends each request on a connection of its own once the server has closed four so, and retries one given a connection already closed (sloprober_request_retries_total).")
+	}
 	switch overhead, perWord := cal.Model(); {
 	case calib.Tokenize != "":
 		fmt.Fprintf(stdout, "prompt:     %d words for %d tokens (from /tokenize, %s form: %.1f tokens of overhead, %.3f tokens a word)\n",
@@ -127,8 +133,10 @@ func printLengths(p func(string, ...any), t *config.TargetConfig, r *prober.Resu
 	default:
 		p("input:      %d tokens asked, %d counted by the server: MISMATCH beyond tolerance (the prompt calibration does not fit this server)", r.InputTokens, r.Usage.PromptTokens)
 	}
+	// The server's count only where it sent one: without usage (an ok
+	// reply's fallback, or a failed one) N is sloprober's chunk count.
 	counted := "counted by the server"
-	if m.OutputFallback {
+	if r.Usage == nil || r.Usage.CompletionTokens <= 0 {
 		counted = "counted as chunks (no usage)"
 	}
 	switch {
@@ -262,8 +270,12 @@ func printTimeline(w io.Writer, t *config.TargetConfig, s *config.ScenarioConfig
 		if tm.QueueMS != nil {
 			queue = fmt.Sprintf("%.3f ms", *tm.QueueMS)
 		}
-		p("server timings: queue %s, prefill %.3f ms (%d tokens, %d cached), decode %.3f ms (%d tokens)",
-			queue, tm.PromptMS, tm.PromptN, tm.CacheN, tm.PredictedMS, tm.PredictedN)
+		cached := ""
+		if tm.CacheN != nil {
+			cached = fmt.Sprintf(", %d cached", *tm.CacheN)
+		}
+		p("server timings: queue %s, prefill %.3f ms (%d tokens%s), decode %.3f ms (%d tokens)",
+			queue, tm.PromptMS, tm.PromptN, cached, tm.PredictedMS, tm.PredictedN)
 	}
 	printPhases(p, &m.Split)
 	if e := r.Error(); e != "" {
@@ -329,4 +341,20 @@ func printProberHealth(w io.Writer, r *prober.Result) {
 	}
 	fmt.Fprintf(w, "prober:     %s: send lag %s, connection wait %s, scheduler latency P99 <= %s, GC pause P99 <= %s\n",
 		verdict, fmtMS(r.Lag()), fmtMS(wait), fmtMS(sched), fmtMS(gc))
+}
+
+// serverClosesConnections waits up to closeWait for the server's end of the
+// probe's connection and reports whether it closed every connection after
+// one response: a server that does so closes at once, so a close not seen
+// within closeWait is a kept connection.
+func serverClosesConnections(c *prober.Client) bool {
+	const closeWait = 250 * time.Millisecond
+	deadline := time.Now().Add(closeWait)
+	for {
+		closed, every := c.ServerConnections()
+		if closed > 0 || time.Now().After(deadline) {
+			return every
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

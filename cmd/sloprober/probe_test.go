@@ -39,6 +39,22 @@ func lyingServer(t *testing.T, errorMessage string) string {
 			fmt.Fprint(w, errorMessage)
 			return
 		}
+		if strings.HasPrefix(r.URL.Path, "/closing/") {
+			// As llama.cpp's server: keep-alive answered, the
+			// connection closed after the response all the same.
+			_, _ = io.Copy(io.Discard, r.Body)
+			c, buf, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			body := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"w\"}}]}\n\n" +
+				"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":647,\"completion_tokens\":1}," +
+				"\"timings\":{\"prompt_n\":647,\"prompt_ms\":1.5,\"predicted_n\":1,\"predicted_ms\":2}}\n\ndata: [DONE]\n\n"
+			fmt.Fprintf(buf, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: keep-alive\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			_ = buf.Flush()
+			return
+		}
 		details := ""
 		if strings.HasPrefix(r.URL.Path, "/cached/") {
 			details = `,"prompt_tokens_details":{"cached_tokens":512}`
@@ -70,6 +86,7 @@ targets:
   - {name: verbose, url: "%[1]s/verbose/v1", model: m, max_tokens_field: max_completion_tokens}
   - {name: failing, url: "%[1]s/error/v1", model: m}
   - {name: hanging, url: "%[1]s/hanging/v1", model: m}
+  - {name: closing, url: "%[1]s/closing/v1", model: m}
 scenarios:
   - {name: long-prompt, input_tokens: 3000, output_tokens: 3, ignore_eos: true}
   - {name: fits, input_tokens: 647, output_tokens: 3, ignore_eos: true}
@@ -121,6 +138,16 @@ func TestProbeLengthsAndErrors(t *testing.T) {
 	require.Contains(t, out, "\ninput:      647 tokens asked, 647 counted by the server (within tolerance)\n")
 	require.Contains(t, out, "\ncache:      512 of 647 prompt tokens cached\n")
 	require.Regexp(t, `\nphases:     (network [0-9.]+ ms \(client\), )?unattributed [0-9.]+ ms \(client\), decode [0-9.]+ ms \(client\); no server timing source: the client's view only; not used \(more than the client saw\): server_timing\n`, out)
+
+	// A server that closes its connections after every response, and
+	// reports timings without a cache count.
+	code, out = probe("closing", "fits")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "\nconnection: the server closed the connection after its response although it answered keep-alive")
+	require.Contains(t, out, "\nserver timings: queue -, prefill 1.500 ms (647 tokens), decode 2.000 ms (1 tokens)\n")
+	code, out = probe("lying", "fits")
+	require.Equal(t, 0, code, out)
+	require.NotContains(t, out, "connection:")
 
 	_, out = probe("lying", "long-output")
 	require.Contains(t, out, "\noutput:     64 tokens asked, 3 counted by the server: MISMATCH, shorter than asked although ignore_eos was sent (the server ignores ignore_eos)\n")
