@@ -170,7 +170,12 @@ type Request struct {
 
 	calibrate  bool // the server's count of this prompt calibrates its target
 	calibrated bool // built from a model calibrated by at least one count
-	turn       *Turn
+	// fillerWords are the filler's words of a check's request (the rest
+	// is the check's); inputUnjudged: what the check adds is not yet
+	// measured, so the server's count is not judged (Result.InputUnjudged).
+	fillerWords   int
+	inputUnjudged bool
+	turn          *Turn
 }
 
 // body encodes the request for the target's API. It always streams and asks
@@ -204,7 +209,7 @@ func (c *Client) body(req *Request) ([]byte, error) {
 func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 	r.RequestID = req.ID
 	r.InputTokens, r.OutputTokens, r.IgnoreEOS = req.InputTokens, req.OutputTokens, req.IgnoreEOS
-	r.InputBase = req.InputBase
+	r.InputBase, r.InputUnjudged = req.InputBase, req.inputUnjudged
 	defer func() {
 		r.Outcome = Classify(r)
 		r.Check = req.Check.Judge(r)

@@ -215,6 +215,8 @@ func (l *load) request(ctx context.Context, a Arrival, started func(time.Time), 
 			c.calibrate(l.logger, l.factory, req, r.Usage.PromptTokens)
 		case req.turn != nil && req.turn.N > 1:
 			c.cal.ObserveTurn(req.Words, req.TurnReply, r.Usage.PromptTokens-req.InputBase)
+		case req.Check != nil:
+			s.observeCheck(req, r.Usage.PromptTokens, c.cal)
 		}
 	}
 	if next, ok := s.next(req, r, c.cal, time.Now(), a.Scenario); ok {

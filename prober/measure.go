@@ -97,7 +97,7 @@ func Measure(r *Result, slos []config.SLO) Measurement {
 	m.InputTokens = r.InputTokens
 	if r.Usage != nil && r.Usage.PromptTokens > 0 {
 		m.InputTokens = r.Usage.PromptTokens
-		if r.InputTokens > 0 {
+		if r.InputTokens > 0 && !r.InputUnjudged {
 			base := min(r.InputBase, r.InputTokens-1)
 			m.InputMismatch = !InputWithinTolerance(r.InputTokens-base, m.InputTokens-base)
 		}

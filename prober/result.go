@@ -127,10 +127,13 @@ type Result struct {
 	Test      string
 
 	// What was asked.
-	InputTokens  int // the workload's estimate of the prompt length
-	InputBase    int // the part of InputTokens counted before (Request.InputBase)
-	OutputTokens int // sent in the max-tokens field
-	IgnoreEOS    bool
+	InputTokens int // the workload's estimate of the prompt length
+	InputBase   int // the part of InputTokens counted before (Request.InputBase)
+	// InputUnjudged: the expected input length is not known yet (a quality
+	// check's additions not yet measured): no input mismatch is counted.
+	InputUnjudged bool
+	OutputTokens  int // sent in the max-tokens field
+	IgnoreEOS     bool
 
 	// Scheduled is when the arrival process said the request was due (ts).
 	Scheduled time.Time

@@ -52,14 +52,19 @@ const (
 // scenario (they are an application's system prompts, not a load's): each
 // is synthesized from the scenario's name and the group's number.
 type scenarioRun struct {
-	cfg  config.ScenarioConfig
-	key  config.Key
-	slos []config.SLO // cfg.SLOs(), listed once
-	seed uint64
+	cfg   config.ScenarioConfig
+	key   config.Key
+	slos  []config.SLO // cfg.SLOs(), listed once
+	seed  uint64
+	check *checkExtra // what the scenario's check adds to a prompt, when it has one
 }
 
 func newScenarioRun(cfg config.ScenarioConfig, k config.Key) *scenarioRun {
-	return &scenarioRun{cfg: cfg, key: k, slos: cfg.SLOs(), seed: Seed(k.Target, k.Scenario, k.Test)}
+	s := &scenarioRun{cfg: cfg, key: k, slos: cfg.SLOs(), seed: Seed(k.Target, k.Scenario, k.Test)}
+	if cfg.Check != nil {
+		s.check = &checkExtra{}
+	}
+	return s
 }
 
 // turns returns the number of requests a conversation of the scenario makes.
@@ -139,7 +144,7 @@ func (s *scenarioRun) request(a Arrival, cal *Calibrator) *Request {
 	}
 	req.Words, req.calibrate = words, !req.CutToContext
 	if s.cfg.Check != nil {
-		s.withCheck(req, rng)
+		s.withCheck(req, rng, cal)
 		return req
 	}
 	if s.cfg.Conversation != nil {
@@ -155,20 +160,44 @@ func (s *scenarioRun) request(a Arrival, cal *Calibrator) *Request {
 // check's question follows the prompt, which is filler for the input
 // length (so latency and quality are measured on the same request), in a
 // message of its own before it (a system message; the Messages API's
-// system field), or before it in a completions prompt. Its words count
-// toward the input; it teaches calibration nothing, since its form is not
-// the calibrated one.
-func (s *scenarioRun) withCheck(req *Request, rng *rand.Rand) {
+// system field), or before it in a completions prompt. What the check adds
+// by design (the question, its message, the schema or tool definitions the
+// server's template renders) is measured from earlier replies (checkExtra)
+// and the filler shortened by it: filler and additions make the requested
+// length, which the server's count is judged against. Until an addition
+// has been measured, the filler gives way to the question's words only and
+// the request's input is not judged (Result.InputUnjudged). It teaches
+// calibration nothing, since its form is not the calibrated one.
+func (s *scenarioRun) withCheck(req *Request, rng *rand.Rand, cal *Calibrator) {
 	req.Check = checkRequest(s.cfg.Check, rng)
 	q := req.Check.Question
-	if qw := len(strings.Fields(q)); req.Words > qw+1 {
-		filler := strings.Fields(req.Prompt)
-		keep := max(len(filler)-qw, 1)
-		req.Prompt = strings.Join(filler[:keep], " ")
-		req.Words = keep + qw
+	filler := strings.Fields(req.Prompt)
+	keep := len(filler)
+	extra, measured := 0, false
+	if s.check != nil {
+		extra, measured = s.check.tokens()
 	}
+	switch qw := len(strings.Fields(q)); {
+	case measured:
+		keep = min(cal.Words(max(req.InputTokens-extra, 1)), keep)
+	case req.Words > qw+1:
+		keep = max(len(filler)-qw, 1)
+	}
+	keep = max(keep, 1)
+	req.Prompt = strings.Join(filler[:keep], " ")
+	req.Words, req.fillerWords = keep+len(strings.Fields(q)), keep
+	req.inputUnjudged = !measured
 	req.Messages = []Message{{Role: "system", Content: req.Prompt}, {Role: "user", Content: q}}
 	req.KeepReply, req.calibrate = true, false
+}
+
+// observeCheck measures what the check of a request added to its prompt,
+// from the server's count (see checkExtra).
+func (s *scenarioRun) observeCheck(req *Request, counted int, cal *Calibrator) {
+	if s.check == nil || req.Check == nil || req.fillerWords == 0 || req.CutToContext {
+		return
+	}
+	s.check.observe(counted, cal.Tokens(req.fillerWords))
 }
 
 // usableContext is the part of a context of ctx tokens a request may

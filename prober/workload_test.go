@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -348,4 +349,60 @@ func TestTokenizeSmallContext(t *testing.T) {
 	require.Equal(t, 1024, info.Context)
 	require.NotEmpty(t, info.Tokenize, "calibrated from /tokenize: %v", info.Err)
 	require.NoError(t, info.Err)
+}
+
+// TestCheckInputLength: a quality check's additions (its question, its
+// message, the tool definitions a chat template renders into the prompt)
+// are measured from the server's counts, so that filler and additions make
+// the requested length. The server here renders the tools into the prompt
+// as llama.cpp's templates do: a 300-token tool_call request was counted
+// about 2x before, every one a mismatch; after the first reply, the
+// server's counts are within tolerance.
+func TestCheckInputLength(t *testing.T) {
+	for name, check := range map[string]string{
+		"tool_call": `{tool_call: {prompt: "What is the weather in Paris?", tools: [{name: get_weather, description: "Current weather in a city, in Celsius or Fahrenheit, with the wind and the humidity.",
+			parameters: {type: object, required: [city, unit], properties: {city: {type: string, description: "The city"}, unit: {type: string, enum: [c, f]}}}}]}}`,
+		"known_answer": `{known_answer: {}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			sim := simtest.StartWith(t, "slots: 0\nfixed: {ttft: 1ms, itl: 1ms}\n", func(h http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path == "/v1/chat/completions" {
+						body, _ := io.ReadAll(r.Body)
+						var req map[string]any
+						if json.Unmarshal(body, &req) == nil && req["tools"] != nil {
+							tools, _ := json.Marshal(req["tools"])
+							msgs := req["messages"].([]any)
+							first := msgs[0].(map[string]any)
+							first["content"] = strings.Join(strings.FieldsFunc(string(tools), func(c rune) bool { return strings.ContainsRune(`{}[]":, `, c) }), " ") + " " + first["content"].(string)
+							body, _ = json.Marshal(req)
+						}
+						r.Body = io.NopCloser(bytes.NewReader(body))
+						r.ContentLength = int64(len(body))
+					}
+					h.ServeHTTP(w, r)
+				})
+			})
+			rec, stop := runLoads(t, t.TempDir(), `
+targets: [{name: sim, url: "%s/v1", model: sim-model}]
+scenarios: [{name: s, input_tokens: 300, output_tokens: 8, check: `+check+`}]
+canary: [{target: sim, scenario: s, rate: 20, arrival: constant}]
+`, sim.URL)
+			require.Eventually(t, func() bool { return len(rec.get("s")) >= 30 }, 20*time.Second, 10*time.Millisecond)
+			stop()
+			rs := rec.get("s")
+			sort.Slice(rs, func(i, j int) bool { return rs[i].Sent.Before(rs[j].Sent) })
+			mismatches, judged := 0, 0
+			for _, r := range rs[5:] {
+				require.Equal(t, prober.OutcomeOK, r.Outcome, r.Error())
+				require.False(t, r.InputUnjudged)
+				judged++
+				if prober.Measure(r, nil).InputMismatch {
+					mismatches++
+				}
+			}
+			require.LessOrEqual(t, mismatches, judged/10, "%d of %d requests off the requested length", mismatches, judged)
+		})
+	}
 }
