@@ -23,7 +23,7 @@ PROMTOOL         := $(TOOLS)/promtool
 # separate tools/ module, so its dependencies do not move sloprober's.
 JAEGER           := $(TOOLS)/jaeger
 
-.PHONY: all build test fmt-check vet unit fuzz run sim tools prometheus chromium jaeger bench bench-long bench-capacity clean
+.PHONY: all build test test-busy fmt-check vet unit fuzz run sim tools prometheus chromium jaeger bench bench-long bench-capacity clean
 
 all: build
 
@@ -33,6 +33,18 @@ build:
 
 ## test: gofmt check, go vet, every test with the race detector, then every fuzz target briefly
 test: fmt-check vet unit fuzz
+
+## test-busy: make test beside a CPU burner holding every core (internal/testkit/cpuburn), as on a busy machine; about twice as long
+# The burner is a process of its own: the trap stops it however make test
+# ends (pass, fail, Ctrl-C), and it stops itself if this shell is killed.
+# BURN_CPUS busy goroutines, one per core by default.
+BURN_CPUS ?=
+test-busy:
+	$(GO) build -o $(TOOLS)/cpuburn ./internal/testkit/cpuburn
+	@$(TOOLS)/cpuburn $(if $(BURN_CPUS),-cpus $(BURN_CPUS)) & burner=$$!; \
+	trap 'kill $$burner 2>/dev/null; wait $$burner 2>/dev/null' EXIT; \
+	trap 'exit 130' INT; trap 'exit 143' TERM; \
+	$(MAKE) test
 
 fmt-check:
 	@unformatted=$$(gofmt -l $(GOFILES)); \

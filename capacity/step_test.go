@@ -94,18 +94,38 @@ func runStep(t *testing.T, ctx context.Context, cfg *config.Config) *capacity.Ru
 	return s.Run(ctx)
 }
 
-// TestStepGroundTruth: the step test finds the analytic capacity (4
-// clients, 12.5 req/s, within one refined step or 10%), the knee at the
-// same level, verifies a quarter of it open loop, and passes.
+// TestStepGroundTruth: the step test finds the analytic capacity in
+// clients (4, the engine's slots), the knee at the same level, bisects 8
+// down to 6 and 5, verifies a quarter of the rate open loop, and passes.
 //
-// The windows may extend to 24 s: a level whose every request is good
+// The rate 4 clients complete is 12.5 req/s on the engine model's nominal
+// phases, but only on a quiet machine: beside a CPU burner the
+// simulator's timers overshoot (its decode steps at 4 clients took 21 to
+// 24 ms, not 16) and the prober's own round trips stretch each client's
+// cycle (546 ms, not 320), so 4 clients completed 7.2 to 7.5 req/s and a
+// check against 12.5 failed. The rate is checked against the simulator's
+// own clock instead (its timings and its stamp_chunks stamps, collected
+// beside the recorder): it is within 10% of the rate at which the
+// simulator, by its clock, completed the requests that arrived in the
+// level's window, and no more than 10% over what the engine's four slots
+// allow at the speed its own clock says they ran (four over the
+// requests' mean queue + prefill + decode), nor over the nominal 12.5,
+// which only a faster engine could beat.
+//
+// The windows may extend to 60 s: a level whose every request is good
 // decides met at an objective of 85% once its requests number
-// z^2 * 0.85 / 0.15, with z at 1 - 0.05 / 8 looks (two-sided, 2.73): 43.
-// The quarter rate, 3 req/s, draws 72 in 24 s on average (fewer than 43
-// about once in 10,000 runs); a 15 s limit, 45 on average against 38
-// needed, left it undecided in one run in seven.
+// z^2 * 0.85 / 0.15, with z at 1 - 0.05 / 20 looks (two-sided, 3.02): 52;
+// with one bad request 65, with two 77 (Wilson's interval; a request now
+// and then misses the 150 ms TTFT on a busy machine). The quarter rate
+// is a quarter of the capacity measured: 2.8 req/s on a quiet machine,
+// 1.8 beside a CPU burner, which draws 107 requests in 60 s on average
+// (fewer than 65 about once in 200,000 runs, fewer than 77 once in
+// 1,000). At 24 s, 43 on average against 43 needed, it was left
+// undecided in two runs of three beside a burner of six busy goroutines.
+// On a quiet machine the quarter rate decides in about 18 s (52 requests
+// at 2.8 req/s), 3 s more than at 24 s.
 func TestStepGroundTruth(t *testing.T) {
-	sim := simtest.Start(t, groundTruthSim)
+	sim := simtest.Start(t, groundTruthSim+"stamp_chunks: true\n")
 	cfg := stepConfig(t, sim.URL, `
   - name: knee
     kind: step
@@ -113,10 +133,18 @@ func TestStepGroundTruth(t *testing.T) {
     scenario: short
     baseline: {requests: 10}
     sweep: {concurrency: [1, 2, 4, 8], refine: 2}
-    window: {warmup: 1s, steady: 3s, min_requests: 20, max_steady: 24s}
+    window: {warmup: 1s, steady: 3s, min_requests: 20, max_steady: 60s}
     verify: {rates: [0.25, 1.5], max_levels: 2, burst: {factor: 2, for: 2s}, drain_within: 10s}
 `)
-	run := runStep(t, t.Context(), cfg)
+	// The manager's results go to the recorder, and to seen for the
+	// simulator's own account of them.
+	seen := &finished{}
+	rec := capacity.NewRecorder()
+	m := prober.NewManager(promslog.NewNopLogger(), teeFactory{rec, seen}, "sloprober/test")
+	t.Cleanup(func() { m.Stop(time.Second) })
+	require.NoError(t, m.SetLimits(prober.Limits{MaxRate: cfg.Global.MaxRate, MaxInFlight: cfg.Global.MaxInFlight}))
+	tc := cfg.Tests[0]
+	run := (&capacity.Step{Manager: m, Recorder: rec, Test: tc, Load: cfg.TestLoad(tc), MaxRate: cfg.Global.MaxRate, Logger: promslog.NewNopLogger(), ConfigHash: cfg.Hash()}).Run(t.Context())
 	for _, l := range append(append([]capacity.Level{*run.Baseline}, run.Sweep...), run.Verify...) {
 		t.Logf("%-8s c=%-2d rate=%5.2f sent=%3d completed=%5.2f/s goodput=%5.2f/s attainment=%.2f ttft p50/p95/p99 %.0f/%.0f/%.0f ms drain %.2fs",
 			l.Stage, l.Concurrency, l.IntendedRate, l.Sent, l.CompletedRate, l.Goodput, l.Attainment, 1e3*l.TTFT.P50, 1e3*l.TTFT.P95, 1e3*l.TTFT.P99, l.DrainSeconds)
@@ -124,7 +152,19 @@ func TestStepGroundTruth(t *testing.T) {
 	require.Equal(t, capacity.VerdictPass, run.Verdict, run.Reason)
 	require.NotNil(t, run.Capacity)
 	require.Equal(t, analyticConcurrency, run.Capacity.Concurrency, "capacity in clients")
-	require.InEpsilon(t, analyticRate, run.Capacity.Rate, 0.10, "capacity in req/s at 4 clients")
+	var capLevel capacity.Level
+	for _, l := range run.Sweep {
+		if l.Concurrency == analyticConcurrency {
+			capLevel = l
+		}
+	}
+	require.Equal(t, capLevel.CompletedRate, run.Capacity.Rate, "the capacity is what 4 clients completed")
+	served, engine := seen.simulatorRates(t, capLevel.Start, capLevel.WindowSeconds, analyticConcurrency)
+	t.Logf("capacity %.2f req/s; by the simulator's clock it completed %.2f req/s of the window's arrivals, and its 4 slots allow %.2f at the speed they ran (%.1f nominally)",
+		run.Capacity.Rate, served, engine, analyticRate)
+	require.InEpsilon(t, served, run.Capacity.Rate, 0.10, "capacity in req/s at 4 clients against what the simulator served")
+	require.LessOrEqual(t, run.Capacity.Rate, 1.1*engine, "no more than the engine's 4 slots allow at the speed they ran")
+	require.LessOrEqual(t, run.Capacity.Rate, 1.1*analyticRate, "no more than the nominal engine allows")
 
 	var concurrency []int
 	for _, l := range run.Sweep {
@@ -132,8 +172,8 @@ func TestStepGroundTruth(t *testing.T) {
 		require.Equal(t, l.Concurrency <= analyticConcurrency, l.Met, "level %d: %+v", l.Concurrency, l.Scenarios)
 		require.Equal(t, l.Sent, l.Outcomes[prober.OutcomeOK], "level %d: every request ok", l.Concurrency)
 		// A level the first window left undecided is extended by
-		// steady windows, up to eight (max_steady 24s).
-		require.LessOrEqual(t, l.Extensions, 7)
+		// steady windows, up to twenty (max_steady 60s).
+		require.LessOrEqual(t, l.Extensions, 19)
 		require.InDelta(t, 3*(1+l.Extensions), l.WindowSeconds, 0.5, "the steady windows")
 		require.NotNil(t, l.Interval)
 		require.Equal(t, l.Met, l.Interval.Lower >= 0.85, "level %d: met is the interval's lower end at the objective: %+v", l.Concurrency, l.Interval)
@@ -180,7 +220,15 @@ func TestStepGroundTruth(t *testing.T) {
 			require.Nil(t, l.Longest, "%s %d: no decile of fewer than 10 requests", l.Stage, l.Concurrency)
 		}
 		require.Equal(t, l.Sent, l.Prober.Sends)
-		require.Less(t, l.Prober.LagP99, 0.05, "%s %d", l.Stage, l.Concurrency)
+		if l.Concurrency > 0 {
+			require.Zero(t, l.Prober.LagMax, "%s %d: a closed-loop request is due when it is sent", l.Stage, l.Concurrency)
+		} else {
+			// The median: the P99 of fewer than 100 sends is their
+			// largest lag, one hiccup of a busy machine (52 ms beside
+			// a CPU burner), as the validity judgement reads it too.
+			require.Positive(t, l.Prober.LagMax, "%s %g req/s: open-loop sends are never exactly on time", l.Stage, l.IntendedRate)
+			require.Less(t, l.Prober.LagP50, 0.05, "%s %g req/s", l.Stage, l.IntendedRate)
+		}
 		require.Positive(t, l.Prober.CPUSeconds)
 		require.Equal(t, l.Sent, l.Server.Reported, "the simulator times every request")
 	}
@@ -195,11 +243,69 @@ func TestStepGroundTruth(t *testing.T) {
 	// Its report states the analytic capacity as the closed-loop one.
 	rep := report.Build(run)
 	require.Equal(t, analyticConcurrency, rep.Capacity.Concurrency)
-	require.InEpsilon(t, analyticRate, rep.Capacity.ClosedRate, 0.10)
+	require.Equal(t, run.Capacity.Rate, rep.Capacity.ClosedRate)
 	require.Equal(t, verified, rep.Capacity.VerifiedRate)
 	var md strings.Builder
 	require.NoError(t, report.WriteMarkdown(&md, rep))
 	require.Contains(t, md.String(), "Closed loop: 4 clients completed")
+}
+
+// finished keeps every request a manager finished, for the simulator's
+// own account of them (its timings and stamps).
+type finished struct {
+	mu      sync.Mutex
+	results []*prober.Result
+}
+
+// teeFactory hands a manager's requests to the recorder, and keeps them
+// in seen.
+type teeFactory struct {
+	*capacity.Recorder
+	seen *finished
+}
+
+func (f teeFactory) Observe(info prober.LoadInfo) prober.Observer {
+	return teeObserver{f.Recorder.Observe(info), f.seen}
+}
+
+type teeObserver struct {
+	prober.Observer
+	seen *finished
+}
+
+func (o teeObserver) Finished(r *prober.Result, m *prober.Measurement) {
+	o.Observer.Finished(r, m)
+	o.seen.mu.Lock()
+	o.seen.results = append(o.seen.results, r)
+	o.seen.mu.Unlock()
+}
+
+// simulatorRates is the simulator's own account of a window of secs
+// seconds from start, on its clock (stamp_chunks): served, the rate at
+// which it completed the ok requests that arrived in the window (its
+// first token's stamp less the queue and prefill it reported), and
+// engine, the rate slots allow at the speed they ran (slots over those
+// requests' mean queue + prefill + decode).
+func (f *finished) simulatorRates(t *testing.T, start time.Time, secs float64, slots int) (served, engine float64) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	from, to := start.UnixNano(), start.Add(time.Duration(secs*float64(time.Second))).UnixNano()
+	n, busy := 0, 0.0
+	for _, r := range f.results {
+		tm := r.Timings
+		if r.Outcome != prober.OutcomeOK || tm == nil || tm.QueueMS == nil || len(r.Stamps) == 0 {
+			continue
+		}
+		before := *tm.QueueMS + tm.PromptMS // from its arrival to its first token
+		if arrived := r.Stamps[0] - int64(before*1e6); arrived < from || arrived >= to {
+			continue
+		}
+		n++
+		busy += before + tm.PredictedMS
+	}
+	require.Positive(t, n, "the simulator stamped the window's requests")
+	return float64(n) / secs, float64(slots) / (busy / float64(n) / 1e3)
 }
 
 // TestStepVerdicts: the other verdicts, each with its reason.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sort"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -98,33 +100,62 @@ prefill: {base: 5ms, per_token: 50us}
 
 // TestDecodeStepGrowsWithBatch: a decode step takes base + per_sequence *
 // running sequences, and every running sequence gets one token per step.
+// The engine runs on testing/synctest's fake clock (bubbleSim), so a step
+// lasts exactly its modelled length and the test asserts exact times: on
+// the real clock a busy machine stretched the steps (a lone sequence's 14ms
+// read 16 to 23ms beside a CPU burner, eight sequences' 42ms 66ms), which
+// no tolerance tells from a wrong model.
 func TestDecodeStepGrowsWithBatch(t *testing.T) {
-	s := startSim(t, `
+	synctest.Test(t, func(t *testing.T) {
+		s := startBubbleSim(t, `
 slots: 8
 prefill: {base: 1ms, per_token: 0s}
 decode: {base: 10ms, per_sequence: 4ms}
 `)
-	tpot := func(r *result) float64 {
-		tm := r.summary(t).Timings
-		return tm.PredictedMS / float64(tm.PredictedN-1)
-	}
-	alone := s.post(t, "/v1/chat/completions", chat("alone", 30, true), nil)
-	require.InDelta(t, 14, tpot(alone), 2, "TPOT of one sequence: 10ms + 1*4ms")
+		const tokens = 30
+		// requireSteps checks r's timings and that its first token came
+		// at first, and the others one a step from decode on (from its
+		// arrival).
+		requireSteps := func(r *result, first, decode, step time.Duration, what string) {
+			t.Helper()
+			require.Equal(t, http.StatusOK, r.status, "%s: %s", what, r.body)
+			at := r.tokens(t)
+			require.Len(t, at, tokens, what)
+			require.Equal(t, first, at[0].Sub(r.sent), "%s: first token", what)
+			for i := 1; i < tokens; i++ {
+				require.Equal(t, decode+time.Duration(i)*step, at[i].Sub(r.sent), "%s: token %d", what, i+1)
+			}
+			tm := r.summary(t).Timings
+			require.Equal(t, ms(first), tm.QueueMS+tm.PromptMS, what)
+			require.Equal(t, ms(at[tokens-1].Sub(at[0])), tm.PredictedMS, what)
+		}
 
-	results := make([]*result, 8)
-	var wg sync.WaitGroup
-	for i := range results {
-		wg.Go(func() { results[i] = s.post(t, "/v1/chat/completions", chat(fmt.Sprint("batch", i), 30, true), nil) })
-	}
-	wg.Wait()
-	var tpots []float64
-	for _, r := range results {
-		tpots = append(tpots, tpot(r))
-	}
-	// Eight sequences: 10ms + 8*4ms = 42ms per step, a little less where
-	// the batch fills up or drains.
-	require.InEpsilon(t, 42, median(tpots), 0.1, "TPOT of eight sequences: %v", tpots)
+		alone := s.post(t, "/v1/chat/completions", chat("alone", tokens, true))
+		requireSteps(alone, time.Millisecond, time.Millisecond, 14*time.Millisecond, "one sequence: 10ms + 1*4ms")
+		require.Equal(t, 14.0, tpot(t, alone))
+
+		// Eight at once: they are prefilled one after the other (1ms
+		// each, decode paused), then decode together, 10ms + 8*4ms =
+		// 42ms a step, and end on the same step.
+		results := make([]*result, 8)
+		var wg sync.WaitGroup
+		for i := range results {
+			wg.Go(func() { results[i] = s.post(t, "/v1/chat/completions", chat(fmt.Sprint("batch", i), tokens, true)) })
+		}
+		wg.Wait()
+		sort.Slice(results, func(i, j int) bool { return results[i].tokens(t)[0].Before(results[j].tokens(t)[0]) })
+		start, end := results[0].sent, results[0].tokens(t)[tokens-1]
+		for k, r := range results {
+			require.WithinDuration(t, start, r.sent, 0, "all eight arrive at once")
+			requireSteps(r, time.Duration(k+1)*time.Millisecond, 8*time.Millisecond, 42*time.Millisecond, fmt.Sprintf("batch, prefilled %d", k+1))
+			require.WithinDuration(t, end, r.tokens(t)[tokens-1], 0, "every sequence gets one token per step, and all end on the same one")
+			// TPOT: 29 steps, after the prefills of those admitted later.
+			require.InDelta(t, (29*42+float64(7-k))/29, tpot(t, r), 1e-9, "TPOT of one of eight sequences")
+		}
+	})
 }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // TestPrefillPausesDecode: an admitted request's prefill stops the running
 // sequences, so they see an inter-token gap as long as that prefill.
