@@ -1,11 +1,16 @@
 package rules
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -18,8 +23,10 @@ import (
 // req/s to a target that misses its SLO on every request. The prober
 // knows it is the problem (sloprober_measurement_valid 0, the reason
 // scheduler_latency), the burn-rate alert that would page for the target
-// is held while SloproberMeasurementInvalid's expression holds, and once
-// the spinning stops the measurements are valid again. The validity rule
+// is held while SloproberMeasurementInvalid's expression holds, once
+// the spinning stops the measurements are valid again, and the starved
+// prober's scrapes were answered within Prometheus's timeout (all but at
+// most one). The validity rule
 // runs with a 10 s window and sustain (--validity.window,
 // --validity.sustain) instead of 1 and 2 minutes: about a minute.
 func TestEndToEndStarvedProber(t *testing.T) {
@@ -62,4 +69,42 @@ canary: [{target: sim, scenario: chat, rate: 50, arrival: poisson}]
 	require.Eventually(t, func() bool { return api.nonEmpty(`sloprober_measurement_valid == 1`) }, 60*time.Second, 500*time.Millisecond,
 		"valid again once the starvation ends")
 	require.False(t, api.nonEmpty(alertExpr(t, "SloproberMeasurementInvalid")))
+
+	// The starved prober's scrapes were answered within Prometheus's
+	// timeout (1 s, the scrape interval): its validity is what the
+	// starvation must not hide. A scrape waits for the scheduler once,
+	// behind the spinners: 70-100 ms typically, 0.15-0.33 s at most in
+	// this test on a loaded 2-core host (it used to wait twice:
+	// 150-190 ms). One scrape of the 60 may miss on a host busy enough to
+	// take the CPU from under the prober for a second.
+	scrapes := `scrape_duration_seconds{job="sloprober"}[3m]`
+	t.Logf("scrapes of the starved prober: median %.3f s, max %.3f s",
+		api.value(t, "quantile_over_time(0.5, "+scrapes+")"), api.value(t, "max_over_time("+scrapes+")"))
+	require.True(t, api.nonEmpty(`count_over_time(up{job="sloprober"}[3m]) > 30`), "scraped all along")
+	require.True(t, api.nonEmpty(`count_over_time(up{job="sloprober"}[3m]) - sum_over_time(up{job="sloprober"}[3m]) <= 1`),
+		"scrapes of the starved prober timed out (took 1 s or more)")
+	require.True(t, api.nonEmpty("quantile_over_time(0.5, "+scrapes+") < 0.5"), "the starved prober's scrapes are slow")
+}
+
+// value is the value of an instant query's first sample (NaN if none).
+func (p *promAPI) value(t *testing.T, query string) float64 {
+	t.Helper()
+	resp, err := http.Get(p.base + "/api/v1/query?query=" + url.QueryEscape(query))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var r struct {
+		Data struct {
+			Result []struct {
+				Value [2]any `json:"value"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&r))
+	if len(r.Data.Result) == 0 {
+		return math.NaN()
+	}
+	s, _ := r.Data.Result[0].Value[1].(string)
+	v, err := strconv.ParseFloat(s, 64)
+	require.NoError(t, err)
+	return v
 }
