@@ -1,7 +1,6 @@
 package exporter
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"html/template"
@@ -9,16 +8,13 @@ import (
 	"math"
 	"net/http"
 	"net/http/pprof"
-	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/version"
 
 	"github.com/sloprober/sloprober/prober"
@@ -85,11 +81,7 @@ func NewHandler(o WebOptions) *Handler {
 	stopping := func() bool { return o.Stopping != nil && o.Stopping() }
 	h := &Handler{mux: http.NewServeMux()}
 	mux := h.mux
-	gatherer := o.Gatherer
-	if reg, ok := gatherer.(*prometheus.Registry); ok {
-		gatherer = &serialGatherer{reg: reg}
-	}
-	mux.Handle("/metrics", h.notifyScrapes(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{
+	mux.Handle("/metrics", h.notifyScrapes(promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{
 		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelError),
 		EnableOpenMetrics: true,
 	})))
@@ -316,238 +308,3 @@ Over the last window: CPU {{printf "%.0f" (mul100 .CPUShare)}}% of GOMAXPROCS, s
 {{else}}<tr><td colspan="10">None yet.</td></tr>{{end}}
 </table>{{end}}
 `))
-
-// serialGatherer gathers a registry's metrics without the scheduler
-// rounds of prometheus.Registry.Gather, so that /metrics answers while the
-// process is starved of CPU, which is when sloprober_measurement_valid
-// matters. Registry.Gather fans the collectors out to goroutines and,
-// between starting them, calls runtime.Gosched: the scrape's goroutine
-// goes to the back of the global run queue, behind every runnable
-// goroutine, each of which may run up to the scheduler's 10 ms slice.
-// Measured under GOMAXPROCS=1 with 4 spinning goroutines (the validity
-// end-to-end test's starvation), that one yield cost 70-130 ms of the
-// 150-330 ms a scrape took (its CPU: 2 ms); under GOMAXPROCS=1 with 64,000
-// streamed chunks a second, up to 960 ms of 1.9 s (there the other wait,
-// for the request, is as long). Here a single goroutine runs
-// Registry.Collect (each collector in turn) into a channel with room for
-// the last scrape's metrics and more, and the scrape's goroutine, which
-// waits for it, is handed the processor back directly (the run queue's
-// next slot) when it is done: a starved scrape waits for the scheduler
-// once, to be woken by the request, instead of twice.
-//
-// The metric families are built as Registry.Gather builds them (help and
-// type consistency, no series collected twice, sorted), their names, help
-// and unit read from each Desc's String (the only exported view of them;
-// cached per Desc). Should that format ever change, it falls back to
-// Registry.Gather.
-type serialGatherer struct {
-	reg *prometheus.Registry
-
-	mu       sync.Mutex
-	descs    map[*prometheus.Desc]descNames
-	size     int  // metrics in the last gather: the next one's buffer
-	fallback bool // a Desc's String could not be read
-}
-
-// descNames are the parts of a Desc a metric family is built from.
-type descNames struct {
-	name, help, unit string
-	ok               bool
-}
-
-// maxDescs bounds the cache of parsed Descs: a collector making a new Desc
-// for each collection must not grow it for ever.
-const maxDescs = 10000
-
-// Gather implements prometheus.Gatherer.
-func (g *serialGatherer) Gather() ([]*dto.MetricFamily, error) {
-	g.mu.Lock()
-	size, fallback := g.size, g.fallback
-	g.mu.Unlock()
-	if fallback {
-		return g.reg.Gather()
-	}
-	ch := make(chan prometheus.Metric, size+size/4+256)
-	var panicked error
-	go func() {
-		defer close(ch)
-		defer func() {
-			if r := recover(); r != nil {
-				buf := make([]byte, 64<<10)
-				panicked = fmt.Errorf("prometheus collector panic recovered: %v\nstack trace=%s", r, buf[:runtime.Stack(buf, false)])
-			}
-		}()
-		g.reg.Collect(ch)
-	}()
-	var (
-		errs     prometheus.MultiError
-		families = map[string]*dto.MetricFamily{}
-		seen     = map[string]struct{}{}
-		n        int
-		key      strings.Builder
-	)
-	for m := range ch {
-		n++
-		if fallback {
-			continue // drained; gathered again below
-		}
-		desc := m.Desc()
-		if err := desc.Err(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		names, ok := g.names(desc)
-		if !ok {
-			fallback = true
-			continue
-		}
-		metric := &dto.Metric{}
-		if err := m.Write(metric); err != nil {
-			errs = append(errs, fmt.Errorf("error collecting metric %v: %w", desc, err))
-			continue
-		}
-		typ, ok := metricType(metric)
-		if !ok {
-			errs = append(errs, fmt.Errorf("empty metric collected: %s", metric))
-			continue
-		}
-		family := families[names.name]
-		switch {
-		case family == nil:
-			family = &dto.MetricFamily{Name: &names.name, Help: &names.help, Type: typ.Enum()}
-			if names.unit != "" {
-				family.Unit = &names.unit
-			}
-			families[names.name] = family
-		case family.GetHelp() != names.help:
-			errs = append(errs, fmt.Errorf("collected metric %s %s has help %q but should have %q", names.name, metric, names.help, family.GetHelp()))
-			continue
-		case family.GetType() != typ:
-			errs = append(errs, fmt.Errorf("collected metric %s %s should be a %s", names.name, metric, family.GetType()))
-			continue
-		}
-		if !slices.IsSortedFunc(metric.Label, compareLabelNames) {
-			metric.Label = slices.SortedFunc(slices.Values(metric.Label), compareLabelNames)
-		}
-		key.Reset()
-		key.WriteString(names.name)
-		for _, lp := range metric.Label {
-			key.WriteString("\xff" + lp.GetName() + "\xff" + lp.GetValue())
-		}
-		if metric.TimestampMs != nil {
-			fmt.Fprintf(&key, "\xff%d", metric.GetTimestampMs())
-		}
-		if _, dup := seen[key.String()]; dup {
-			errs = append(errs, fmt.Errorf("collected metric %q { %s} was collected before with the same name and label values", names.name, metric))
-			continue
-		}
-		seen[key.String()] = struct{}{}
-		family.Metric = append(family.Metric, metric)
-	}
-	g.mu.Lock()
-	g.size = n
-	if fallback {
-		g.fallback = true
-	}
-	g.mu.Unlock()
-	if fallback {
-		return g.reg.Gather()
-	}
-	if panicked != nil {
-		errs = append(errs, panicked)
-	}
-	out := make([]*dto.MetricFamily, 0, len(families))
-	for _, f := range families {
-		slices.SortFunc(f.Metric, compareMetrics)
-		out = append(out, f)
-	}
-	slices.SortFunc(out, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
-	return out, errs.MaybeUnwrap()
-}
-
-// names returns the name, help and unit of desc's family.
-func (g *serialGatherer) names(desc *prometheus.Desc) (descNames, bool) {
-	g.mu.Lock()
-	names, ok := g.descs[desc]
-	g.mu.Unlock()
-	if ok {
-		return names, names.ok
-	}
-	names = parseDesc(desc.String())
-	g.mu.Lock()
-	if g.descs == nil || len(g.descs) >= maxDescs {
-		g.descs = map[*prometheus.Desc]descNames{}
-	}
-	g.descs[desc] = names
-	g.mu.Unlock()
-	return names, names.ok
-}
-
-// parseDesc reads the name, help and unit out of a Desc's String:
-// Desc{fqName: "…", help: "…", unit: "…", constLabels: …}.
-func parseDesc(s string) descNames {
-	var (
-		out    descNames
-		fields = []struct {
-			prefix string
-			to     *string
-		}{{"Desc{fqName: ", &out.name}, {", help: ", &out.help}, {", unit: ", &out.unit}}
-	)
-	for _, f := range fields {
-		rest, ok := strings.CutPrefix(s, f.prefix)
-		if !ok {
-			return descNames{}
-		}
-		q, err := strconv.QuotedPrefix(rest)
-		if err != nil {
-			return descNames{}
-		}
-		if *f.to, err = strconv.Unquote(q); err != nil {
-			return descNames{}
-		}
-		s = rest[len(q):]
-	}
-	out.ok = out.name != "" && strings.HasPrefix(s, ", constLabels: {")
-	return out
-}
-
-// metricType is the type of a written metric, as Registry.Gather tells it.
-func metricType(m *dto.Metric) (dto.MetricType, bool) {
-	switch {
-	case m.Gauge != nil:
-		return dto.MetricType_GAUGE, true
-	case m.Counter != nil:
-		return dto.MetricType_COUNTER, true
-	case m.Summary != nil:
-		return dto.MetricType_SUMMARY, true
-	case m.Untyped != nil:
-		return dto.MetricType_UNTYPED, true
-	case m.Histogram != nil:
-		return dto.MetricType_HISTOGRAM, true
-	}
-	return 0, false
-}
-
-func compareLabelNames(a, b *dto.LabelPair) int { return strings.Compare(a.GetName(), b.GetName()) }
-
-// compareMetrics orders a family's metrics as Registry.Gather does: by
-// their label values, then by timestamp, those without one last.
-func compareMetrics(a, b *dto.Metric) int {
-	if len(a.Label) != len(b.Label) {
-		return len(a.Label) - len(b.Label)
-	}
-	for i, lp := range a.Label {
-		if c := strings.Compare(lp.GetValue(), b.Label[i].GetValue()); c != 0 {
-			return c
-		}
-	}
-	switch {
-	case a.TimestampMs == nil && b.TimestampMs == nil:
-		return 0
-	case a.TimestampMs == nil:
-		return 1
-	case b.TimestampMs == nil:
-		return -1
-	}
-	return cmp.Compare(a.GetTimestampMs(), b.GetTimestampMs())
-}
