@@ -17,6 +17,7 @@ import (
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/simulator/simtest"
+	"github.com/sloprober/sloprober/validity"
 )
 
 // runStep runs the configuration's step test against its target.
@@ -27,8 +28,62 @@ func runStep(t *testing.T, cfg *config.Config) *capacity.Run {
 	defer m.Stop(time.Second)
 	require.NoError(t, m.SetLimits(prober.Limits{MaxRate: cfg.Global.MaxRate, MaxInFlight: cfg.Global.MaxInFlight}))
 	tc := cfg.Tests[0]
-	return capacity.Execute(t.Context(), capacity.Env{Manager: m, Recorder: rec, Logger: promslog.NewNopLogger(), MaxRate: cfg.Global.MaxRate},
+	v := mdcValidity
+	return capacity.Execute(t.Context(), capacity.Env{Manager: m, Recorder: rec, Logger: promslog.NewNopLogger(), MaxRate: cfg.Global.MaxRate, Validity: &v},
 		tc, cfg.TestLoad(tc))
+}
+
+// mdcValidity judges the prober's health over every level, as `sloprober
+// test run` does (--validity.*): a level measured while the host held the
+// CPUs (a -race build's goroutines late to run, its sends late) measures
+// the host, not the M/D/c queue, and is measured again once (retries: 1),
+// then left out. The thresholds are the defaults' scaled to a -race
+// build that runs the simulator and two step tests in one process, so
+// that they pass on an idle 2-core host and trip where host pauses of
+// tens of milliseconds make requests miss the 75 ms SLO in bursts: the
+// scheduler latency and send lag P99 at 20 ms (a fifth of the SLO's
+// allowed wait for a slot). CPU is not judged (1: the process holds the
+// simulator, whose CPU is not the prober's).
+var mdcValidity = validity.Config{Window: time.Minute, CPU: 1, SchedulerP99: 20 * time.Millisecond, GCPauseP99: 20 * time.Millisecond,
+	SendLagP99: 20 * time.Millisecond, PoolWaitP99: 10 * time.Millisecond}
+
+// levelsHealth is the prober's health over each level of a run, as it
+// judged it.
+func levelsHealth(run *capacity.Run) string {
+	var b strings.Builder
+	levels := slices.Concat(run.Sweep, run.Verify)
+	if run.Baseline != nil {
+		levels = append([]capacity.Level{*run.Baseline}, levels...)
+	}
+	for _, l := range levels {
+		if p := l.Prober; p != nil {
+			fmt.Fprintf(&b, "%s %s: scheduler latency P99 %.1f ms, send lag P99 %.1f ms (P50 %.1f, %d sends), GC P99 %.1f ms, CPU %.0f%%; %s %v %s\n",
+				l.Stage, l.LoadName(), 1e3*p.SchedulerP99, 1e3*p.LagP99, 1e3*p.LagP50, p.Sends, 1e3*p.GCPauseP99, 100*p.CPUShare,
+				l.Decided(), p.Invalid, strings.Join(l.Remeasured, "; "))
+		}
+	}
+	return b.String()
+}
+
+// busyHost reports whether a run says the host was busy: a level of it
+// was measured, or measured again, while sloprober's goroutines waited for
+// CPUs other processes held (the diagnosis "busy host").
+func busyHost(run *capacity.Run) bool {
+	levels := slices.Concat(run.Sweep, run.Verify)
+	if run.Baseline != nil {
+		levels = append(levels, *run.Baseline)
+	}
+	for _, l := range levels {
+		if l.Prober != nil && strings.HasPrefix(l.Prober.Diagnosis, "busy host") {
+			return true
+		}
+		for _, r := range l.Remeasured {
+			if strings.HasPrefix(r, "busy host") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // The open-loop capacity's ground truth: a simulator whose engine is an
@@ -76,6 +131,7 @@ tests:
     sweep: {concurrency: [16], refine: 0}
     window: {warmup: 4s, steady: 8s, min_requests: 20, max_steady: 24s}
     verify: {rates: [0.7, 0.9, 1.0], resolution: 0.03, max_levels: 6, burst: {factor: 1}}
+    retries: 1
 `, url, mdcTokens, objective, mdcSLO)), false)
 	require.NoError(t, err)
 	return cfg
@@ -158,8 +214,14 @@ func mdcTruth(run *capacity.Run, objective float64) (truth, d, w float64) {
 // the closed loop's rate is above it (a closed loop hides the queue).
 // One run lands outside 10% about once in 20 (make bench-capacity
 // measures the distribution): a run outside is followed by a second,
-// which must not be. About a minute and a half: the two objectives run
-// side by side.
+// which must not be. A run may instead end inconclusive when it says
+// why: the host was busy (a level prober-bound after its retry, diagnosed
+// "busy host"; beside a CPU burner on a 2-core host, the sweep's
+// scheduler latency P99 was 200 ms and the simulator's 100 ms service
+// took 530 ms). It then states no capacity, which is not a wrong one;
+// any other inconclusive or failed run, and any capacity stated off the
+// model's, fails. About a minute and a half: the two objectives run side
+// by side.
 func TestStepMDcGroundTruth(t *testing.T) {
 	for _, objective := range []float64{0.95, 0.99} {
 		t.Run(fmt.Sprint(objective), func(t *testing.T) {
@@ -170,7 +232,15 @@ func TestStepMDcGroundTruth(t *testing.T) {
 				truth, d, w := mdcTruth(run, objective)
 				var b strings.Builder
 				capacity.WriteTable(&b, run)
-				t.Logf("objective %g, run %d: service %.1f ms, wait allowed %.1f ms, truth %.2f req/s\n%s", objective, try, 1e3*d, 1e3*w, truth, b.String())
+				t.Logf("objective %g, run %d: service %.1f ms, wait allowed %.1f ms, truth %.2f req/s\n%s%s", objective, try, 1e3*d, 1e3*w, truth, b.String(), levelsHealth(run))
+				if run.Verdict == capacity.VerdictInconclusive && busyHost(run) {
+					// The run concluded nothing, and says why: the host
+					// was busy. No capacity stated is not a wrong one.
+					_, ok := run.Capacity.Verified()
+					require.False(t, ok, "an inconclusive run states no capacity")
+					t.Logf("run %d: inconclusive on a busy host (%s): it states no capacity", try, run.Reason)
+					return
+				}
 				require.Equal(t, capacity.VerdictPass, run.Verdict, run.Reason)
 				require.Greater(t, run.Capacity.Rate, truth, "the closed loop's rate is above what holds open loop")
 				verified, ok := run.Capacity.Verified()
