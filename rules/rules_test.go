@@ -152,7 +152,7 @@ var knownMetrics = map[string]bool{
 	"sloprober_test_running":                              false,
 	"sloprober_test_runs_total":                           false,
 	"sloprober_test_runs_skipped_total":                   false,
-	"sloprober_test_storage_failures_total":              false,
+	"sloprober_test_storage_failures_total":               false,
 	"sloprober_test_last_verdict":                         false,
 	"sloprober_test_last_run_timestamp_seconds":           false,
 	"sloprober_test_next_run_timestamp_seconds":           false,
