@@ -30,21 +30,32 @@ var testValidity = []string{"--validity.cpu=1", "--validity.scheduler-latency=1s
 
 func TestTestRunExitCodes(t *testing.T) {
 	// 4 slots, a 4 ms prefill and 20-token replies at 8 + 2c ms a step:
-	// every TTFT is under 25 ms up to 4 clients, far below the 150 ms SLO (see capacity's ground
+	// every TTFT is under 25 ms up to 4 clients (see capacity's ground
 	// truth test). The soak's 5 req/s keeps about 1.3 of the 4 slots busy
 	// (5 x 0.25 s): Poisson arrivals rarely queue for a slot (at 10 req/s
-	// they do, and its TTFT median grows by queueing alone). quick's
-	// open-loop level, about 4.7 req/s, decides 85% met once 45 requests
-	// are all good (z 2.81 at ten looks): its windows may extend to 20 s
-	// (94 on average). At 10 s, 47 on average against 38 needed, it
-	// stayed undecided in about one run in twelve (exit code 2).
+	// they do, and its TTFT median grows by queueing alone).
+	//
+	// short's SLO (1 s) and objective (50%) are loose on purpose: this
+	// test is about exit codes, and the host alone delays TTFTs. Built
+	// with -race beside a CPU burner (make test-busy), TTFT P99 reached
+	// 0.6 s, against 25 ms for the engine; at 150 ms and 85% (before),
+	// 2 misses of 54 left the 1-client level undecided (96.3% [79.7,
+	// 99.4]) and 14 of 51 quick's open-loop level (72.5% [47.2, 88.6])
+	// within max_steady: inconclusive, exit 2, in 5 runs of 6. At 50% a level whose requests are all good is met after 8
+	// (Wilson's lower end N/(N+z^2) at z 2.81, ten looks: N >= 7.9;
+	// 45 at 85%), and misses are borne: 17 good of 20 is met (lower end
+	// 54%). quick's open-loop level, 0.4 of the capacity (about 4.7
+	// req/s, 3.3 beside the burner), draws 6.6 requests or more on
+	// average a 2 s window, so it is decided within one or two
+	// extensions; max_steady 20s (66 on average) leaves fewer than 8 a
+	// chance below 1e-19.
 	sim := simtest.Start(t, "slots: 4\nprefill: {base: 4ms, per_token: 0s}\ndecode: {base: 8ms, per_sequence: 2ms}\n")
 	dir := t.TempDir()
 	file := filepath.Join(dir, "sloprober.yml")
 	require.NoError(t, os.WriteFile(file, []byte(fmt.Sprintf(`
 targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s}]
 scenarios:
-  - {name: short, input_tokens: 16, output_tokens: 20, ignore_eos: true, objective: 0.85, slo: {ttft: 150ms}}
+  - {name: short, input_tokens: 16, output_tokens: 20, ignore_eos: true, objective: 0.5, slo: {ttft: 1s}}
   - {name: impossible, input_tokens: 16, output_tokens: 20, ignore_eos: true, slo: {ttft: 1ms}}
 tests:
   - name: quick
@@ -65,7 +76,7 @@ tests:
 	}
 
 	code, stdout, stderr := runCLI(t, testRun("quick", "--json", out)...)
-	require.Equal(t, 0, code, stderr)
+	require.Equal(t, 0, code, "%s\n%s", stdout, stderr)
 	require.Contains(t, stdout, "test quick (step) on sim: PASS")
 	require.Contains(t, stderr, "Running step test quick on target sim: sweep [1 4], windows 200ms + 2s a level")
 	require.Contains(t, stderr, "level 2 of about")
