@@ -2,6 +2,7 @@ package tracing_test
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"runtime"
 	"slices"
@@ -26,6 +27,7 @@ type recorder struct {
 	mu                  sync.Mutex
 	lags                []time.Duration
 	scheduled, finished int
+	traced              int // finished and prober.Traced
 	dropped             map[prober.DropReason]int
 	n                   int
 	reached             chan struct{}
@@ -46,23 +48,15 @@ func (r *recorder) Sent(_ time.Time, lag time.Duration) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) Finished(*prober.Result, *prober.Measurement) {
+func (r *recorder) Finished(res *prober.Result, m *prober.Measurement) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if prober.Traced(res, m) {
+		r.traced++
+	}
 	if r.finished++; r.finished == r.n {
 		close(r.reached)
 	}
-}
-
-// p99 returns the 99th percentile of the lags.
-// p90 is the sends' lag P90: of 250 sends, the 25th latest. A P99 is the
-// 3rd latest: one scheduler hiccup of a loaded machine, not the tracer.
-func (r *recorder) p90() time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	l := slices.Clone(r.lags)
-	slices.Sort(l)
-	return l[len(l)*90/100]
 }
 
 // refusedAddr returns a loopback address nothing listens on.
@@ -117,24 +111,72 @@ tracing:
   queue_size: 32
 `
 
+// load is one canary load of deadCollectorConfig, with its own simulator
+// and manager, recorded by rec.
+type load struct {
+	rec *recorder
+	m   *prober.Manager
+}
+
+// startLoad starts a load of n requests. Traced by tr if not nil, to the
+// collector at addr; without tracing otherwise.
+func startLoad(t *testing.T, n int, tr *tracing.Tracer, addr, client string) load {
+	t.Helper()
+	sim := simtest.Start(t, "slots: 0\nfixed: {ttft: 1ms, itl: 1ms}\n")
+	if tr == nil {
+		addr = ""
+	}
+	cfg, err := config.Load(fmt.Appendf(nil, deadCollectorConfig, sim.URL, addr, client), false)
+	require.NoError(t, err)
+	l := load{rec: newRecorder(n)}
+	if tr == nil {
+		l.m = prober.NewManager(promslog.NewNopLogger(), l.rec, "sloprober/test")
+	} else {
+		require.NoError(t, tr.ApplyConfig(cfg))
+		l.m = prober.NewManager(promslog.NewNopLogger(), prober.Fanout(l.rec, tr), "sloprober/test")
+		l.m.SetTracing(true, 1)
+	}
+	require.NoError(t, l.m.ApplyConfig(cfg))
+	return l
+}
+
+// sends are the counts of a load that stopped.
+type sends struct {
+	finished, traced int
+	unsent           int // scheduled and not sent: late, full or due while stopping
+	dropped          map[prober.DropReason]int
+	p50, p90         time.Duration
+}
+
+func (s sends) String() string {
+	return fmt.Sprintf("%d finished, %d unsent (late %d, full %d, shutdown %d), send lag P50 %s P90 %s",
+		s.finished, s.unsent, s.dropped[prober.DropLate], s.dropped[prober.DropMaxInFlight], s.dropped[prober.DropShutdown], s.p50.Round(time.Millisecond), s.p90.Round(time.Millisecond))
+}
+
+func (r *recorder) sends() sends {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := slices.Clone(r.lags)
+	slices.Sort(l)
+	return sends{finished: r.finished, traced: r.traced, unsent: r.scheduled - len(r.lags), dropped: maps.Clone(r.dropped), p50: l[len(l)/2], p90: l[len(l)*90/100]}
+}
+
 // TestCollectorDownOrSilent: a collector that refuses connections or
 // accepts them and never answers slows nothing. Every request of a
 // 100 req/s load is traced (sampling 1); the probes are sent on time, the
 // tracer's queue stays at its bound and drops the rest (counted), the
 // failed exports are counted, and the tracer stops within its timeouts.
+//
+// "On time" is judged against the same load without tracing, run beside
+// it (same time, same host, same process): on a starved host the prober
+// drops arrivals as late (behind its schedule by more than a second) and
+// its send lag grows whatever tracing does, so absolute counts would
+// measure the host. A tracer that held the requests (a synchronous
+// export) fills max_in_flight, one that held the scheduler delays every
+// send: both show as unsent arrivals or send lag the untraced load does
+// not have.
 func TestCollectorDownOrSilent(t *testing.T) {
-	// The same load without tracing: the send lag tracing must not change.
-	base := func() time.Duration {
-		sim := simtest.Start(t, "slots: 0\nfixed: {ttft: 1ms, itl: 1ms}\n")
-		cfg, err := config.Load(fmt.Appendf(nil, deadCollectorConfig, sim.URL, "", config.TracingClientGRPC), false)
-		require.NoError(t, err)
-		rec := newRecorder(250)
-		m := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
-		require.NoError(t, m.ApplyConfig(cfg))
-		<-rec.reached
-		m.Stop(time.Second)
-		return rec.p90()
-	}()
+	const n = 170
 	for _, tc := range []struct{ name, client string }{
 		{"refused grpc", config.TracingClientGRPC}, {"silent grpc", config.TracingClientGRPC}, {"silent http", config.TracingClientHTTP},
 	} {
@@ -143,9 +185,6 @@ func TestCollectorDownOrSilent(t *testing.T) {
 			if tc.name == "refused grpc" {
 				addr = refusedAddr(t)
 			}
-			sim := simtest.Start(t, "slots: 0\nfixed: {ttft: 1ms, itl: 1ms}\n")
-			cfg, err := config.Load(fmt.Appendf(nil, deadCollectorConfig, sim.URL, addr, tc.client), false)
-			require.NoError(t, err)
 
 			runtime.GC()
 			var before runtime.MemStats
@@ -153,32 +192,56 @@ func TestCollectorDownOrSilent(t *testing.T) {
 
 			reg := prometheus.NewRegistry()
 			tr := tracing.New(promslog.NewNopLogger(), tracing.NewMetrics(reg), "test")
-			require.NoError(t, tr.ApplyConfig(cfg))
-			rec := newRecorder(250)
-			m := prober.NewManager(promslog.NewNopLogger(), prober.Fanout(rec, tr), "sloprober/test")
-			m.SetTracing(true, 1)
-			require.NoError(t, m.ApplyConfig(cfg))
-			select {
-			case <-rec.reached:
-			case <-time.After(20 * time.Second):
-				t.Fatal("250 requests did not finish in 20 s at 100 req/s")
+			control := startLoad(t, n, nil, "", tc.client)
+			traced := startLoad(t, n, tr, addr, tc.client)
+			// Both loads stop together once both sent n requests: their
+			// counts are of the same window.
+			deadline := time.After(20 * time.Second)
+			for _, l := range []load{control, traced} {
+				select {
+				case <-l.rec.reached:
+				case <-deadline:
+				}
 			}
-			m.Stop(time.Second)
+			var wg sync.WaitGroup
+			for _, l := range []load{control, traced} {
+				wg.Go(func() { l.m.Stop(time.Second) })
+			}
+			wg.Wait()
 			stopped := time.Now()
 			tr.Stop()
 			require.Less(t, time.Since(stopped), 3*time.Second, "the tracer's stop is bounded by its export timeout")
 
-			rec.mu.Lock()
-			finished, scheduled, sent := rec.finished, rec.scheduled, len(rec.lags)
-			late, full := rec.dropped[prober.DropLate], rec.dropped[prober.DropMaxInFlight]
-			rec.mu.Unlock()
-			require.Zero(t, late+full, "no arrival dropped late or for a full load")
-			require.LessOrEqual(t, scheduled-sent, 1, "every arrival was sent but one due as the load stopped")
-			require.Less(t, rec.p90(), base+10*time.Millisecond, "send lag P90 unchanged (%s without tracing), within 10 ms", base)
+			c, s := control.rec.sends(), traced.rec.sends()
+			t.Logf("traced: %s; untraced beside it: %s", s, c)
+			// n requests finish in 20 s at 100 req/s, unless the host is
+			// so starved that the untraced load does not finish them either.
+			require.GreaterOrEqual(t, s.finished, min(n, c.finished*3/4), "traced requests finished in 20 s at 100 req/s (untraced: %d)", c.finished)
+			// A starved host drops arrivals of both loads (late, or for a
+			// full max_in_flight as the in-process simulator's requests
+			// take seconds), and the traced one's requests cost more CPU
+			// (spans, traceparent): beside a CPU burner, of 36 pairs the
+			// traced load's unsent were 0.8 to 2 times the untraced one's
+			// (116 to 59 the worst). A tracer blocking the send path is
+			// far beyond that: a synchronous export 5 times as many and
+			// its n requests unfinished in 20 s, a scheduler held 15 ms an
+			// arrival 4.6 times as many.
+			require.LessOrEqual(t, s.unsent, 2*c.unsent+20,
+				"every arrival sent that the untraced load sent, within twice and 20 (traced: %s; untraced: %s)", s, c)
+			// The send lag's noise on a starved host is the host's (P90
+			// of one load up to 1.7 times the other's, either way): it is
+			// judged when the untraced load shows the prober kept up.
+			if c.unsent <= 1 && c.p90 < 50*time.Millisecond {
+				require.Less(t, s.p90, c.p90+10*time.Millisecond+c.p90/2,
+					"send lag P90 that of the untraced load, within 10 ms and a half (traced: %s; untraced: %s)", s, c)
+			}
 
 			queued := counter(t, reg, "sloprober_tracing_requests_queued_total")
 			dropped := counter(t, reg, "sloprober_tracing_requests_dropped_total")
-			require.Equal(t, finished, int(queued+dropped), "every finished request was traced or dropped, counted")
+			// Every traced request was queued or dropped, counted; a Stop
+			// out of time also drops (and counts) some that were queued.
+			require.LessOrEqual(t, int(queued), s.traced, "queued: traced requests only")
+			require.LessOrEqual(t, s.traced, int(queued+dropped), "every traced request was queued or dropped, counted")
 			require.Positive(t, dropped, "a full queue drops")
 			require.Zero(t, counter(t, reg, "sloprober_tracing_spans_exported_total"))
 			require.Positive(t, counter(t, reg, "sloprober_tracing_export_errors_total"))
