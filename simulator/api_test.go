@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -144,50 +146,128 @@ seed: 7
 	}
 }
 
-// TestUsageAndTimingsMatchWallClock: usage counts what was sent, and timings
-// agree with what a client on the same clock sees.
+// TestUsageAndTimingsMatchWallClock: usage counts what was sent, and the
+// timings are the time each phase took, as a client on the same clock
+// sees it: exactly, on testing/synctest's fake clock, where queueing,
+// prefill and decode take their modelled time; and on the real clock,
+// where a busy machine stretches them, against the simulator's own stamp
+// of each token chunk (stamp_chunks), written as the token came to exist.
+// The client's reading of the role chunk is no such truth for the TTFT:
+// the phases start when the request arrives, before it is read and
+// parsed, and beside a CPU burner a client's TTFT from the role chunk
+// differed from the server's by a median 15 to 37ms.
 func TestUsageAndTimingsMatchWallClock(t *testing.T) {
-	s := startSim(t, `
+	const cfg = `
 slots: 4
 prefill: {base: 5ms, per_token: 20us}
 decode: {base: 8ms, per_sequence: 1ms}
-`)
-	results := make([]*result, 8)
-	var wg sync.WaitGroup
-	for i := range results {
-		wg.Go(func() {
-			results[i] = s.post(t, "/v1/chat/completions", chat(text(fmt.Sprint(i), 200*(i+1)), 5+3*i, true), nil)
-		})
-	}
-	wg.Wait()
-	var ttftSlack, e2eSlack []float64
-	for i, r := range results {
-		require.Equal(t, http.StatusOK, r.status)
+`
+	// Eight requests at once on four slots, of different prompt and
+	// output lengths: all but the first wait, for the prefills before
+	// theirs (one at a time) and four of them for a slot.
+	const n = 8
+	body := func(i int) map[string]any { return chat(text(fmt.Sprint(i), 200*(i+1)), 3+i, true) }
+	requireUsage := func(i int, r *result) final {
+		t.Helper()
+		require.Equal(t, http.StatusOK, r.status, "%d: %s", i, r.body)
 		f := r.summary(t)
-		toks := r.tokens(t)
 		require.Equal(t, 200*(i+1), f.Usage.PromptTokens)
 		require.Equal(t, f.Usage.PromptTokens, f.Timings.PromptN+f.Timings.CacheN)
-		require.Equal(t, len(toks), f.Usage.CompletionTokens)
-		require.Equal(t, 5+3*i, f.Timings.PredictedN)
-
-		// The client sends before the server queues and reads a token after
-		// it exists: the server's phases are lower bounds of what it sees.
-		// The role chunk is written once the request is queued, so timing
-		// from it leaves out the client's own HTTP overhead.
-		serverTTFT := f.Timings.QueueMS + f.Timings.PromptMS
-		serverE2E := serverTTFT + f.Timings.PredictedMS
-		require.GreaterOrEqual(t, msSince(r.sent, toks[0]), serverTTFT)
-		require.GreaterOrEqual(t, msSince(r.sent, toks[len(toks)-1]), serverE2E)
-		accepted := r.events[0].at
-		ttft, e2e := msSince(accepted, toks[0]), msSince(accepted, toks[len(toks)-1])
-		require.LessOrEqual(t, ttft, serverTTFT+wakeSlackMS)
-		require.LessOrEqual(t, e2e, serverE2E+wakeSlackMS)
-		require.InDelta(t, f.Timings.PredictedMS, msSince(toks[0], toks[len(toks)-1]), wakeSlackMS)
-		ttftSlack = append(ttftSlack, math.Abs(ttft-serverTTFT))
-		e2eSlack = append(e2eSlack, math.Abs(e2e-serverE2E))
+		require.Len(t, r.tokens(t), f.Usage.CompletionTokens)
+		require.Equal(t, 3+i, f.Usage.CompletionTokens)
+		require.Equal(t, 3+i, f.Timings.PredictedN)
+		return f
 	}
-	require.Less(t, median(ttftSlack), clientSlack, "median |client TTFT - server TTFT|: %v", ttftSlack)
-	require.Less(t, median(e2eSlack), clientSlack, "median |client E2E - server E2E|: %v", e2eSlack)
+
+	t.Run("fake clock", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := startBubbleSim(t, cfg)
+			results := make([]*result, n)
+			var wg sync.WaitGroup
+			for i := range results {
+				wg.Go(func() { results[i] = s.post(t, "/v1/chat/completions", body(i)) })
+			}
+			wg.Wait()
+			queued := 0
+			for i, r := range results {
+				tm := requireUsage(i, r).Timings
+				toks := r.tokens(t)
+				require.InDelta(t, msSince(r.sent, toks[0]), tm.QueueMS+tm.PromptMS, 1e-6, "%d: TTFT", i)
+				require.InDelta(t, msSince(toks[0], toks[len(toks)-1]), tm.PredictedMS, 1e-6, "%d: decode", i)
+				require.InDelta(t, 5+0.02*float64(200*(i+1)), tm.PromptMS, 1e-6, "%d: prefill", i)
+				if tm.QueueMS > 0 {
+					queued++
+				}
+			}
+			require.Equal(t, n-1, queued, "requests that waited for a prefill or a slot")
+		})
+	})
+
+	t.Run("real clock", func(t *testing.T) {
+		// Shorter phases than the model's test: the stamps, not the
+		// model, are the truth here.
+		s := startSim(t, `
+slots: 4
+prefill: {base: 2ms, per_token: 5us}
+decode: {base: 3ms, per_sequence: 1ms}
+stamp_chunks: true
+`)
+		results := make([]*result, n)
+		var wg sync.WaitGroup
+		for i := range results {
+			wg.Go(func() { results[i] = s.post(t, "/v1/chat/completions", body(i), nil) })
+		}
+		wg.Wait()
+		var ttftExcess, decodeSlack, readLag []float64
+		for i, r := range results {
+			tm := requireUsage(i, r).Timings
+			toks, stamps := r.tokens(t), chunkStamps(t, r)
+			require.Len(t, stamps, len(toks))
+			for k := range toks {
+				require.False(t, toks[k].Before(stamps[k]), "%d: token %d read before it was written", i, k+1)
+				readLag = append(readLag, msSince(stamps[k], toks[k]))
+			}
+			// The client sends before the request arrives, and the
+			// simulator writes a token after it exists: the server's
+			// phases are lower bounds of what its stamps show from the
+			// send. The role chunk is written once the request arrived,
+			// so from the client's reading of it to the first token's
+			// stamp is at most the server's TTFT, but for the wait
+			// between a token's existence and its write.
+			serverTTFT := tm.QueueMS + tm.PromptMS
+			first, last := stamps[0], stamps[len(stamps)-1]
+			require.GreaterOrEqual(t, msSince(r.sent, first), serverTTFT, "%d: TTFT", i)
+			require.GreaterOrEqual(t, msSince(r.sent, last), serverTTFT+tm.PredictedMS, "%d: E2E", i)
+			ttftExcess = append(ttftExcess, max(msSince(r.events[0].at, first)-serverTTFT, 0))
+			decodeSlack = append(decodeSlack, math.Abs(msSince(first, last)-tm.PredictedMS))
+		}
+		t.Logf("client read a chunk a median %.1fms after it was written, at most %.1fms", median(readLag), quantile(readLag, 1))
+		require.Less(t, median(ttftExcess), clientSlack, "median excess of role chunk read to first token's stamp over the server's TTFT: %v", ttftExcess)
+		require.Less(t, median(decodeSlack), clientSlack, "median |first to last token's stamp - server's decode|: %v", decodeSlack)
+	})
+}
+
+// chunkStamps returns the sim_ts of r's chunks that carry generated text
+// (stamp_chunks), as times.
+func chunkStamps(t *testing.T, r *result) []time.Time {
+	t.Helper()
+	var out []time.Time
+	for _, e := range r.events {
+		var c struct {
+			SimTS   int64 `json:"sim_ts"`
+			Choices []struct {
+				Delta struct{ Content string } `json:"delta"`
+			} `json:"choices"`
+		}
+		if e.data == "[DONE]" || json.Unmarshal([]byte(e.data), &c) != nil {
+			continue
+		}
+		if len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
+			require.NotZero(t, c.SimTS, "a token chunk without sim_ts: %s", e.data)
+			out = append(out, time.Unix(0, c.SimTS))
+		}
+	}
+	return out
 }
 
 // TestBadRequests: bad input gets an OpenAI error object, never a crash.

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -153,46 +155,40 @@ func TestFaultsPerAPI(t *testing.T) {
 }
 
 // TestReasoningTiming: reasoning tokens decode at the configured ITL like
-// any token, with the fixed timing and with the engine, in every API.
+// any token, with the fixed timing and with the engine, in every API. On
+// testing/synctest's fake clock (bubbleSim), so every token's time is
+// checked exactly: on the real clock a busy machine stretched the engine's
+// 10ms steps to 21ms beside a CPU burner, as much as a reasoning token
+// that took two steps would.
 func TestReasoningTiming(t *testing.T) {
 	for _, mode := range []struct {
 		name, cfg string
-		step      float64
-		// ttft is the fixed timing's, on whose absolute schedule a late
-		// first token shortens the decode phase: there the steps are
-		// measured from the request's arrival.
-		ttft float64
+		// ttft is when the first token exists (the fixed timing's ttft,
+		// the engine's prefill), step the time of each token after it.
+		ttft, step time.Duration
 	}{
-		{"fixed", "slots: 0\nfixed: {ttft: 20ms, itl: 10ms}\n", 10, 20},
-		{"engine", "slots: 4\nprefill: {base: 5ms, per_token: 0s}\ndecode: {base: 9ms, per_sequence: 1ms}\n", 10, 0},
+		{"fixed", "slots: 0\nfixed: {ttft: 20ms, itl: 10ms}\n", 20 * time.Millisecond, 10 * time.Millisecond},
+		{"engine", "slots: 4\nprefill: {base: 5ms, per_token: 0s}\ndecode: {base: 9ms, per_sequence: 1ms}\n", 5 * time.Millisecond, 10 * time.Millisecond},
 	} {
-		s := startSim(t, mode.cfg+"reasoning_tokens: {distribution: fixed, value: 10}\noutput_tokens: {distribution: fixed, value: 10}\n")
 		for _, a := range streamingAPIs {
 			t.Run(mode.name+"/"+a.name, func(t *testing.T) {
-				v := a.do(t, s, spec{user: "Think first."})
-				require.Equal(t, "ra", v.kinds())
-				require.Equal(t, 20, v.timings.PredictedN)
-				perToken := v.timings.PredictedMS / 19
-				least := perToken
-				if mode.ttft > 0 {
-					least = (v.timings.PromptMS + v.timings.PredictedMS - mode.ttft) / 19
-				}
-				// Ten reasoning tokens decoded without a step would make
-				// this 10/19 of the step, two steps each 29/19 of it;
-				// timers only overshoot.
-				require.GreaterOrEqual(t, least, mode.step-0.1, "no token is faster than the step")
-				require.Less(t, perToken, 1.4*mode.step, "every token, reasoning or not, takes one step")
-				var reasoning, answer []float64
-				for i := 1; i < len(v.tokens); i++ {
-					gap := msSince(v.tokens[i-1].at, v.tokens[i].at)
-					if v.tokens[i].kind == 'r' {
-						reasoning = append(reasoning, gap)
-					} else {
-						answer = append(answer, gap)
+				synctest.Test(t, func(t *testing.T) {
+					s := startBubbleSim(t, mode.cfg+"reasoning_tokens: {distribution: fixed, value: 10}\noutput_tokens: {distribution: fixed, value: 10}\n")
+					r := s.postHeaders(t, a.path, a.header, a.body(spec{user: "Think first."}))
+					require.Equal(t, http.StatusOK, r.status, "%s: %s", a.name, r.body)
+					v := a.read(t, r)
+					require.Equal(t, "ra", v.kinds())
+					require.Equal(t, 20, v.timings.PredictedN)
+					require.Len(t, v.tokens, 20)
+					// Ten reasoning tokens decoded without a step would
+					// come with the first answer token, or at once.
+					for i, tk := range v.tokens {
+						require.Equal(t, mode.ttft+time.Duration(i)*mode.step, tk.at.Sub(r.sent),
+							"token %d (%c): every token, reasoning or not, takes one step", i+1, tk.kind)
 					}
-				}
-				require.InDelta(t, mode.step, median(reasoning), clientSlack, "reasoning gaps %v", reasoning)
-				require.InDelta(t, mode.step, median(answer), clientSlack, "answer gaps %v", answer)
+					require.Equal(t, ms(mode.ttft), v.timings.QueueMS+v.timings.PromptMS)
+					require.Equal(t, ms(19*mode.step), v.timings.PredictedMS)
+				})
 			})
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/promslog"
 	"github.com/stretchr/testify/require"
 
@@ -31,12 +32,13 @@ type bubbleSim struct {
 
 // startBubbleSim starts a simulator configured by cfg (YAML, read over the
 // defaults). It must be called inside synctest.Test, with its t; the
-// engine stops in t's cleanup, inside the bubble.
+// engine stops in t's cleanup, inside the bubble. Its metrics are
+// registered, so GET /metrics answers (send).
 func startBubbleSim(t *testing.T, cfg string) *bubbleSim {
 	t.Helper()
 	c, err := simulator.Parse([]byte(cfg))
 	require.NoError(t, err)
-	sim, err := simulator.New(c, promslog.NewNopLogger(), nil)
+	sim, err := simulator.New(c, promslog.NewNopLogger(), prometheus.NewRegistry())
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
@@ -56,10 +58,32 @@ func startBubbleSim(t *testing.T, cfg string) *bubbleSim {
 // its token came to exist: nothing in a bubble takes time but the timers).
 func (s *bubbleSim) post(t *testing.T, path string, body any) *result {
 	t.Helper()
+	return s.postHeaders(t, path, nil, body)
+}
+
+// postHeaders is post with request headers.
+func (s *bubbleSim) postHeaders(t *testing.T, path string, header map[string]string, body any) *result {
+	t.Helper()
 	b, err := json.Marshal(body)
 	require.NoError(t, err)
-	req := httptest.NewRequestWithContext(s.ctx, http.MethodPost, path, bytes.NewReader(b))
+	return s.do(t, http.MethodPost, path, header, b)
+}
+
+// send serves a request that is not a generation (PUT /sim/faults, GET
+// /metrics) and returns its status and body.
+func (s *bubbleSim) send(t *testing.T, method, path, body string) (int, string) {
+	t.Helper()
+	r := s.do(t, method, path, nil, []byte(body))
+	return r.status, string(r.body)
+}
+
+func (s *bubbleSim) do(t *testing.T, method, path string, header map[string]string, body []byte) *result {
+	t.Helper()
+	req := httptest.NewRequestWithContext(s.ctx, method, path, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
 	w := &eventWriter{header: http.Header{}, r: &result{sent: time.Now()}}
 	s.h.ServeHTTP(w, req)
 	w.r.ended = time.Now()

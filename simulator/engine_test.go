@@ -70,32 +70,37 @@ decode: {base: 10ms, per_sequence: 0s}
 }
 
 // TestPrefillLinearInUncachedTokens: prompt_ms = base + per_token * prompt_n.
+// On testing/synctest's fake clock (bubbleSim), so each prefill is checked
+// exactly, in the reply's timings and in when its first token came: on
+// the real clock a busy machine stretched a 55ms prefill to 60 to 400ms
+// beside a CPU burner.
 func TestPrefillLinearInUncachedTokens(t *testing.T) {
-	s := startSim(t, `
+	synctest.Test(t, func(t *testing.T) {
+		s := startBubbleSim(t, `
 slots: 1
 prefill: {base: 5ms, per_token: 50us}
 `)
-	sizes := []int{100, 1000, 3000}
-	medians := make([]float64, len(sizes))
-	for i, size := range sizes {
-		var got []float64
-		for rep := range 3 {
+		sizes := []int{100, 1000, 3000}
+		got := make([]float64, len(sizes))
+		for i, size := range sizes {
 			r := s.post(t, "/v1/completions", map[string]any{
-				"model": "sim-model", "prompt": text(fmt.Sprintf("p%d-%d", i, rep), size), "max_tokens": 1, "ignore_eos": true,
-			}, nil)
+				"model": "sim-model", "prompt": text(fmt.Sprint("p", i), size), "max_tokens": 1, "ignore_eos": true,
+				"stream": true, "stream_options": map[string]any{"include_usage": true},
+			})
 			require.Equal(t, http.StatusOK, r.status, string(r.body))
+			nominal := 5*time.Millisecond + time.Duration(size)*50*time.Microsecond
+			at := r.tokens(t)
+			require.Len(t, at, 1)
+			require.Equal(t, nominal, at[0].Sub(r.sent), "the first token of a prompt of %d tokens", size)
 			tm := r.summary(t).Timings
 			require.Equal(t, size, tm.PromptN)
-			nominal := 5 + 0.05*float64(size)
-			require.GreaterOrEqual(t, tm.PromptMS, nominal-0.1)
-			got = append(got, tm.PromptMS)
+			require.Zero(t, tm.QueueMS)
+			require.Equal(t, ms(nominal), tm.PromptMS, "prefill of %d tokens", size)
+			got[i] = tm.PromptMS
 		}
-		medians[i] = median(got)
-		nominal := 5 + 0.05*float64(size)
-		require.InDelta(t, nominal, medians[i], nominalMS, "prefill of %d tokens", size)
-	}
-	slope := (medians[2] - medians[0]) / float64(sizes[2]-sizes[0])
-	require.InEpsilon(t, 0.05, slope, 0.05, "prefill ms per token")
+		slope := (got[2] - got[0]) / float64(sizes[2]-sizes[0])
+		require.InDelta(t, 0.05, slope, 1e-9, "prefill ms per token")
+	})
 }
 
 // TestDecodeStepGrowsWithBatch: a decode step takes base + per_sequence *
