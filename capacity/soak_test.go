@@ -3,6 +3,7 @@ package capacity_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -166,9 +167,19 @@ tests:
 // target recovers, the error bursts are reported, and the default stop
 // rule (half the requests failing) does not end the soak for one window's
 // burst. The plan restores the simulator's faults after its step.
+//
+// Latency is not the point here (TestSoakHealthy and
+// TestSoakCatchesDegradation judge it): beside a CPU burner the host's
+// pauses moved the 5 ms gaps between chunks by 398% [153, 666] at the
+// median of 40 and 44 requests, past a drift.p99_growth of 1, while the
+// simulator's own timings did not move. The allowance is 1000 (100,000%),
+// beyond what a pause can do to a 20 ms TTFT; and the scenario is
+// lenientConfig's (a TTFT SLO of 2 s), so that the attainment the drift
+// compares moves with the 503s, what the soak must recover from, and not
+// with the host's late first tokens (goodput_drop stays the default 5%).
 func TestSoakRecovers(t *testing.T) {
 	sim := simtest.Start(t, "slots: 0\nfixed: {ttft: 20ms, itl: 5ms}\nfaults: {stall: {rate: 0, duration: 3s}}\n")
-	cfg := stepConfig(t, sim.URL, `
+	cfg := lenientConfig(t, sim.URL, `
   - name: soak
     kind: soak
     target: sim
@@ -176,7 +187,7 @@ func TestSoakRecovers(t *testing.T) {
     rate: 20
     duration: 8s
     window: 2s
-    drift: {p99_growth: 1}   # latency is not the point here: a loaded CI machine moves a 20 ms TTFT
+    drift: {p99_growth: 1000}
     faults: [{at: 2500ms, for: 2s, set: {error_rate: {"503": 1}}}]
 `)
 	// Its checkpoints hold only summarized windows (with 2 s windows,
@@ -206,9 +217,10 @@ func TestSoakRecovers(t *testing.T) {
 // TestSoakWorkloadFeatures: a soak may use every workload feature. A
 // scenario of three-turn conversations with shared prefixes, a fifth of
 // whose requests the client cancels, soaks a simulator with a prefix
-// cache: cancellations leave the denominator (the healthy soak passes),
-// and every window carries the simulator's cached share of the prompt
-// tokens.
+// cache: cancellations leave the denominator (the healthy soak passes;
+// on a starved host it may fail instead on a drift the simulator's own
+// timings show, see below), and every window carries the simulator's
+// cached share of the prompt tokens.
 func TestSoakWorkloadFeatures(t *testing.T) {
 	sim := simtest.Start(t, "slots: 16\nprefill: {base: 2ms, per_token: 20us}\ndecode: {base: 5ms, per_sequence: 0s}\nprefix_cache: {block_tokens: 64}\n")
 	cfg, err := config.Load([]byte(fmt.Sprintf(`
@@ -228,7 +240,28 @@ tests:
 `, sim.URL)), false)
 	require.NoError(t, err)
 	run := runSoak(t, cfg, nil)
-	require.Equal(t, capacity.VerdictPass, run.Verdict, run.Reason)
+	// The soak passes, unless the simulator itself slowed: on a busy host
+	// the in-process simulator is starved too, and its own timings grew
+	// (beside a CPU burner: TTFT P50 +1154% [641, 4902] at the client,
+	// the simulator's queue +2579%, prefill +209%, decode +457%). Then
+	// the drift is the target's, and flagging it is right; a drift, or
+	// any other failure, that the simulator's own clock does not show
+	// (more than drift.p99_growth on one of its phases) fails the test.
+	if run.Verdict == capacity.VerdictFail && run.Soak.Drift != nil {
+		t.Logf("%s", run.Reason)
+		d := run.Soak.Drift
+		slowed := 0.0
+		for _, g := range d.ServerGrowth {
+			slowed = max(slowed, g)
+		}
+		require.Greater(t, slowed, 5.0, "a drift the simulator's own timings do not show: %s", run.Reason)
+		require.True(t, strings.HasPrefix(run.Reason, "drift: "), run.Reason)
+		require.Contains(t, run.Reason, "; the server's own timings (P50): ")
+		require.NotContains(t, run.Reason, "error burst", "cancelled requests are not failures")
+		require.NotContains(t, run.Reason, "the prober's memory")
+	} else {
+		require.Equal(t, capacity.VerdictPass, run.Verdict, run.Reason)
+	}
 	cancelled := 0
 	for i, w := range run.Soak.Windows {
 		cancelled += w.Outcomes[prober.OutcomeCancelled]

@@ -74,6 +74,31 @@ tests:
 	return cfg
 }
 
+// lenientConfig is stepConfig with a lenient scenario "short" (a TTFT
+// SLO of 2 s, an objective of 50%), for the tests of what the procedure
+// does around its levels (drains, the burst, prober-bound levels), not of
+// how it judges one. On a busy host the in-process simulator and prober
+// stretch a 20 ms TTFT past 150 ms now and then (7 of 53 requests at
+// 3.5 req/s on 8 slots beside a CPU burner), and one client completes
+// 3 req/s, not 5: 27 requests in three 3 s windows, where an objective of
+// 85% needs 33 all good to be met at three looks (z 2.39, 1 - 0.05 / 3
+// two-sided: z^2 * 0.85 / 0.15 = 32.4). Such levels stayed undecided, so
+// no capacity was found and nothing was verified. At 50%, 6 requests all
+// good meet it (z^2 * 0.5 / 0.5 = 5.7): a level decides in its first
+// window.
+func lenientConfig(t *testing.T, url, test string) *config.Config {
+	t.Helper()
+	cfg, err := config.Load([]byte(fmt.Sprintf(`
+global: {max_rate: 100, max_in_flight: 200}
+targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s, simulator: true}]
+scenarios:
+  - {name: short, input_tokens: 16, output_tokens: 20, ignore_eos: true, objective: 0.5, slo: {ttft: 2s}}
+tests:
+%s`, url, test)), false)
+	require.NoError(t, err)
+	return cfg
+}
+
 // newManager returns a recorder and a manager whose observer it is, with
 // the configuration's global caps; the manager stops when the test ends.
 func newManager(t *testing.T, cfg *config.Config) (*capacity.Recorder, *prober.Manager) {
@@ -109,8 +134,14 @@ func runStep(t *testing.T, ctx context.Context, cfg *config.Config) *capacity.Ru
 // simulator, by its clock, completed the requests that arrived in the
 // level's window, and no more than 10% over what the engine's four slots
 // allow at the speed its own clock says they ran (four over the
-// requests' mean queue + prefill + decode), nor over the nominal 12.5,
-// which only a faster engine could beat.
+// requests' mean prefill + decode, the time each held its slot, over a
+// window that ends when the last of them does), nor over the nominal
+// 12.5, which only a faster engine could beat. (The queue is not a
+// slot's time: it counts the reading and parsing of a request and the
+// wait for the next step, while the slot it will take may be idle; and a
+// 6 s window's arrivals end up to a request's length after it. Without
+// either, the bound was 8.24 req/s where 4 clients completed 9.30 of
+// them, by the same clock, beside a CPU burner and other test runs.)
 //
 // The windows may extend to 60 s: a level whose every request is good
 // decides met at an objective of 85% once its requests number
@@ -160,8 +191,8 @@ func TestStepGroundTruth(t *testing.T) {
 	}
 	require.Equal(t, capLevel.CompletedRate, run.Capacity.Rate, "the capacity is what 4 clients completed")
 	served, engine := seen.simulatorRates(t, capLevel.Start, capLevel.WindowSeconds, analyticConcurrency)
-	t.Logf("capacity %.2f req/s; by the simulator's clock it completed %.2f req/s of the window's arrivals, and its 4 slots allow %.2f at the speed they ran (%.1f nominally)",
-		run.Capacity.Rate, served, engine, analyticRate)
+	t.Logf("capacity %.2f req/s in %.1f s; by the simulator's clock it completed %.2f req/s of the window's arrivals, and its 4 slots allow %.2f at the speed they ran (%.1f nominally)",
+		run.Capacity.Rate, capLevel.WindowSeconds, served, engine, analyticRate)
 	require.InEpsilon(t, served, run.Capacity.Rate, 0.10, "capacity in req/s at 4 clients against what the simulator served")
 	require.LessOrEqual(t, run.Capacity.Rate, 1.1*engine, "no more than the engine's 4 slots allow at the speed they ran")
 	require.LessOrEqual(t, run.Capacity.Rate, 1.1*analyticRate, "no more than the nominal engine allows")
@@ -174,7 +205,17 @@ func TestStepGroundTruth(t *testing.T) {
 		// A level the first window left undecided is extended by
 		// steady windows, up to twenty (max_steady 60s).
 		require.LessOrEqual(t, l.Extensions, 19)
-		require.InDelta(t, 3*(1+l.Extensions), l.WindowSeconds, 0.5, "the steady windows")
+		// Each steady window ends when its timer fires, never before
+		// (the next opens at that instant), and on a busy host late:
+		// beside a CPU burner 11 windows lasted 33.52 s, 47 ms a window
+		// over, and a tolerance of 0.5 s in all failed. The windows are
+		// counted instead: at least 1 + Extensions steady windows and
+		// less than one more (150 ms late a window at 20), so a window
+		// more or fewer than Extensions says fails.
+		t.Logf("%s c=%d: %d steady windows in %.3f s (%.0f ms a window over)", l.Stage, l.Concurrency, 1+l.Extensions, l.WindowSeconds,
+			1e3*(l.WindowSeconds/float64(1+l.Extensions)-3))
+		require.GreaterOrEqual(t, l.WindowSeconds, 3*float64(1+l.Extensions), "the steady windows")
+		require.Less(t, l.WindowSeconds, 3*float64(2+l.Extensions), "the steady windows")
 		require.NotNil(t, l.Interval)
 		require.Equal(t, l.Met, l.Interval.Lower >= 0.85, "level %d: met is the interval's lower end at the objective: %+v", l.Concurrency, l.Interval)
 		require.Positive(t, l.TTFT.N)
@@ -284,14 +325,18 @@ func (o teeObserver) Finished(r *prober.Result, m *prober.Measurement) {
 // seconds from start, on its clock (stamp_chunks): served, the rate at
 // which it completed the ok requests that arrived in the window (its
 // first token's stamp less the queue and prefill it reported), and
-// engine, the rate slots allow at the speed they ran (slots over those
-// requests' mean queue + prefill + decode).
+// engine, the most that slots could complete of those arrivals at the
+// speed they ran. Each request holds a slot for its prefill + decode
+// (from its admission to its last token), and the window's arrivals are
+// served by the window's end plus the longest of them (the last one
+// admitted ends that much later): n x mean(prefill + decode) <= slots x
+// (secs + longest), so n / secs <= slots / mean x (1 + longest / secs).
 func (f *finished) simulatorRates(t *testing.T, start time.Time, secs float64, slots int) (served, engine float64) {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	from, to := start.UnixNano(), start.Add(time.Duration(secs*float64(time.Second))).UnixNano()
-	n, busy := 0, 0.0
+	n, busy, queued, longest := 0, 0.0, 0.0, 0.0
 	for _, r := range f.results {
 		tm := r.Timings
 		if r.Outcome != prober.OutcomeOK || tm == nil || tm.QueueMS == nil || len(r.Stamps) == 0 {
@@ -302,16 +347,21 @@ func (f *finished) simulatorRates(t *testing.T, start time.Time, secs float64, s
 			continue
 		}
 		n++
-		busy += before + tm.PredictedMS
+		busy += tm.PromptMS + tm.PredictedMS
+		queued += *tm.QueueMS
+		longest = max(longest, *tm.QueueMS+tm.PromptMS+tm.PredictedMS)
 	}
 	require.Positive(t, n, "the simulator stamped the window's requests")
-	return float64(n) / secs, float64(slots) / (busy / float64(n) / 1e3)
+	t.Logf("the simulator's account of %d requests: mean queue %.1f ms, prefill + decode %.1f ms, the longest %.1f ms", n, queued/float64(n), busy/float64(n), longest)
+	return float64(n) / secs, float64(slots) / (busy / float64(n) / 1e3) * (1 + longest/1e3/secs)
 }
 
 // TestStepVerdicts: the other verdicts, each with its reason.
 func TestStepVerdicts(t *testing.T) {
 	for _, tc := range []struct {
 		name, sim, test, verdict, reason string
+		// lenient: the scenario of lenientConfig, not stepConfig's.
+		lenient bool
 	}{
 		{
 			name: "infeasible: one request at a time misses the SLO",
@@ -333,9 +383,14 @@ func TestStepVerdicts(t *testing.T) {
 		},
 		{
 			// 8 slots: the open loop at 0.4x rarely queues, so that
-			// its level decides and the burst runs.
-			name: "fail: the burst's backlog does not drain in time",
-			sim:  "slots: 8\nprefill: {base: 4ms, per_token: 0s}\ndecode: {base: 8ms, per_sequence: 2ms}\n",
+			// its level decides and the burst runs; the lenient
+			// scenario, so that a busy host's late TTFTs do not leave
+			// it undecided (86.8% [63.2, 96.2] of 53 at 85%, 150 ms
+			// beside a CPU burner): the burst is under test, not the
+			// level.
+			name:    "fail: the burst's backlog does not drain in time",
+			lenient: true,
+			sim:     "slots: 8\nprefill: {base: 4ms, per_token: 0s}\ndecode: {base: 8ms, per_sequence: 2ms}\n",
 			test: `
   - name: burst
     kind: step
@@ -352,7 +407,11 @@ func TestStepVerdicts(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sim := simtest.Start(t, tc.sim)
-			run := runStep(t, t.Context(), stepConfig(t, sim.URL, tc.test))
+			cfg := stepConfig(t, sim.URL, tc.test)
+			if tc.lenient {
+				cfg = lenientConfig(t, sim.URL, tc.test)
+			}
+			run := runStep(t, t.Context(), cfg)
 			require.Equal(t, tc.verdict, run.Verdict, run.Reason)
 			require.Contains(t, run.Reason, tc.reason)
 		})
@@ -408,9 +467,14 @@ func (q *queueUntil) Waiting(ctx context.Context) (int, error) {
 
 // TestStepDrainWaitsForQueue: with a QueueProbe, a level's drain waits
 // until the target's queue is empty too.
+//
+// The lenient scenario (lenientConfig): its levels decide in their first
+// window on a busy host too, so that the sweep finds a capacity and the
+// verify level runs (with 85% at 150 ms one client was left undecided
+// beside a CPU burner, and nothing was verified).
 func TestStepDrainWaitsForQueue(t *testing.T) {
 	sim := simtest.Start(t, groundTruthSim)
-	cfg := stepConfig(t, sim.URL, `
+	cfg := lenientConfig(t, sim.URL, `
   - {name: q, kind: step, target: sim, scenario: short, baseline: {requests: 3}, sweep: {concurrency: [1], refine: 0}, window: {warmup: 0s, steady: 3s, min_requests: 1, max_steady: 9s}, verify: {rates: [0.25], max_levels: 1, burst: {factor: 1}}}
 `)
 	rec := capacity.NewRecorder()
@@ -422,7 +486,7 @@ func TestStepDrainWaitsForQueue(t *testing.T) {
 		Logger: promslog.NewNopLogger(), Queue: q}
 	run := s.Run(t.Context())
 	require.NotEqual(t, capacity.VerdictAborted, run.Verdict, run.Reason)
-	require.Len(t, run.Verify, 1)
+	require.Len(t, run.Verify, 1, run.Reason)
 	for _, l := range append([]capacity.Level{*run.Baseline, run.Sweep[0]}, run.Verify...) {
 		require.GreaterOrEqual(t, l.DrainSeconds, 0.3, "%s", l.Stage)
 	}
@@ -562,10 +626,12 @@ func TestStepProberBound(t *testing.T) {
 // either: with every verify level prober-bound the run concludes nothing,
 // naming the prober, and states no capacity. Closed-loop clients send without lag, open-loop arrivals
 // with some: a send-lag threshold of 1 ns makes exactly the verify levels
-// prober-bound.
+// prober-bound. The scenario is lenientConfig's, so that the closed loop
+// finds a capacity on a busy host too (with 85% at 150 ms its levels were
+// left undecided beside a CPU burner, and no verify level ran).
 func TestStepVerifyProberBound(t *testing.T) {
 	sim := simtest.Start(t, groundTruthSim)
-	cfg := stepConfig(t, sim.URL, `
+	cfg := lenientConfig(t, sim.URL, `
   - {name: pbv, kind: step, target: sim, scenario: short, baseline: {requests: 2}, sweep: {concurrency: [1, 2], refine: 0}, window: {warmup: 0s, steady: 3s, min_requests: 1}, verify: {rates: [0.5, 0.8], max_levels: 2}, retries: 0}
 `)
 	rec, m := newManager(t, cfg)
@@ -576,14 +642,16 @@ func TestStepVerifyProberBound(t *testing.T) {
 	for _, l := range run.Sweep {
 		require.False(t, l.ProberBound(), "closed-loop level %d: no send lag", l.Concurrency)
 	}
-	require.NotEmpty(t, run.Verify)
+	require.NotEmpty(t, run.Verify, run.Reason)
 	for _, l := range run.Verify {
 		// A Poisson window of 3 s at 4 req/s or more sends something
-		// (none: e^-12); a send's lag is above 1 ns.
+		// (none: e^-12), and at 2.5 req/s, half of what 2 clients
+		// complete on a busy host, too (none: e^-7.5, once in 1,800);
+		// a send's lag is above 1 ns.
 		require.Positive(t, l.Prober.Sends, "verify level %g req/s", l.IntendedRate)
 		require.True(t, l.ProberBound(), "verify level %g req/s: %+v", l.IntendedRate, l.Prober)
 	}
-	require.Len(t, run.Verify, 2, "0.5x, then a bisection below it (verify.max_levels 2)")
+	require.Len(t, run.Verify, 2, "0.5x, then 0.8x: a prober-bound level is no evidence against a higher rate (verify.max_levels 2)")
 	require.Equal(t, capacity.VerdictInconclusive, run.Verdict, run.Reason)
 	require.Contains(t, run.Reason, "not concluded: no open-loop rate measured the target validly: prober-bound at")
 	require.Contains(t, run.Reason, "(send_lag): busy host: sloprober used")
