@@ -63,13 +63,21 @@ const (
 
 func stepConfig(t *testing.T, url, test string) *config.Config {
 	t.Helper()
+	return loadStepConfig(t, url, "objective: 0.85, slo: {ttft: 150ms}", test)
+}
+
+// loadStepConfig is the configuration of a step test against the
+// simulator at url, whose scenario "short" has the objective and SLOs of
+// judging.
+func loadStepConfig(t *testing.T, url, judging, test string) *config.Config {
+	t.Helper()
 	cfg, err := config.Load([]byte(fmt.Sprintf(`
 global: {max_rate: 100, max_in_flight: 200}
 targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s, simulator: true}]
 scenarios:
-  - {name: short, input_tokens: 16, output_tokens: 20, ignore_eos: true, objective: 0.85, slo: {ttft: 150ms}}
+  - {name: short, input_tokens: 16, output_tokens: 20, ignore_eos: true, %s}
 tests:
-%s`, url, test)), false)
+%s`, url, judging, test)), false)
 	require.NoError(t, err)
 	return cfg
 }
@@ -88,15 +96,7 @@ tests:
 // window.
 func lenientConfig(t *testing.T, url, test string) *config.Config {
 	t.Helper()
-	cfg, err := config.Load([]byte(fmt.Sprintf(`
-global: {max_rate: 100, max_in_flight: 200}
-targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s, simulator: true}]
-scenarios:
-  - {name: short, input_tokens: 16, output_tokens: 20, ignore_eos: true, objective: 0.5, slo: {ttft: 2s}}
-tests:
-%s`, url, test)), false)
-	require.NoError(t, err)
-	return cfg
+	return loadStepConfig(t, url, "objective: 0.5, slo: {ttft: 2s}", test)
 }
 
 // newManager returns a recorder and a manager whose observer it is, with
