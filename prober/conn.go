@@ -34,15 +34,10 @@ const errServerClosedIdle = "http: server closed idle connection"
 
 // isServerClosedIdle reports whether err is net/http's errServerClosedIdle.
 func isServerClosedIdle(err error) bool {
-	var ue interface{ Unwrap() error }
-	for err != nil {
+	for ; err != nil; err = errors.Unwrap(err) {
 		if err.Error() == errServerClosedIdle {
 			return true
 		}
-		if !errors.As(err, &ue) {
-			return false
-		}
-		err = ue.Unwrap()
 	}
 	return false
 }
