@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -61,6 +62,15 @@ func (s *bubbleSim) post(t *testing.T, path string, body any) *result {
 	return s.postHeaders(t, path, nil, body)
 }
 
+// postCtx is post with a context of the caller's (cancelled: the client
+// left). ctx must be the bubble's or derived from it.
+func (s *bubbleSim) postCtx(ctx context.Context, t *testing.T, path string, body any) *result {
+	t.Helper()
+	b, err := json.Marshal(body)
+	require.NoError(t, err)
+	return s.doCtx(ctx, t, http.MethodPost, path, nil, b)
+}
+
 // postHeaders is post with request headers.
 func (s *bubbleSim) postHeaders(t *testing.T, path string, header map[string]string, body any) *result {
 	t.Helper()
@@ -79,12 +89,33 @@ func (s *bubbleSim) send(t *testing.T, method, path, body string) (int, string) 
 
 func (s *bubbleSim) do(t *testing.T, method, path string, header map[string]string, body []byte) *result {
 	t.Helper()
-	req := httptest.NewRequestWithContext(s.ctx, method, path, bytes.NewReader(body))
+	return s.doCtx(s.ctx, t, method, path, header, body)
+}
+
+// errAborted is a result's readErr when the handler aborted the reply: a
+// reset, which hijacks the connection to send a TCP RST over the network,
+// aborts the handler here (as over HTTP/2, which has no connection to
+// hijack).
+var errAborted = errors.New("reply aborted by the handler (a reset)")
+
+func (s *bubbleSim) doCtx(ctx context.Context, t *testing.T, method, path string, header map[string]string, body []byte) (r *result) {
+	t.Helper()
+	req := httptest.NewRequestWithContext(ctx, method, path, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
 	w := &eventWriter{header: http.Header{}, r: &result{sent: time.Now()}}
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				panic(v)
+			}
+			w.r.readErr = errAborted
+			w.r.ended = time.Now()
+			r = w.r
+		}
+	}()
 	s.h.ServeHTTP(w, req)
 	w.r.ended = time.Now()
 	if w.r.status == 0 {
