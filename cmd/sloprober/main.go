@@ -40,6 +40,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer, exit 
 	testCmd := newTestCommand(app)
 	reportCmd := newReportCommand(app)
 	health := newHealthcheckCommand(app)
+	initCmd := newInitCommand(app)
 
 	cmd, err := app.Parse(args)
 	if err != nil {
@@ -53,7 +54,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer, exit 
 	case check.cmd.FullCommand():
 		return check.run(stdout, stderr)
 	case probe.cmd.FullCommand():
-		return probe.run(logger, stdout, stderr)
+		return probe.run(ctx, logger, stdout, stderr)
 	case sim.cmd.FullCommand():
 		return sim.run(ctx, logger)
 	case wstats.cmd.FullCommand():
@@ -70,6 +71,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer, exit 
 		return reportCmd.runCanary(stdout, stderr)
 	case health.cmd.FullCommand():
 		return health.run(stderr)
+	case initCmd.cmd.FullCommand():
+		return initCmd.run(ctx, stdout, stderr)
 	}
 	return 0
 }

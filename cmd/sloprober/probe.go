@@ -27,6 +27,8 @@ const probeCalibrationTimeout = 15 * time.Second
 type probeCommand struct {
 	cmd       *kingpin.CmdClause
 	config    configSource
+	url       *string
+	starter   *starter
 	target    *string
 	scenario  *string
 	simlisten *string
@@ -34,14 +36,27 @@ type probeCommand struct {
 
 func newProbeCommand(app *kingpin.Application) *probeCommand {
 	c := &probeCommand{cmd: app.Command("probe", "Send one request of a scenario to a target and print its timeline, outcome and SLO verdict; exit 0 only if the request is good.")}
+	c.url = c.cmd.Arg("url", "An endpoint's OpenAI base URL (e.g. http://127.0.0.1:8000/v1), probed with the configuration `sloprober init` writes for it; instead of --config.file, --target and --scenario.").String()
 	c.config = addConfigFlags(c.cmd)
-	c.target = c.cmd.Flag("target", "Target name.").Required().String()
-	c.scenario = c.cmd.Flag("scenario", "Scenario name.").Required().String()
+	c.target = c.cmd.Flag("target", "Target name (required without a URL).").String()
+	c.scenario = c.cmd.Flag("scenario", "Scenario name (required without a URL).").String()
+	c.starter = addStarterFlags(c.cmd)
 	c.simlisten = c.cmd.Flag("sim.listen-address", "Where the built-in simulator listens when no --config.file is given.").Default("127.0.0.1:0").String()
 	return c
 }
 
-func (c *probeCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
+func (c *probeCommand) run(ctx context.Context, logger *slog.Logger, stdout, stderr io.Writer) int {
+	if *c.url != "" {
+		return c.runURL(ctx, stdout, stderr)
+	}
+	if err := c.starter.unused(); err != nil {
+		fmt.Fprintf(stderr, "sloprober: %v\n", err)
+		return 1
+	}
+	if *c.target == "" || *c.scenario == "" {
+		fmt.Fprintln(stderr, "sloprober: probe needs an endpoint's URL (sloprober probe http://127.0.0.1:8000/v1) or --target and --scenario of a configuration")
+		return 1
+	}
 	simURL := ""
 	if *c.config.file == "" {
 		sim, err := startEmbeddedSim(logger, *c.simlisten)
@@ -57,13 +72,36 @@ func (c *probeCommand) run(logger *slog.Logger, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sloprober: %v\n", err)
 		return 1
 	}
-	t, s := cfg.Target(*c.target), cfg.Scenario(*c.scenario)
+	return probeOnce(cfg, *c.target, *c.scenario, stdout, stderr)
+}
+
+// runURL probes the endpoint given by URL with its starter configuration.
+func (c *probeCommand) runURL(ctx context.Context, stdout, stderr io.Writer) int {
+	if *c.config.file != "" || *c.target != "" || *c.scenario != "" {
+		fmt.Fprintln(stderr, "sloprober: probe URL takes no --config.file, --target or --scenario: the URL is the target, probed with the scenario `sloprober init` writes")
+		return 1
+	}
+	if err := c.starter.resolve(ctx, *c.url); err != nil {
+		fmt.Fprintf(stderr, "sloprober: %v\n", err)
+		return 1
+	}
+	cfg, err := c.starter.config(c.starter.model)
+	if err != nil {
+		fmt.Fprintf(stderr, "sloprober: %v\n", err)
+		return 1
+	}
+	return probeOnce(cfg, cfg.Targets[0].Name, starterScenario, stdout, stderr)
+}
+
+// probeOnce sends one request of scenario to target and prints it.
+func probeOnce(cfg *config.Config, target, scenario string, stdout, stderr io.Writer) int {
+	t, s := cfg.Target(target), cfg.Scenario(scenario)
 	if t == nil {
-		fmt.Fprintf(stderr, "sloprober: --target %q: no such target in the configuration (have: %s)\n", *c.target, names(cfg.Targets, func(t *config.TargetConfig) string { return t.Name }))
+		fmt.Fprintf(stderr, "sloprober: --target %q: no such target in the configuration (have: %s)\n", target, names(cfg.Targets, func(t *config.TargetConfig) string { return t.Name }))
 		return 1
 	}
 	if s == nil {
-		fmt.Fprintf(stderr, "sloprober: --scenario %q: no such scenario in the configuration (have: %s)\n", *c.scenario, names(cfg.Scenarios, func(s *config.ScenarioConfig) string { return s.Name }))
+		fmt.Fprintf(stderr, "sloprober: --scenario %q: no such scenario in the configuration (have: %s)\n", scenario, names(cfg.Scenarios, func(s *config.ScenarioConfig) string { return s.Name }))
 		return 1
 	}
 	client, err := prober.NewClient(t, userAgent(), 1)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,6 +39,8 @@ type testCommand struct {
 	name     *string
 	json     *string
 	source   configSource
+	url      *string
+	starter  *starter
 	simArg   *string
 	storage  *string
 	validity validity.Config
@@ -46,10 +49,12 @@ type testCommand struct {
 func newTestCommand(app *kingpin.Application) *testCommand {
 	test := app.Command("test", "Capacity tests: step tests (knee search) and soak tests.")
 	c := &testCommand{cmd: test.Command("run", "Run a step or soak test of the configuration once, now, and print its results. Exit code: 0 pass, 1 fail or infeasible, 2 error, aborted or inconclusive (no capacity concluded).")}
-	c.name = c.cmd.Arg("name", "The test's name in the configuration's tests section (the embedded default has \"knee\").").Required().String()
+	c.name = c.cmd.Arg("name", "The test's name in the configuration's tests section (the embedded default has \"knee\"; with --target, the starter configuration's \"capacity\", the default).").String()
 	c.json = c.cmd.Flag("json", "Also write the run's results as JSON to this file.").String()
 	c.storage = c.cmd.Flag("storage.path", "Directory the run is stored in, as `sloprober run` stores its runs: `sloprober report show ID` reads it from there. A running daemon locks its directory: give another one.").Default("data/").String()
 	c.source = addConfigFlags(c.cmd)
+	c.url = c.cmd.Flag("target", "An endpoint's OpenAI base URL (e.g. http://127.0.0.1:8000/v1), tested with the configuration `sloprober init` writes for it (its step test \"capacity\"); instead of --config.file.").String()
+	c.starter = addStarterFlags(c.cmd)
 	c.simArg = c.cmd.Flag("sim.listen-address", "Address of the built-in simulator started without --config.file (loopback only).").Default("127.0.0.1:0").String()
 	addValidityFlags(c.cmd, &c.validity)
 	return c
@@ -63,18 +68,42 @@ func (c *testCommand) run(ctx context.Context, logger *slog.Logger, stdout, stde
 	if err := c.validity.Validate(); err != nil {
 		return fail(fmt.Errorf("bad --validity flags: %w", err))
 	}
-	simURL := ""
-	if *c.source.file == "" {
-		sim, err := startEmbeddedSim(logger, *c.simArg)
-		if err != nil {
+	var cfg *config.Config
+	switch {
+	case *c.url != "":
+		if *c.source.file != "" {
+			return fail(errors.New("--target URL and --config.file exclude each other: the URL is tested with the configuration `sloprober init` writes for it"))
+		}
+		if err := c.starter.resolve(ctx, *c.url); err != nil {
 			return fail(err)
 		}
-		defer sim.stop(time.Second)
-		simURL = sim.url() + "/v1"
-	}
-	cfg, err := c.source.load(simURL)
-	if err != nil {
-		return fail(err)
+		var err error
+		if cfg, err = c.starter.config(c.starter.model); err != nil {
+			return fail(err)
+		}
+		if *c.name == "" {
+			*c.name = starterTest
+		}
+	default:
+		if err := c.starter.unused(); err != nil {
+			return fail(err)
+		}
+		if *c.name == "" {
+			return fail(errors.New("test run needs a test's name (sloprober test run knee) or an endpoint's --target URL"))
+		}
+		simURL := ""
+		if *c.source.file == "" {
+			sim, err := startEmbeddedSim(logger, *c.simArg)
+			if err != nil {
+				return fail(err)
+			}
+			defer sim.stop(time.Second)
+			simURL = sim.url() + "/v1"
+		}
+		var err error
+		if cfg, err = c.source.load(simURL); err != nil {
+			return fail(err)
+		}
 	}
 	t := cfg.Test(*c.name)
 	if t == nil {

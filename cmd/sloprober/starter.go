@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/prober"
+)
+
+// The starter configuration's names: `probe URL` sends its scenario, and
+// `test run --target URL` runs its test.
+const (
+	starterScenario = "chat"
+	starterTest     = "capacity"
+)
+
+// modelsTimeout bounds the GET of /models that finds the model of a
+// target given by its URL.
+const modelsTimeout = 15 * time.Second
+
+// apiPaths are the generation paths a URL may end with, as users copy
+// them from a server's documentation: the API is detected from them and
+// they are cut from the base URL (sloprober appends them itself).
+var apiPaths = []struct{ suffix, api string }{
+	{"/chat/completions", "chat"},
+	{"/completions", "completions"},
+	{"/responses", "responses"},
+	{"/messages", "messages"},
+}
+
+// starter is an endpoint given on the command line (`init`, `probe URL`,
+// `test run --target URL`): everything the starter configuration needs
+// that is not a default.
+type starter struct {
+	url, api, model, bearerTokenFile string
+	headers                          []string // "Name: value"
+}
+
+// addStarterFlags adds the flags that describe an endpoint given by URL.
+func addStarterFlags(cmd *kingpin.CmdClause) *starter {
+	s := &starter{}
+	cmd.Flag("api", "The endpoint's API: chat, completions, responses or messages. Default: from the URL's path when it ends with one (/v1/chat/completions is chat), else chat.").
+		EnumVar(&s.api, "chat", "completions", "responses", "messages")
+	cmd.Flag("model", "The model to ask for. Default: the first model the endpoint lists at /models.").StringVar(&s.model)
+	cmd.Flag("bearer-token-file", "File holding a bearer token sent as `Authorization: Bearer <token>` (the file is read at each request, never copied into a configuration).").StringVar(&s.bearerTokenFile)
+	cmd.Flag("header", "A header to send with every request, as 'Name: value'; repeatable. Its value is written into `init`'s configuration as given: use --bearer-token-file for secrets.").StringsVar(&s.headers)
+	return s
+}
+
+// unused reports an error when a flag describing an endpoint by URL was
+// given without the URL.
+func (s *starter) unused() error {
+	if s.api != "" || s.model != "" || s.bearerTokenFile != "" || len(s.headers) > 0 {
+		return errors.New("--api, --model, --bearer-token-file and --header describe an endpoint given by URL: with a configuration file, set them in its target")
+	}
+	return nil
+}
+
+// parseURL checks raw and returns the base URL (the API's path cut off)
+// and the API its path names ("" for none).
+func parseURL(raw string) (base, api string, err error) {
+	if !strings.Contains(raw, "://") {
+		return "", "", fmt.Errorf("target URL %q: must be http:// or https:// with a host, e.g. http://127.0.0.1:8000/v1", raw)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", "", fmt.Errorf("target URL %q: %w", raw, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return "", "", fmt.Errorf("target URL %q: must be http:// or https:// with a host, e.g. http://127.0.0.1:8000/v1", raw)
+	}
+	if u.User != nil {
+		return "", "", fmt.Errorf("target URL %s: credentials in the URL would be written into configurations and logs: use --bearer-token-file or --header", config.RedactURL(raw))
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	for _, p := range apiPaths {
+		if p2, ok := strings.CutSuffix(u.Path, p.suffix); ok {
+			u.Path, api = p2, p.api
+			break
+		}
+	}
+	u.RawPath = ""
+	return u.String(), api, nil
+}
+
+// targetName is a target name ([a-zA-Z0-9_-]+) made of the URL's host.
+func targetName(base string) string {
+	u, err := url.Parse(base)
+	if err != nil || u.Hostname() == "" {
+		return "target"
+	}
+	return strings.Trim(nonName.ReplaceAllString(u.Hostname(), "-"), "-")
+}
+
+var nonName = regexp.MustCompile(`[^a-zA-Z0-9_-]+`)
+
+// resolve checks the endpoint's description and completes it: the API
+// from the URL's path, the model from the endpoint's /models.
+func (s *starter) resolve(ctx context.Context, raw string) error {
+	base, api, err := parseURL(raw)
+	if err != nil {
+		return err
+	}
+	s.url = base
+	if s.api == "" {
+		s.api = cmp(api, "chat")
+	}
+	for _, h := range s.headers {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(name) == "" || strings.TrimSpace(value) == "" {
+			return fmt.Errorf("--header %q: must be 'Name: value'", h)
+		}
+	}
+	if s.bearerTokenFile != "" {
+		abs, err := filepath.Abs(s.bearerTokenFile)
+		if err != nil {
+			return fmt.Errorf("--bearer-token-file %q: %w", s.bearerTokenFile, err)
+		}
+		s.bearerTokenFile = abs
+	}
+	if s.model != "" {
+		return nil
+	}
+	// The model is read with the target's own client (its credentials,
+	// its bounds) from a configuration naming a placeholder.
+	cfg, err := s.config("placeholder")
+	if err != nil {
+		return err
+	}
+	client, err := prober.NewClient(cfg.Targets[0], userAgent(), 1)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, modelsTimeout)
+	defer cancel()
+	models, err := client.Models(ctx)
+	if err == nil && len(models) == 0 {
+		err = errors.New("it lists no model")
+	}
+	if err != nil {
+		return fmt.Errorf("reading the model from %s/models: %w (give it with --model)", config.RedactURL(s.url), err)
+	}
+	s.model = models[0].ID
+	return nil
+}
+
+func cmp(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// config is the starter configuration for model, loaded as a file is.
+func (s *starter) config(model string) (*config.Config, error) {
+	m := *s
+	m.model = model
+	cfg, err := config.Load([]byte(m.yaml("")), false)
+	if err != nil {
+		return nil, fmt.Errorf("the configuration of %s: %w", config.RedactURL(s.url), err)
+	}
+	return cfg, nil
+}
+
+// quote is v as a YAML scalar (quoted where YAML needs it).
+func quote(v string) string {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("%q", v)
+	}
+	return strings.TrimSuffix(string(b), "\n")
+}
+
+// yaml is the starter configuration: a target, one scenario with SLOs, a
+// canary load and a step test, each commented. The SLOs are a chat
+// service's (first token within 2 s, 100 ms a token after it: 10
+// tokens/s, faster than reading), to be replaced by the service's own.
+func (s *starter) yaml(header string) string {
+	name := targetName(s.url)
+	var b strings.Builder
+	b.WriteString(header)
+	fmt.Fprintf(&b, `targets:
+  - name: %s
+    url: %s
+    api: %s          # chat, completions, responses or messages
+    model: %s
+    replicas: 1         # serving replicas behind the URL: a report divides capacity by it
+`, name, quote(s.url), s.api, quote(s.model))
+	if s.bearerTokenFile != "" {
+		fmt.Fprintf(&b, "    authorization: {type: Bearer, credentials_file: %s}\n", quote(s.bearerTokenFile))
+	}
+	if len(s.headers) > 0 {
+		b.WriteString("    http_headers:\n")
+		seen := map[string][]string{}
+		var order []string
+		for _, h := range s.headers {
+			n, v, _ := strings.Cut(h, ":")
+			n = strings.TrimSpace(n)
+			if !slices.Contains(order, n) {
+				order = append(order, n)
+			}
+			seen[n] = append(seen[n], strings.TrimSpace(v))
+		}
+		for _, n := range order {
+			var vs []string
+			for _, v := range seen[n] {
+				vs = append(vs, quote(v))
+			}
+			fmt.Fprintf(&b, "      %s: {values: [%s]}\n", quote(n), strings.Join(vs, ", "))
+		}
+	}
+	fmt.Fprintf(&b, `scenarios:
+  # One request shape and its SLOs: a request is good when it succeeds and
+  # meets every SLO; goodput counts good requests a second.
+  - name: %s
+    input_tokens: 512
+    output_tokens: 128
+    slo: {ttft: 2s, tpot: 100ms, e2e: 30s}
+    objective: 0.95     # the share of requests that must be good
+canary:
+  # A low open-loop load, day and night (sloprober run): one request in 10 s.
+  - {target: %s, scenario: %s, rate: 0.1}
+tests:
+  # sloprober test run %s: the knee of a closed-loop sweep, then the
+  # open-loop rate the target keeps the objective at (2.5 min a level).
+  - name: %s
+    kind: step
+    target: %s
+    scenario: %s
+    sweep: {concurrency: [1, 2, 4, 8, 16, 32]}
+`, starterScenario, name, starterScenario, starterTest, starterTest, name, starterScenario)
+	return b.String()
+}

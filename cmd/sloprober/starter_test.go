@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/capacity"
+	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/simulator/simtest"
+)
+
+func TestParseURL(t *testing.T) {
+	for _, c := range []struct {
+		in, base, api, err string
+	}{
+		{in: "http://127.0.0.1:8000/v1", base: "http://127.0.0.1:8000/v1"},
+		{in: "http://127.0.0.1:8000/v1/", base: "http://127.0.0.1:8000/v1"},
+		{in: "http://127.0.0.1:8000/v1/chat/completions", base: "http://127.0.0.1:8000/v1", api: "chat"},
+		{in: "http://127.0.0.1:8000/v1/completions", base: "http://127.0.0.1:8000/v1", api: "completions"},
+		{in: "https://gw.example/openai/v1/responses", base: "https://gw.example/openai/v1", api: "responses"},
+		{in: "http://[::1]:8080/v1/messages", base: "http://[::1]:8080/v1", api: "messages"},
+		{in: "http://127.0.0.1:8000/v1?api-version=2", base: "http://127.0.0.1:8000/v1?api-version=2"},
+		{in: "127.0.0.1:8000/v1", err: "must be http:// or https:// with a host"},
+		{in: "ftp://h/v1", err: "must be http:// or https:// with a host"},
+		{in: "http:///v1", err: "must be http:// or https:// with a host"},
+		{in: "http://user:s3cret@h/v1", err: "credentials in the URL"},
+		{in: "http://h/%zz", err: "invalid URL escape"},
+	} {
+		base, api, err := parseURL(c.in)
+		if c.err != "" {
+			require.ErrorContains(t, err, c.err, c.in)
+			require.NotContains(t, err.Error(), "s3cret")
+			continue
+		}
+		require.NoError(t, err, c.in)
+		require.Equal(t, c.base, base, c.in)
+		require.Equal(t, c.api, api, c.in)
+	}
+	require.Equal(t, "127-0-0-1", targetName("http://127.0.0.1:8000/v1"))
+	require.Equal(t, "1", targetName("http://[::1]:8000/v1"))
+	require.Equal(t, "vllm-prod_eu", targetName("https://vllm.prod_eu/v1"))
+}
+
+// seenHeaders wraps a simulator's handler and records the Authorization
+// and X-Tenant headers of every request, by path.
+type seenHeaders struct {
+	mu   sync.Mutex
+	seen map[string][]string
+}
+
+func (s *seenHeaders) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		if s.seen == nil {
+			s.seen = map[string][]string{}
+		}
+		s.seen[r.URL.Path] = append(s.seen[r.URL.Path], r.Header.Get("Authorization")+"|"+r.Header.Get("X-Tenant"))
+		s.mu.Unlock()
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *seenHeaders) at(path string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.seen[path]...)
+}
+
+// TestInit: `sloprober init` writes a starter configuration that check
+// config accepts, its model read from /models with the credentials given,
+// and does not overwrite a file without --force.
+func TestInit(t *testing.T) {
+	var heads seenHeaders
+	sim := simtest.StartWith(t, "", heads.wrap)
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(token, []byte("s3cret\n"), 0o600))
+	file := filepath.Join(dir, "sloprober.yml")
+	code, stdout, stderr := runCLI(t, "init", "--target="+sim.URL+"/v1/chat/completions", "-o", file,
+		"--bearer-token-file="+token, "--header=X-Tenant: team-a")
+	require.Equal(t, 0, code, stderr)
+	require.Empty(t, stdout)
+	require.Contains(t, stderr, "Wrote "+file+": target 127-0-0-1, model sim-model, API chat.")
+	require.Equal(t, []string{"Bearer s3cret|team-a"}, heads.at("/v1/models"), "the model is read with the credentials")
+
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	text := string(b)
+	require.NotContains(t, text, "s3cret", "the token stays in its file")
+	require.Contains(t, text, "credentials_file: "+token)
+	require.LessOrEqual(t, strings.Count(text, "\n"), 40, "a starter, not a reference:\n%s", text)
+	code, stdout, _ = runCLI(t, "check", "config", file)
+	require.Equal(t, 0, code)
+	require.Contains(t, stdout, "1 target, 1 scenario, 1 canary load, 1 test")
+	cfg, err := config.LoadFile(file, false)
+	require.NoError(t, err)
+	tg := cfg.Targets[0]
+	require.Equal(t, sim.URL+"/v1", tg.URL, "the API's path is cut from the URL")
+	require.Equal(t, "chat", tg.API)
+	require.Equal(t, "sim-model", tg.Model)
+	require.NotNil(t, cfg.Test(starterTest))
+	require.NotNil(t, cfg.Scenario(starterScenario))
+
+	code, _, stderr = runCLI(t, "init", "--target="+sim.URL+"/v1", "-o", file)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "exists: give --force")
+	code, _, stderr = runCLI(t, "init", "--target="+sim.URL+"/v1/messages", "--model=other", "-o", file, "--force")
+	require.Equal(t, 0, code, stderr)
+	cfg, err = config.LoadFile(file, false)
+	require.NoError(t, err)
+	require.Equal(t, "messages", cfg.Targets[0].API)
+	require.Equal(t, "other", cfg.Targets[0].Model, "--model is not looked up")
+
+	// Standard output, and the errors a newcomer meets.
+	code, stdout, _ = runCLI(t, "init", "--target="+sim.URL+"/v1")
+	require.Equal(t, 0, code)
+	require.True(t, strings.HasPrefix(stdout, "# sloprober configuration for "+sim.URL+"/v1"), stdout)
+	code, _, stderr = runCLI(t, "init", "--target=http://127.0.0.1:1/v1")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "reading the model from http://127.0.0.1:1/v1/models")
+	require.Contains(t, stderr, "give it with --model")
+	code, _, stderr = runCLI(t, "init", "--target="+sim.URL+"/v1", "--header=NoColon")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, `--header "NoColon": must be 'Name: value'`)
+}
+
+// TestProbeURL: `sloprober probe URL` probes an endpoint without a
+// configuration file, with the credentials given, and its flags are
+// refused beside a configuration.
+func TestProbeURL(t *testing.T) {
+	var heads seenHeaders
+	sim := simtest.StartWith(t, "", heads.wrap)
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(token, []byte("s3cret"), 0o600))
+	code, stdout, stderr := runCLI(t, "probe", sim.URL+"/v1", "--bearer-token-file="+token)
+	require.Equal(t, 0, code, stdout+stderr)
+	require.Contains(t, stdout, "target:     127-0-0-1 (chat API, model sim-model, "+sim.URL+"/v1)")
+	require.Contains(t, stdout, "scenario:   chat (input 512 tokens, output 128 tokens")
+	require.Contains(t, stdout, "verdict: good")
+	require.Equal(t, []string{"Bearer s3cret|"}, heads.at("/v1/chat/completions"))
+
+	code, _, stderr = runCLI(t, "probe", sim.URL+"/v1", "--target=sim")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "probe URL takes no --config.file, --target or --scenario")
+	code, _, stderr = runCLI(t, "probe", "--target=sim", "--scenario=chat", "--model=x")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "--model")
+	code, _, stderr = runCLI(t, "probe")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "probe needs an endpoint's URL")
+}
+
+// TestTestRunURL: `sloprober test run --target URL` runs the starter
+// configuration's step test against the endpoint; the run is stopped once
+// its baseline is under way (the whole test takes tens of minutes).
+func TestTestRunURL(t *testing.T) {
+	var heads seenHeaders
+	sim := simtest.StartWith(t, "", heads.wrap)
+	storage := t.TempDir()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout, stderr output
+	done := make(chan int, 1)
+	go func() {
+		done <- runMain(ctx, append([]string{"test", "run", "--target=" + sim.URL + "/v1", "--storage.path=" + storage}, testValidity...),
+			&stdout, &stderr, func(code int) { t.Errorf("exit(%d)", code) })
+	}()
+	require.Eventually(t, func() bool { return len(heads.at("/v1/chat/completions")) >= 2 }, 30*time.Second, 10*time.Millisecond,
+		"the baseline's requests reach the endpoint: %s", stderr.String())
+	cancel()
+	select {
+	case code := <-done:
+		require.Equal(t, exitError, code, "an aborted run concludes nothing")
+	case <-time.After(30 * time.Second):
+		t.Fatal("test run did not stop")
+	}
+	require.Contains(t, stderr.String(), "Running ")
+	runs, err := filepath.Glob(filepath.Join(storage, "runs", starterTest+"-*.json"))
+	require.NoError(t, err)
+	require.Len(t, runs, 1, stderr.String())
+	b, err := os.ReadFile(runs[0])
+	require.NoError(t, err)
+	var run capacity.Run
+	require.NoError(t, json.Unmarshal(b, &run))
+	require.Equal(t, capacity.VerdictAborted, run.Verdict)
+	require.Equal(t, starterTest, run.Test)
+
+	code, _, errOut := runCLI(t, "test", "run", "--target="+sim.URL+"/v1", "--config.file=x.yml")
+	require.Equal(t, exitError, code)
+	require.Contains(t, errOut, "--target URL and --config.file exclude each other")
+	code, _, errOut = runCLI(t, "test", "run")
+	require.Equal(t, exitError, code)
+	require.Contains(t, errOut, "needs a test's name")
+}
