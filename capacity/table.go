@@ -1,97 +1,296 @@
 package capacity
 
 import (
+	"bytes"
+	"cmp"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
 
-// WriteTable writes a run as a text table: its verdict, the capacity
-// with its interval and the search that found it, then one row per level
-// with its offered rate, its attainment's interval, its decision and the
-// sample count beside every percentile. A percentile over too few samples
-// is marked *, an insufficient level "(few)".
+// TableWidth is the widest line WriteTable writes: a terminal's, or a CI
+// log's, 120 columns.
+const TableWidth = 120
+
+// WriteTable writes a run for a terminal or a CI log, no line wider than
+// TableWidth: its verdict, the capacity with its interval and the search
+// that found it, then one row per level with its offered rate, its sample,
+// its attainment's interval, its decision and its latency percentiles. A
+// percentile over too few samples is marked *. What else is to know of a
+// level (extensions, retries, drops, the drain, a busy prober) is a
+// numbered footnote under the table. WriteMarkdown writes every column.
 func WriteTable(w io.Writer, r *Run) {
+	for _, line := range summary(r) {
+		fmt.Fprintln(w, wrap(line, TableWidth, "    "))
+	}
+	levels := tableLevels(r)
+	// The engine's queue (mean/max over the level) is a column where the
+	// target's metrics were read.
+	queue := slices.ContainsFunc(levels, func(l tableLevel) bool { return l.EngineQueue != nil && l.EngineQueue.Samples > 0 })
+	lines, footnotes := levelTable(levels, r.Soak != nil, queue, true)
+	if slices.ContainsFunc(lines, func(l string) bool { return len(l) > TableWidth }) {
+		// Numbers too wide for a decision column: the decisions go with
+		// the notes.
+		lines, footnotes = levelTable(levels, r.Soak != nil, queue, false)
+	}
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
+	}
+	for _, n := range footnotes {
+		fmt.Fprintln(w, wrap(n, TableWidth, "    "))
+	}
+	legend := "Latencies in ms; * over too few samples (P95 below 200, P99 below 1,000)"
+	if queue {
+		legend += "; queue: the engine's queue depth, mean/max"
+	}
+	fmt.Fprintln(w, wrap(legend+".", TableWidth, ""))
+	fmt.Fprintln(w, wrap("[95% CI]: the attainment's interval (batch means), which decides the level. "+
+		"Every column: --output md or json.", TableWidth, ""))
+}
+
+// levelTable is the terminal table's lines, header first, and its
+// footnotes. The cells are aligned first; then each row's notes follow its
+// cells: the first where the line has room, the rest a footnote.
+func levelTable(levels []tableLevel, soak, queue, decisionColumn bool) (lines, footnotes []string) {
+	var cells bytes.Buffer
+	tw := tabwriter.NewWriter(&cells, 0, 0, 1, ' ', tabwriter.AlignRight)
+	head := "stage\tload\toffered/s\tsent\tgood/s\tattained [95% CI]\tTTFT p50/p99\tTPOT p99\tE2E p99\t"
+	if soak {
+		head = "stage\toffered/s\tsent\tgood/s\tattained [95% CI]\tTTFT p50/p99\tTPOT p99\tE2E p99\tRSS MiB\tgoroutines\t"
+	}
+	if queue {
+		head += "queue\t"
+	}
+	if decisionColumn {
+		head += "decision\t"
+	}
+	fmt.Fprintln(tw, head)
+	notes := make([][]string, len(levels))
+	for i, l := range levels {
+		row := []string{l.Stage}
+		if !soak {
+			row = append(row, levelLoadText(l.Level))
+		}
+		_, _, offered := levelLoad(l.Level)
+		row = append(row, offered, fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.Goodput), attainedShort(l.Level),
+			ms2(l.TTFT), ms1(l.TPOT, l.TPOT.P99), ms1(l.E2E, l.E2E.P99))
+		if w := l.window; w != nil {
+			row = append(row, fmt.Sprint(w.ProberRSSBytes>>20), fmt.Sprint(w.ProberGoroutines))
+		}
+		if queue {
+			q := "-"
+			if eq := l.EngineQueue; eq != nil && eq.Samples > 0 {
+				q = fmt.Sprintf("%.1f/%d", eq.Mean, eq.Max)
+			}
+			row = append(row, q)
+		}
+		notes[i] = l.notes(!queue)
+		if d := levelDecision(l.Level); decisionColumn {
+			row = append(row, cmp.Or(d, "-"))
+		} else if d != "" {
+			notes[i] = append([]string{d}, notes[i]...)
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	tw.Flush()
+	rows := strings.Split(strings.TrimSuffix(cells.String(), "\n"), "\n")
+	lines = append(lines, rows[0]+" note")
+	for i, l := range levels {
+		line, parts := rows[i+1], notes[i]
+		ref := fmt.Sprintf(" [%d]", len(footnotes)+1)
+		switch {
+		case len(parts) == 1 && len(line)+1+len(parts[0]) <= TableWidth:
+			line, parts = line+" "+parts[0], nil
+		case len(parts) > 0 && len(line)+1+len(parts[0])+len(ref) <= TableWidth:
+			// A footnote follows: room for its reference too.
+			line, parts = line+" "+parts[0], parts[1:]
+		}
+		if len(parts) > 0 {
+			footnotes = append(footnotes, fmt.Sprintf("[%d] %s: %s", len(footnotes)+1, l.name(), strings.Join(parts, "; ")))
+			line += ref
+		}
+		lines = append(lines, strings.TrimRight(line, " "))
+	}
+	return lines, footnotes
+}
+
+// levelLoadText is a level's load: "8 clients" closed loop, "5.55 req/s"
+// open loop.
+func levelLoadText(l *Level) string {
+	switch {
+	case l.IntendedRate > 0:
+		return fmt.Sprintf("%.3g req/s", l.IntendedRate)
+	case l.Concurrency == 1:
+		return "1 client"
+	case l.Concurrency > 0:
+		return fmt.Sprintf("%d clients", l.Concurrency)
+	}
+	return "-"
+}
+
+// WriteMarkdown writes a run as Markdown (a CI job's summary, a pull
+// request): the summary lines, then every column of every level, its
+// notes in its row.
+func WriteMarkdown(w io.Writer, r *Run) {
+	for _, line := range summary(r) {
+		fmt.Fprintf(w, "- %s\n", line)
+	}
+	fmt.Fprintln(w)
+	soak := r.Soak != nil
+	head := []string{"stage", "clients", "rate/s", "offered/s", "window", "sent", "ok/s", "good/s", "in tok/s", "out tok/s",
+		"attained [95% CI]", "TTFT p50/p95/p99 ms (n)", "TPOT p99 ms", "E2E p99 ms", "drain s", "note"}
+	if soak {
+		head = slices.DeleteFunc(head, func(h string) bool { return h == "clients" || h == "drain s" })
+	}
+	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(head, " | "), strings.Repeat("---|", len(head)))
+	for _, l := range tableLevels(r) {
+		clients, rate, offered := levelLoad(l.Level)
+		cells := []string{l.Stage}
+		if !soak {
+			cells = append(cells, clients)
+		}
+		cells = append(cells, rate, offered, fmt.Sprintf("%.0fs", l.WindowSeconds), fmt.Sprint(l.Sent),
+			fmt.Sprintf("%.3g", l.CompletedRate), fmt.Sprintf("%.3g", l.Goodput),
+			fmt.Sprintf("%.4g", l.InputTokensRate), fmt.Sprintf("%.4g", l.OutputTokensRate),
+			attained(l.Level), ms3(l.TTFT), ms1(l.TPOT, l.TPOT.P99), ms1(l.E2E, l.E2E.P99))
+		if !soak {
+			cells = append(cells, fmt.Sprintf("%.2f", l.DrainSeconds))
+		}
+		notes := l.notes(true)
+		if d := levelDecision(l.Level); d != "" {
+			notes = append([]string{d}, notes...)
+		}
+		if w := l.window; w != nil {
+			notes = append(notes, fmt.Sprintf("prober %d MiB, %d goroutines", w.ProberRSSBytes>>20, w.ProberGoroutines))
+		}
+		cells = append(cells, strings.ReplaceAll(strings.Join(notes, "; "), "|", "\\|"))
+		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+	}
+	fmt.Fprintln(w, "\n\\* over too few samples: P95 below 200, P99 below 1,000; [95% CI]: the attainment's interval (batch means), the level's decision against its objective.")
+}
+
+// summary is a run's verdict, capacity, search, drift, knee and canary,
+// a line each.
+func summary(r *Run) []string {
 	// "ABORTED: interrupt signal received", not "ABORTED: aborted: ...".
 	reason := strings.TrimPrefix(r.Reason, r.Verdict+": ")
-	fmt.Fprintf(w, "test %s (%s) on %s: %s: %s\n", r.Test, r.Kind, r.Target, strings.ToUpper(r.Verdict), reason)
+	lines := []string{fmt.Sprintf("test %s (%s) on %s: %s: %s", r.Test, r.Kind, r.Target, strings.ToUpper(r.Verdict), reason)}
 	if c := r.Capacity; c != nil {
-		fmt.Fprintf(w, "capacity: %s; closed loop %s at %.3g req/s (%.3g good req/s)\n", verifiedText(r), clients(c.Concurrency), c.Rate, c.Goodput)
+		lines = append(lines, fmt.Sprintf("capacity: %s; closed loop %s at %.3g req/s (%.3g good req/s)", verifiedText(r), clients(c.Concurrency), c.Rate, c.Goodput))
 		if fc := c.Forecast; fc != nil {
 			if _, text := fc.Verdict(); text != "" {
-				fmt.Fprintf(w, "forecast: %s\n", text)
+				lines = append(lines, "forecast: "+text)
 			}
 		}
 	}
 	if search := searchText(r.Verify); search != "" {
-		fmt.Fprintf(w, "search: %s\n", search)
+		lines = append(lines, "search: "+search)
+	}
+	if sk := r.Soak; sk != nil && len(sk.Windows) > 0 {
+		lines = append(lines, fmt.Sprintf("soak: %.3g req/s open loop, %d windows of %.0f s", sk.Rate, len(sk.Windows), sk.Windows[0].WindowSeconds))
 	}
 	if d := r.Soak.drift(); d != nil {
-		fmt.Fprintf(w, "drift: %s; %s; prober memory %+.0f%%\n", d.Growth(), d.Attainment(), 100*d.MemoryGrowth)
+		lines = append(lines, fmt.Sprintf("drift: %s; %s; prober memory %+.0f%%", d.Growth(), d.Attainment(), 100*d.MemoryGrowth))
 	}
 	if k := r.Knee; k != nil {
-		fmt.Fprintf(w, "knee: %s: %s\n", clients(k.Concurrency), k.Reason)
+		lines = append(lines, fmt.Sprintf("knee: %s: %s", clients(k.Concurrency), k.Reason))
 	}
 	for _, c := range r.Canary {
-		fmt.Fprintf(w, "canary %s during the test: %.2f%% of %d requests good (objective %.2f%%); %.2f%% of its 30-day error budget\n",
-			c.Scenario, 100*c.Attainment, c.Counted, 100*c.Objective, 100*c.BudgetConsumed)
+		lines = append(lines, fmt.Sprintf("canary %s during the test: %.2f%% of %d requests good (objective %.2f%%); %.2f%% of its 30-day error budget",
+			c.Scenario, 100*c.Attainment, c.Counted, 100*c.Objective, 100*c.BudgetConsumed))
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	// A soak's windows are open loop and follow each other without a
-	// drain: no clients, no drain column.
-	soak := r.Soak != nil
-	if soak {
-		fmt.Fprintln(tw, "stage\trate/s\toffered/s\twindow\tsent\tok/s\tgood/s\tin tok/s\tout tok/s\tattained [95% CI]\tTTFT p50/p95/p99 ms (n)\tTPOT p99 ms\tE2E p99 ms\tnote\t")
-	} else {
-		fmt.Fprintln(tw, "stage\tclients\trate/s\toffered/s\twindow\tsent\tok/s\tgood/s\tin tok/s\tout tok/s\tattained [95% CI]\tTTFT p50/p95/p99 ms (n)\tTPOT p99 ms\tE2E p99 ms\tdrain s\tnote\t")
+	return lines
+}
+
+// tableLevel is a row of a run's table: a level, or a soak's window with
+// the prober's memory and goroutines at its end.
+type tableLevel struct {
+	*Level
+	window *SoakWindow
+	index  int // a soak window's, from 1
+}
+
+// notes is the row's notes: a soak window's error burst first; the
+// engine's queue if queue.
+func (t tableLevel) notes(queue bool) []string {
+	notes := levelNotes(t.Level, queue)
+	if t.window != nil && t.window.ErrorBurst {
+		notes = append([]string{"error burst"}, notes...)
 	}
-	levels := []*Level{r.Baseline}
+	return notes
+}
+
+// name is how a footnote names its row: "burst at 17.8 req/s", "soak
+// window 3".
+func (t tableLevel) name() string {
+	if t.window != nil {
+		return fmt.Sprintf("%s window %d", t.Stage, t.index)
+	}
+	return t.Stage + " at " + levelLoadText(t.Level)
+}
+
+// tableLevels are a run's levels in the order they ran, then a soak's
+// windows.
+func tableLevels(r *Run) []tableLevel {
+	var levels []tableLevel
+	add := func(l *Level) {
+		if l != nil {
+			levels = append(levels, tableLevel{Level: l})
+		}
+	}
+	add(r.Baseline)
 	for i := range r.Sweep {
-		levels = append(levels, &r.Sweep[i])
+		add(&r.Sweep[i])
 	}
 	for i := range r.Verify {
-		levels = append(levels, &r.Verify[i])
+		add(&r.Verify[i])
 	}
-	levels = append(levels, r.Burst)
+	add(r.Burst)
 	if r.Soak != nil {
 		for i := range r.Soak.Windows {
-			w := &r.Soak.Windows[i]
-			l := w.Level
-			l.Note = addNote(l.Note, fmt.Sprintf("prober %d MiB, %d goroutines", w.ProberRSSBytes>>20, w.ProberGoroutines))
-			if w.ErrorBurst {
-				l.Note = addNote("error burst", l.Note)
-			}
-			levels = append(levels, &l)
+			levels = append(levels, tableLevel{Level: &r.Soak.Windows[i].Level, window: &r.Soak.Windows[i], index: i + 1})
 		}
 	}
-	for _, l := range levels {
-		if l == nil {
-			continue
-		}
-		clients, rate, offered := "-", "-", "-"
-		if l.Concurrency > 0 {
-			clients = fmt.Sprint(l.Concurrency)
-		}
-		if l.IntendedRate > 0 {
-			rate = fmt.Sprintf("%.3g", l.IntendedRate)
-		}
-		if l.Prober != nil {
-			offered = fmt.Sprintf("%.3g", l.OfferedRate)
-		}
-		note := levelNote(l)
-		if soak {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.0fs\t%d\t%.3g\t%.3g\t%.4g\t%.4g\t%s\t%s\t%s\t%s\t%s\t\n",
-				l.Stage, rate, offered, l.WindowSeconds, l.Sent, l.CompletedRate, l.Goodput, l.InputTokensRate, l.OutputTokensRate,
-				attained(l), ms3(l.TTFT), ms1(l.TPOT, l.TPOT.P99), ms1(l.E2E, l.E2E.P99), note)
-			continue
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0fs\t%d\t%.3g\t%.3g\t%.4g\t%.4g\t%s\t%s\t%s\t%s\t%.2f\t%s\t\n",
-			l.Stage, clients, rate, offered, l.WindowSeconds, l.Sent, l.CompletedRate, l.Goodput, l.InputTokensRate, l.OutputTokensRate,
-			attained(l), ms3(l.TTFT), ms1(l.TPOT, l.TPOT.P99), ms1(l.E2E, l.E2E.P99), l.DrainSeconds, note)
+	return levels
+}
+
+// levelLoad is a level's clients, intended rate and offered rate, "-"
+// where it has none.
+func levelLoad(l *Level) (clients, rate, offered string) {
+	clients, rate, offered = "-", "-", "-"
+	if l.Concurrency > 0 {
+		clients = fmt.Sprint(l.Concurrency)
 	}
-	tw.Flush()
-	fmt.Fprintln(w, "* over too few samples: P95 below 200, P99 below 1,000; [95% CI]: the attainment's interval (batch means), the level's decision against its objective")
+	if l.IntendedRate > 0 {
+		rate = fmt.Sprintf("%.3g", l.IntendedRate)
+	}
+	if l.Prober != nil {
+		offered = fmt.Sprintf("%.3g", l.OfferedRate)
+	}
+	return clients, rate, offered
+}
+
+// wrap breaks text at spaces into lines of at most width, the lines after
+// the first indented; a word longer than a line stays whole.
+func wrap(text string, width int, indent string) string {
+	var b strings.Builder
+	line := 0
+	for i, word := range strings.Fields(text) {
+		switch {
+		case i == 0:
+		case line+1+len(word) > width:
+			b.WriteString("\n" + indent)
+			line = len(indent)
+		default:
+			b.WriteByte(' ')
+			line++
+		}
+		b.WriteString(word)
+		line += len(word)
+	}
+	return b.String()
 }
 
 // verifiedText states a run's capacity conclusion with its interval and
@@ -154,54 +353,82 @@ func attained(l *Level) string {
 	return fmt.Sprintf("%.1f%%", 100*l.Attainment)
 }
 
-// levelNote is a level's note column: its decision, extensions and
-// retries, then what else is to know.
-func levelNote(l *Level) string {
-	var note string
+// levelDecision is a level's decision against its objective ("met",
+// "missed", "inconclusive"), "" for none: a burst is judged by its drain.
+func levelDecision(l *Level) string {
 	switch {
-	case l.Decision != "" && l.Prober != nil && l.Stage != "burst": // a burst is judged by its drain
-		note = l.Decision
+	case l.Decision != "" && l.Prober != nil && l.Stage != "burst":
+		return l.Decision
 	case l.Decision == "" && l.Met:
-		note = "met"
+		return "met"
 	}
+	return ""
+}
+
+// levelNotes is what is to know of a level but its decision: its
+// extensions and retries, then the rest; the engine's queue if queue.
+func levelNotes(l *Level, queue bool) []string {
+	var notes []string
 	if l.Extensions > 0 {
-		note = addNote(note, fmt.Sprintf("window extended %dx", l.Extensions))
+		notes = append(notes, fmt.Sprintf("window extended %dx", l.Extensions))
 	}
 	if n := len(l.Remeasured); n > 0 {
-		note = addNote(note, fmt.Sprintf("re-measured %dx (%s)", n, strings.SplitN(l.Remeasured[n-1], ":", 2)[0]))
+		notes = append(notes, fmt.Sprintf("re-measured %dx (%s)", n, strings.SplitN(l.Remeasured[n-1], ":", 2)[0]))
 	}
 	if l.Insufficient {
-		note = addNote(note, "(few)")
+		notes = append(notes, "(few: under window.min_requests)")
 	}
 	if l.Note != "" {
-		note = addNote(note, l.Note)
+		notes = append(notes, l.Note)
 	}
 	if n := dropped(l); n > 0 {
-		note = addNote(note, fmt.Sprintf("dropped %d", n))
+		notes = append(notes, fmt.Sprintf("dropped %d", n))
 	}
 	if n := l.LengthMismatches["input"]; n > 0 {
-		note = addNote(note, fmt.Sprintf("usage.prompt_tokens off the prompt in %d", n))
+		notes = append(notes, fmt.Sprintf("usage.prompt_tokens off the prompt in %d", n))
 	}
 	if n := l.LengthMismatches["output"]; n > 0 {
-		note = addNote(note, fmt.Sprintf("output off max_tokens in %d", n))
+		notes = append(notes, fmt.Sprintf("output off max_tokens in %d", n))
 	}
 	if tl := l.Timeline; tl != nil {
 		switch took := tl.Drained - tl.BurstEnd; {
 		case tl.Drained > 0 && took <= tl.DrainWithin:
-			note = addNote(note, fmt.Sprintf("drained in %.1fs (within %gs)", took, tl.DrainWithin))
+			notes = append(notes, fmt.Sprintf("drained in %.1fs (within %gs)", took, tl.DrainWithin))
 		case tl.Drained > 0:
-			note = addNote(note, fmt.Sprintf("drained in %.1fs (over %gs)", took, tl.DrainWithin))
+			notes = append(notes, fmt.Sprintf("drained in %.1fs (over %gs)", took, tl.DrainWithin))
 		default:
-			note = addNote(note, fmt.Sprintf("did not drain within %gs", tl.DrainWithin))
+			notes = append(notes, fmt.Sprintf("did not drain within %gs", tl.DrainWithin))
 		}
 	}
-	if q := l.EngineQueue; q != nil && q.Samples > 0 {
-		note = addNote(note, fmt.Sprintf("engine queue mean %.1f, max %d", q.Mean, q.Max))
+	if q := l.EngineQueue; queue && q != nil && q.Samples > 0 {
+		notes = append(notes, fmt.Sprintf("engine queue mean %.1f, max %d", q.Mean, q.Max))
 	}
 	if p := l.Prober; p != nil && !l.ProberBound() && (p.LagP99 > ProberLagLimit.Seconds() || p.CPUShare > ProberCPULimit) {
-		note = addNote(note, fmt.Sprintf("prober busy: send lag P99 %.0f ms, CPU %.0f%%", 1e3*p.LagP99, 100*p.CPUShare))
+		notes = append(notes, fmt.Sprintf("prober busy: send lag P99 %.0f ms, CPU %.0f%%", 1e3*p.LagP99, 100*p.CPUShare))
 	}
-	return note
+	return notes
+}
+
+// attainedShort is attained without its spaces, for the terminal's
+// table: "97.3%[95.1,98.6]".
+func attainedShort(l *Level) string {
+	if iv := l.Interval; iv != nil {
+		return fmt.Sprintf("%.1f%%[%.1f,%.1f]", 100*l.Attainment, 100*iv.Lower, 100*iv.Upper)
+	}
+	return fmt.Sprintf("%.1f%%", 100*l.Attainment)
+}
+
+// ms2 is p50/p99 in milliseconds, a starred percentile over too few
+// samples; the sample is the row's.
+func ms2(p Percentiles) string {
+	if p.N == 0 {
+		return "-"
+	}
+	star := ""
+	if slices.Contains(p.LowConfidence, "p99") {
+		star = "*"
+	}
+	return fmt.Sprintf("%.0f/%.0f%s", 1e3*p.P50, 1e3*p.P99, star)
 }
 
 // ms3 is p50/p95/p99 in milliseconds with the sample count, a starred

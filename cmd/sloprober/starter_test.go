@@ -172,7 +172,7 @@ func TestTestRunURL(t *testing.T) {
 	var stdout, stderr output
 	done := make(chan int, 1)
 	go func() {
-		done <- runMain(ctx, append([]string{"test", "run", "--target=" + sim.URL + "/v1", "--storage.path=" + storage}, testValidity...),
+		done <- runMain(ctx, append([]string{"test", "run", "--target=" + sim.URL + "/v1", "--storage.path=" + storage, "--output=json"}, testValidity...),
 			&stdout, &stderr, func(code int) { t.Errorf("exit(%d)", code) })
 	}()
 	require.Eventually(t, func() bool { return len(heads.at("/v1/chat/completions")) >= 2 }, 30*time.Second, 10*time.Millisecond,
@@ -184,7 +184,10 @@ func TestTestRunURL(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("test run did not stop")
 	}
-	require.Contains(t, stderr.String(), "Running ")
+	require.Contains(t, stderr.String(), "Running step test capacity on target 127-0-0-1")
+	var printed capacity.Run
+	require.NoError(t, json.Unmarshal([]byte(stdout.String()), &printed), "--output json: %s", stdout.String())
+	require.Equal(t, capacity.VerdictAborted, printed.Verdict)
 	runs, err := filepath.Glob(filepath.Join(storage, "runs", starterTest+"-*.json"))
 	require.NoError(t, err)
 	require.Len(t, runs, 1, stderr.String())

@@ -143,7 +143,7 @@ tests: [{name: soak, kind: soak, target: sim, scenario: short, rate: 5, duration
 	require.Contains(t, stdout.String(), "test soak (soak) on sim:")
 	require.NotContains(t, stderrW.String(), " stored in ")
 	require.Regexp(t, `sloprober: test "soak": storing the run soak-\S+: finish soak-\S+: not stored: rename \S+ `+regexp.QuoteMeta(blocked)+
-		`: file exists; the run's results are only in the table above and `+regexp.QuoteMeta(filepath.Join(dir, "run.json")), stderrW.String())
+		`: file exists; the run's results are only in the output above and `+regexp.QuoteMeta(filepath.Join(dir, "run.json")), stderrW.String())
 	require.Contains(t, stderrW.String(), `msg="A run could not be stored and is lost with this stop"`)
 	require.FileExists(t, filepath.Join(dir, "run.json"))
 }

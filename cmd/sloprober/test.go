@@ -38,6 +38,7 @@ type testCommand struct {
 	cmd      *kingpin.CmdClause
 	name     *string
 	json     *string
+	output   *string
 	source   configSource
 	url      *string
 	starter  *starter
@@ -51,6 +52,8 @@ func newTestCommand(app *kingpin.Application) *testCommand {
 	c := &testCommand{cmd: test.Command("run", "Run a step or soak test of the configuration once, now, and print its results. Exit code: 0 pass, 1 fail or infeasible, 2 error, aborted or inconclusive (no capacity concluded).")}
 	c.name = c.cmd.Arg("name", "The test's name in the configuration's tests section (the embedded default has \"knee\"; with --target, the starter configuration's \"capacity\", the default).").String()
 	c.json = c.cmd.Flag("json", "Also write the run's results as JSON to this file.").String()
+	c.output = c.cmd.Flag("output", "How the results are printed: table (fits 120 columns; a level's notes as footnotes), md (every column, for a CI summary) or json (the run, as --json writes it).").
+		Default("table").Enum("table", "md", "json")
 	c.storage = c.cmd.Flag("storage.path", "Directory the run is stored in, as `sloprober run` stores its runs: `sloprober report show ID` reads it from there. A running daemon locks its directory: give another one.").Default("data/").String()
 	c.source = addConfigFlags(c.cmd)
 	c.url = c.cmd.Flag("target", "An endpoint's OpenAI base URL (e.g. http://127.0.0.1:8000/v1), tested with the configuration `sloprober init` writes for it (its step test \"capacity\"); instead of --config.file.").String()
@@ -141,17 +144,22 @@ func (c *testCommand) run(ctx context.Context, logger *slog.Logger, stdout, stde
 	if err := engines.Apply(cfg); err != nil {
 		return fail(err)
 	}
+	prog := newProgress(stderr, isTerminal(stderr))
+	defer prog.close()
 	env := capacity.Env{Manager: m, Recorder: rec, Logger: logger, MaxRate: maxRate, ConfigHash: cfg.Hash(),
 		Queue: engineQueue(cfg, engines)(t.Target), Validity: &c.validity,
-		Started:  func(plan string) { fmt.Fprintln(stderr, "Running "+plan) },
-		Progress: func(p capacity.Progress) { fmt.Fprintln(stderr, progressLine(p)) },
+		Started:  func(plan string) { prog.println("Running " + plan) },
+		Progress: prog.update,
 	}
 	id, err := testrun.Begin(store, t)
 	if err != nil {
 		return fail(err)
 	}
 	run, serr := testrun.Stored(ctx, store, id, env, t, cfg.TestLoad(t), capacity.Execute)
-	capacity.WriteTable(stdout, run)
+	prog.close()
+	if err := writeRun(stdout, run, *c.output); err != nil {
+		return fail(err)
+	}
 	if serr == nil {
 		fmt.Fprintf(stderr, "Run %s stored in %s: sloprober report show %s --storage.path=%s\n", id, store.Dir(), id, store.Dir())
 	}
@@ -168,8 +176,8 @@ func (c *testCommand) run(ctx context.Context, logger *slog.Logger, stdout, stde
 		}
 	}
 	if serr != nil {
-		// The table and --json have the results; the store does not.
-		where := "the table above"
+		// The output and --json have the results; the store does not.
+		where := "the output above"
 		if *c.json != "" {
 			where += " and " + *c.json
 		}
@@ -182,6 +190,24 @@ func (c *testCommand) run(ctx context.Context, logger *slog.Logger, stdout, stde
 		return exitFail
 	}
 	return exitError
+}
+
+// writeRun prints a run's results in format (table, md or json).
+func writeRun(w io.Writer, run *capacity.Run, format string) error {
+	switch format {
+	case "md":
+		capacity.WriteMarkdown(w, run)
+	case "json":
+		b, err := json.MarshalIndent(run, "", "  ")
+		if err != nil {
+			return fmt.Errorf("--output json: %w", err)
+		}
+		_, err = w.Write(append(b, '\n'))
+		return err
+	default:
+		capacity.WriteTable(w, run)
+	}
+	return nil
 }
 
 // progressLine is one line of a running test's progress.

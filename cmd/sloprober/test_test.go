@@ -147,17 +147,26 @@ tests:
 		code int
 		msg  string
 	}{
-		{testRun("hopeless"), 1, ""},
+		{testRun("hopeless", "--output=md"), 1, ""},
 		{testRun("nope"), 2, `no test "nope" in the configuration (tests: quick, hopeless, soak)`},
-		{testRun("soak"), 0, "Running soak test soak on target sim: 5 req/s for 2s, windows of 1s"},
-		{[]string{"test", "run"}, 2, "required argument 'name' not provided"},
+		{testRun("soak", "--output=json"), 0, "Running soak test soak on target sim: 5 req/s for 2s, windows of 1s"},
+		{[]string{"test", "run"}, 2, "test run needs a test's name (sloprober test run knee) or an endpoint's --target URL"},
 		{[]string{"test", "run", "quick", "--config.file", filepath.Join(dir, "missing.yml")}, 2, "missing.yml"},
 	} {
 		code, stdout, stderr := runCLI(t, tc.args...)
 		require.Equal(t, tc.code, code, "%v: %s\n%s", tc.args, stdout, stderr)
 		require.Contains(t, stderr, tc.msg, tc.args)
 		if tc.code == 1 {
-			require.Contains(t, stdout, "INFEASIBLE")
+			// --output md: the summary as a list, every column.
+			require.Contains(t, stdout, "- test hopeless (step) on sim: INFEASIBLE")
+			require.Contains(t, stdout, "| stage | clients | rate/s | offered/s | window |")
+		}
+		if tc.code == 0 {
+			// --output json: the run itself.
+			var run capacity.Run
+			require.NoError(t, json.Unmarshal([]byte(stdout), &run), stdout)
+			require.Equal(t, capacity.VerdictPass, run.Verdict)
+			require.Len(t, run.Soak.Windows, 2)
 		}
 	}
 }

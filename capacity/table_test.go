@@ -1,0 +1,114 @@
+package capacity_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/capacity"
+)
+
+func readRun(t *testing.T, file string) *capacity.Run {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	var r capacity.Run
+	require.NoError(t, json.Unmarshal(b, &r))
+	return &r
+}
+
+// wideRun is the stored step run with its verify levels as wide as a
+// level gets: an attainment interval, counts and latencies as large as a
+// 2-minute window at 800 req/s against a 2-minute timeout gives, an
+// inconclusive decision and every kind of note.
+func wideRun(t *testing.T) *capacity.Run {
+	r := readRun(t, "testdata/v1-step-run.json")
+	for i := range r.Verify {
+		l := &r.Verify[i]
+		l.Decision, l.Extensions, l.Insufficient = "inconclusive", 3, true
+		l.Remeasured = []string{"scheduler_latency: P99 80 ms over 50 ms"}
+		l.Note = "a note as long as a level's notes get when everything happens at once to one level"
+		l.Interval = &capacity.Interval{Lower: 0.9512, Upper: 0.9876}
+		l.Sent, l.Goodput, l.OfferedRate, l.IntendedRate = 99999, 833.3, 833.3, 833.3
+		l.TTFT.P50, l.TTFT.P99, l.E2E.P99 = 12.345, 119.999, 119.999
+	}
+	return r
+}
+
+// worstRun is wideRun beyond any real run: the width still holds, the
+// decisions going to the footnotes.
+func worstRun(t *testing.T) *capacity.Run {
+	r := readRun(t, "testdata/v1-step-run.json")
+	for i := range r.Verify {
+		l := &r.Verify[i]
+		l.Decision, l.Extensions, l.Insufficient = "inconclusive", 3, true
+		l.Remeasured = []string{"scheduler_latency: P99 80 ms over 50 ms"}
+		l.Note = "a note as long as a level's notes get when everything happens at once to one level"
+		l.Interval = &capacity.Interval{Lower: 0.9512, Upper: 0.9876}
+		l.Sent, l.Goodput, l.OfferedRate, l.IntendedRate = 1234567, 1234.5, 1234.5, 1234.5
+		l.TTFT.P50, l.TTFT.P99, l.E2E.P99 = 123.456, 1234.567, 12345.678
+	}
+	return r
+}
+
+// TestTableWidth: no line of the terminal table is wider than 120
+// columns; every note is in its row or in a footnote the row refers to.
+func TestTableWidth(t *testing.T) {
+	for name, r := range map[string]*capacity.Run{
+		"step":  readRun(t, "testdata/v1-step-run.json"),
+		"soak":  readRun(t, "testdata/v1-soak-run.json"),
+		"wide":  wideRun(t),
+		"worst": worstRun(t),
+	} {
+		t.Run(name, func(t *testing.T) {
+			var b bytes.Buffer
+			capacity.WriteTable(&b, r)
+			out := b.String()
+			for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+				require.LessOrEqual(t, len(line), capacity.TableWidth, "%q\n%s", line, out)
+				require.Equal(t, strings.TrimRight(line, " "), line, "trailing spaces")
+			}
+			refs := regexp.MustCompile(`\[(\d+)\]$`)
+			n := 0
+			for _, line := range strings.Split(out, "\n") {
+				if m := refs.FindStringSubmatch(line); m != nil {
+					n++
+					require.Equal(t, fmt.Sprint(n), m[1], "footnotes numbered in row order")
+					require.Contains(t, out, "\n["+m[1]+"] ", "the footnote of %q", line)
+				}
+			}
+			flat := strings.Join(strings.Fields(out), " ")
+			for _, l := range r.Verify {
+				if l.Note != "" {
+					require.Contains(t, flat, l.Note, "every note is shown")
+				}
+			}
+		})
+	}
+	var b bytes.Buffer
+	capacity.WriteTable(&b, wideRun(t))
+	require.Contains(t, b.String(), "inconclusive [", "the decision stays in its row")
+	require.Contains(t, b.String(), "[2] verify at 833 req/s: window extended 3x; re-measured 1x (scheduler_latency)")
+}
+
+// TestWriteMarkdown: every column, one row a level, notes in their rows.
+func TestWriteMarkdown(t *testing.T) {
+	var b bytes.Buffer
+	capacity.WriteMarkdown(&b, readRun(t, "testdata/v1-step-run.json"))
+	out := b.String()
+	require.Contains(t, out, "- test knee (step) on sim: PASS")
+	require.Contains(t, out, "| stage | clients | rate/s | offered/s | window | sent | ok/s | good/s | in tok/s | out tok/s | attained [95% CI] | TTFT p50/p95/p99 ms (n) | TPOT p99 ms | E2E p99 ms | drain s | note |")
+	require.Contains(t, out, "| burst | - | 17.8 | 12.8 | 5s | 64 | 12.8 | 1.6 | 3277 | 409.6 | 12.5% | 655/744*/748* (64) | 23* | 1455* | 1.90 | dropped 41; drained in 1.9s (within 10s) |")
+	require.Equal(t, 11, strings.Count(out, "\n| ")-1, "a row a level")
+
+	b.Reset()
+	capacity.WriteMarkdown(&b, readRun(t, "testdata/v1-soak-run.json"))
+	require.Contains(t, b.String(), "- soak: 4 req/s open loop, 5 windows of 15 s")
+	require.Contains(t, b.String(), "| error burst; prober 22 MiB, 30 goroutines |")
+}

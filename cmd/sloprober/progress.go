@@ -1,0 +1,127 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sloprober/sloprober/capacity"
+)
+
+// progressWidth bounds the updating line: one wider than the terminal
+// wraps, and a carriage return then rewrites only its last row.
+const progressWidth = 119
+
+// progress shows a running test's progress: on a terminal one line,
+// rewritten every second with the elapsed time and the estimate left; to
+// a pipe or a file (a CI log), a plain line a level.
+type progress struct {
+	w   io.Writer
+	tty bool
+
+	mu       sync.Mutex
+	last     *capacity.Progress
+	received time.Time
+	shown    bool // a line is on the terminal, not yet ended
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// isTerminal reports whether w is a character device (a terminal) and
+// TERM does not say it cannot move the cursor.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok || os.Getenv("TERM") == "dumb" {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func newProgress(w io.Writer, tty bool) *progress {
+	p := &progress{w: w, tty: tty, stop: make(chan struct{}), done: make(chan struct{})}
+	if !tty {
+		close(p.done)
+		return p
+	}
+	go func() {
+		defer close(p.done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-tick.C:
+				p.mu.Lock()
+				p.redraw()
+				p.mu.Unlock()
+			}
+		}
+	}()
+	return p
+}
+
+// update shows a level's start.
+func (p *progress) update(pr capacity.Progress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.tty {
+		fmt.Fprintln(p.w, progressLine(pr))
+		return
+	}
+	p.last, p.received = &pr, time.Now()
+	p.redraw()
+}
+
+// println writes a line of its own, above the updating line.
+func (p *progress) println(line string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.clear()
+	fmt.Fprintln(p.w, line)
+	p.redraw()
+}
+
+// redraw rewrites the updating line, its times moved on by the time since
+// the level started. p.mu is held.
+func (p *progress) redraw() {
+	if !p.tty || p.last == nil {
+		return
+	}
+	pr := *p.last
+	since := time.Since(p.received)
+	pr.Elapsed += since
+	pr.Remaining = max(0, pr.Remaining-since)
+	line := progressLine(pr)
+	if len(line) > progressWidth {
+		line = line[:progressWidth]
+	}
+	fmt.Fprint(p.w, "\r\x1b[K"+line)
+	p.shown = true
+}
+
+// clear ends the updating line. p.mu is held.
+func (p *progress) clear() {
+	if p.shown {
+		fmt.Fprint(p.w, "\r\x1b[K")
+		p.shown = false
+	}
+}
+
+// close stops the updates and clears the line, so that what follows
+// starts at the beginning of a line.
+func (p *progress) close() {
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+	}
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.clear()
+	p.last = nil
+}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/capacity"
+)
+
+// TestProgressTerminal: on a terminal the progress is one line, rewritten
+// every second with the time moved on, cleared before a line of its own and
+// at the end; to a pipe it is a plain line a level.
+func TestProgressTerminal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var out output
+		p := newProgress(&out, true)
+		p.println("Running a plan")
+		p.update(capacity.Progress{Level: 2, Levels: 9, Stage: "sweep", Concurrency: 4, Elapsed: 10 * time.Second, Remaining: time.Minute, Goodput: 3})
+		time.Sleep(2500 * time.Millisecond)
+		p.println("a line of its own")
+		p.close()
+		got := out.String()
+		require.True(t, strings.HasPrefix(got, "Running a plan\n\r\x1b[Klevel 2 of about 9: sweep, 4 clients; elapsed 10s, about 1m0s left; last goodput 3 good req/s"), "%q", got)
+		require.Contains(t, got, "\r\x1b[Klevel 2 of about 9: sweep, 4 clients; elapsed 12s, about 58s left", "redrawn each second")
+		require.Contains(t, got, "\r\x1b[Ka line of its own\n\r\x1b[Klevel 2")
+		require.True(t, strings.HasSuffix(got, "\r\x1b[K"), "cleared at the end: %q", got)
+		require.Equal(t, 1, strings.Count(got, "a line of its own"))
+		require.Equal(t, 2, strings.Count(got, "\n"), "no line of progress ends: %q", got)
+	})
+}
+
+func TestProgressPlain(t *testing.T) {
+	var out output
+	p := newProgress(&out, false)
+	p.println("Running a plan")
+	p.update(capacity.Progress{Level: 1, Levels: 9, Stage: "baseline", Concurrency: 1})
+	p.update(capacity.Progress{Level: 2, Levels: 9, Stage: "sweep", Concurrency: 2, Goodput: 3})
+	p.close()
+	require.Equal(t, "Running a plan\n"+
+		"level 1 of about 9: baseline, 1 client; elapsed 0s, about 0s left\n"+
+		"level 2 of about 9: sweep, 2 clients; elapsed 0s, about 0s left; last goodput 3 good req/s\n", out.String())
+	require.False(t, isTerminal(&out))
+}
