@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 
 	"github.com/alecthomas/kingpin/v2"
 
@@ -44,12 +45,23 @@ func (c *initCommand) run(ctx context.Context, stdout, stderr io.Writer) int {
 	if *c.output != "" {
 		dest = *c.output
 	}
+	// Header values come from the environment (never written):
+	// every command reading the file then expands it.
+	file, env := "--config.file="+dest, ""
+	var envs []string
+	for _, h := range c.starter.parsedHeaders() {
+		envs = append(envs, headerEnv(h.name))
+	}
+	if len(envs) > 0 {
+		file += " --config.expand-env"
+		env = "# Set " + strings.Join(envs, ", ") + " (the --header values) in the environment first.\n"
+	}
 	text := c.starter.yaml(fmt.Sprintf(`# sloprober configuration for %s, written by sloprober init.
-#   sloprober check config %s
-#   sloprober probe --config.file=%[2]s --target=%[3]s --scenario=%[4]s
-#   sloprober test run %[5]s --config.file=%[2]s
-#   sloprober run --config.file=%[2]s      (the canary; /metrics on :9477)
-`, config.RedactURL(c.starter.url), dest, targetName(c.starter.url), starterScenario, starterTest))
+%s#   sloprober check config %s
+#   sloprober probe %[3]s --target=%[4]s --scenario=%[5]s
+#   sloprober test run %[6]s %[3]s
+#   sloprober run %[3]s      (the canary; /metrics on :9477)
+`, config.RedactURL(c.starter.url), env, file, targetName(c.starter.url), starterScenario, starterTest), true)
 	// What is written is what check config accepts.
 	if _, err := config.Load([]byte(text), false); err != nil {
 		return fail(fmt.Errorf("the starter configuration does not load (a bug): %w", err))
@@ -76,6 +88,6 @@ func (c *initCommand) run(ctx context.Context, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(fmt.Errorf("--output %s: %w", *c.output, err))
 	}
-	fmt.Fprintf(stderr, "Wrote %s: target %s, model %s, API %s. Next: sloprober check config %s\n", *c.output, targetName(c.starter.url), c.starter.model, c.starter.api, *c.output)
+	fmt.Fprintf(stderr, "Wrote %s: target %s, model %s, API %s. Next: sloprober check config %s\n", *c.output, targetName(c.starter.url), c.starter.model, c.starter.api, file)
 	return 0
 }

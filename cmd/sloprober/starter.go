@@ -7,11 +7,12 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
-	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
+	commoncfg "github.com/prometheus/common/config"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sloprober/sloprober/config"
@@ -54,7 +55,7 @@ func addStarterFlags(cmd *kingpin.CmdClause) *starter {
 		EnumVar(&s.api, "chat", "completions", "responses", "messages")
 	cmd.Flag("model", "The model to ask for. Default: the first model the endpoint lists at /models.").StringVar(&s.model)
 	cmd.Flag("bearer-token-file", "File holding a bearer token sent as `Authorization: Bearer <token>` (the file is read at each request, never copied into a configuration).").StringVar(&s.bearerTokenFile)
-	cmd.Flag("header", "A header to send with every request, as 'Name: value'; repeatable. Its value is written into `init`'s configuration as given: use --bearer-token-file for secrets.").StringsVar(&s.headers)
+	cmd.Flag("header", "A header to send with every request, as 'Name: value'; repeatable. `init` never writes its value: its configuration names an environment variable (SLOPROBER_HEADER_<NAME>) read with --config.expand-env.").StringsVar(&s.headers)
 	return s
 }
 
@@ -105,6 +106,38 @@ func targetName(base string) string {
 
 var nonName = regexp.MustCompile(`[^a-zA-Z0-9_-]+`)
 
+// headerName is an HTTP header name (RFC 9110's token).
+var headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+// redactHeader is a --header argument for an error message: its name,
+// never its value.
+func redactHeader(h string) string {
+	if name, _, ok := strings.Cut(h, ":"); ok {
+		return name + ": <value>"
+	}
+	return h
+}
+
+type header struct{ name, value string }
+
+// parsedHeaders are the --header arguments (checked by resolve).
+func (s *starter) parsedHeaders() []header {
+	var hs []header
+	for _, h := range s.headers {
+		name, value, _ := strings.Cut(h, ":")
+		hs = append(hs, header{strings.TrimSpace(name), strings.TrimSpace(value)})
+	}
+	return hs
+}
+
+// headerEnv is the environment variable `init` names for a header's
+// value: SLOPROBER_HEADER_X_API_KEY for X-Api-Key.
+func headerEnv(name string) string {
+	return "SLOPROBER_HEADER_" + strings.ToUpper(nonEnv.ReplaceAllString(name, "_"))
+}
+
+var nonEnv = regexp.MustCompile(`[^a-zA-Z0-9]+`)
+
 // resolve checks the endpoint's description and completes it: the API
 // from the URL's path, the model from the endpoint's /models.
 func (s *starter) resolve(ctx context.Context, raw string) error {
@@ -118,8 +151,14 @@ func (s *starter) resolve(ctx context.Context, raw string) error {
 	}
 	for _, h := range s.headers {
 		name, value, ok := strings.Cut(h, ":")
-		if !ok || strings.TrimSpace(name) == "" || strings.TrimSpace(value) == "" {
-			return fmt.Errorf("--header %q: must be 'Name: value'", h)
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		switch {
+		case !ok || name == "" || value == "":
+			return fmt.Errorf("--header %q: must be 'Name: value'", redactHeader(h))
+		case !headerName.MatchString(name):
+			return fmt.Errorf("--header %q: %q is not a header name", redactHeader(h), name)
+		case strings.ContainsAny(value, "\r\n\x00"):
+			return fmt.Errorf("--header %s: the value holds a line break or NUL", name)
 		}
 	}
 	if s.bearerTokenFile != "" {
@@ -167,9 +206,20 @@ func cmp(a, b string) string {
 func (s *starter) config(model string) (*config.Config, error) {
 	m := *s
 	m.model = model
-	cfg, err := config.Load([]byte(m.yaml("")), false)
+	cfg, err := config.Load([]byte(m.yaml("", false)), false)
 	if err != nil {
 		return nil, fmt.Errorf("the configuration of %s: %w", config.RedactURL(s.url), err)
+	}
+	// The headers are set after loading, as secrets: their values are in
+	// no text, hash or log.
+	if hs := s.parsedHeaders(); len(hs) > 0 {
+		headers := &commoncfg.Headers{Headers: map[string]commoncfg.Header{}}
+		for _, h := range hs {
+			hdr := headers.Headers[h.name]
+			hdr.Secrets = append(hdr.Secrets, commoncfg.Secret(h.value))
+			headers.Headers[h.name] = hdr
+		}
+		cfg.Targets[0].HTTPClientConfig.HTTPHeaders = headers
 	}
 	return cfg, nil
 }
@@ -184,10 +234,12 @@ func quote(v string) string {
 }
 
 // yaml is the starter configuration: a target, one scenario with SLOs, a
-// canary load and a step test, each commented. The SLOs are a chat
+// canary load and a step test, each commented. Headers are written only
+// if headersAsEnv, each naming an environment variable (headerEnv), never
+// their value. The SLOs are a chat
 // service's (first token within 2 s, 100 ms a token after it: 10
 // tokens/s, faster than reading), to be replaced by the service's own.
-func (s *starter) yaml(header string) string {
+func (s *starter) yaml(header string, headersAsEnv bool) string {
 	name := targetName(s.url)
 	var b strings.Builder
 	b.WriteString(header)
@@ -201,24 +253,12 @@ func (s *starter) yaml(header string) string {
 	if s.bearerTokenFile != "" {
 		fmt.Fprintf(&b, "    authorization: {type: Bearer, credentials_file: %s}\n", quote(s.bearerTokenFile))
 	}
-	if len(s.headers) > 0 {
-		b.WriteString("    http_headers:\n")
-		seen := map[string][]string{}
-		var order []string
-		for _, h := range s.headers {
-			n, v, _ := strings.Cut(h, ":")
-			n = strings.TrimSpace(n)
-			if !slices.Contains(order, n) {
-				order = append(order, n)
-			}
-			seen[n] = append(seen[n], strings.TrimSpace(v))
-		}
-		for _, n := range order {
-			var vs []string
-			for _, v := range seen[n] {
-				vs = append(vs, quote(v))
-			}
-			fmt.Fprintf(&b, "      %s: {values: [%s]}\n", quote(n), strings.Join(vs, ", "))
+	if len(s.headers) > 0 && headersAsEnv {
+		// A header's value may be a secret: the file names an environment
+		// variable, expanded by --config.expand-env.
+		b.WriteString("    http_headers:       # values from the environment: run with --config.expand-env\n")
+		for _, h := range s.parsedHeaders() {
+			fmt.Fprintf(&b, "      %s: {secrets: [%s]}\n", quote(h.name), strconv.Quote("${"+headerEnv(h.name)+"}"))
 		}
 	}
 	fmt.Fprintf(&b, `scenarios:

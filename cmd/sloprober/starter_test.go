@@ -96,9 +96,14 @@ func TestInit(t *testing.T) {
 	require.NoError(t, err)
 	text := string(b)
 	require.NotContains(t, text, "s3cret", "the token stays in its file")
+	require.NotContains(t, text, "team-a", "a header's value is never written")
 	require.Contains(t, text, "credentials_file: "+token)
+	require.Contains(t, text, `X-Tenant: {secrets: ["${SLOPROBER_HEADER_X_TENANT}"]}`)
+	require.Contains(t, text, "#   sloprober check config --config.file="+file+" --config.expand-env\n")
+	require.Contains(t, stderr, "Next: sloprober check config --config.file="+file+" --config.expand-env")
 	require.LessOrEqual(t, strings.Count(text, "\n"), 40, "a starter, not a reference:\n%s", text)
-	code, stdout, _ = runCLI(t, "check", "config", file)
+	t.Setenv("SLOPROBER_HEADER_X_TENANT", "team-b")
+	code, stdout, _ = runCLI(t, "check", "config", file, "--config.expand-env")
 	require.Equal(t, 0, code)
 	require.Contains(t, stdout, "1 target, 1 scenario, 1 canary load, 1 test")
 	cfg, err := config.LoadFile(file, false)
@@ -107,6 +112,12 @@ func TestInit(t *testing.T) {
 	require.Equal(t, sim.URL+"/v1", tg.URL, "the API's path is cut from the URL")
 	require.Equal(t, "chat", tg.API)
 	require.Equal(t, "sim-model", tg.Model)
+	// The file's configuration sends what the environment holds.
+	code, _, stderr = runCLI(t, "probe", "--config.file="+file, "--config.expand-env", "--target=127-0-0-1", "--scenario=chat")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, []string{"Bearer s3cret|team-b"}, heads.at("/v1/chat/completions"))
+	cfg, err = config.LoadFile(file, true)
+	require.NoError(t, err)
 	require.NotNil(t, cfg.Test(starterTest))
 	require.NotNil(t, cfg.Scenario(starterScenario))
 
@@ -128,9 +139,16 @@ func TestInit(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "reading the model from http://127.0.0.1:1/v1/models")
 	require.Contains(t, stderr, "give it with --model")
-	code, _, stderr = runCLI(t, "init", "--target="+sim.URL+"/v1", "--header=NoColon")
-	require.Equal(t, 1, code)
-	require.Contains(t, stderr, `--header "NoColon": must be 'Name: value'`)
+	for arg, msg := range map[string]string{
+		"NoColon":               `--header "NoColon": must be 'Name: value'`,
+		"Bad Name: s3cret":      `--header "Bad Name: <value>": "Bad Name" is not a header name`,
+		"X-Key: s3cret\r\nX: y": `--header X-Key: the value holds a line break or NUL`,
+	} {
+		code, _, stderr = runCLI(t, "init", "--target="+sim.URL+"/v1", "--header="+arg)
+		require.Equal(t, 1, code)
+		require.Contains(t, stderr, msg)
+		require.NotContains(t, stderr, "s3cret")
+	}
 }
 
 // TestProbeURL: `sloprober probe URL` probes an endpoint without a
@@ -142,12 +160,13 @@ func TestProbeURL(t *testing.T) {
 	dir := t.TempDir()
 	token := filepath.Join(dir, "token")
 	require.NoError(t, os.WriteFile(token, []byte("s3cret"), 0o600))
-	code, stdout, stderr := runCLI(t, "probe", sim.URL+"/v1", "--bearer-token-file="+token)
+	code, stdout, stderr := runCLI(t, "probe", sim.URL+"/v1", "--bearer-token-file="+token, "--header=X-Tenant: team-a")
 	require.Equal(t, 0, code, stdout+stderr)
+	require.NotContains(t, stdout+stderr, "team-a")
 	require.Contains(t, stdout, "target:     127-0-0-1 (chat API, model sim-model, "+sim.URL+"/v1)")
 	require.Contains(t, stdout, "scenario:   chat (input 512 tokens, output 128 tokens")
 	require.Contains(t, stdout, "verdict: good")
-	require.Equal(t, []string{"Bearer s3cret|"}, heads.at("/v1/chat/completions"))
+	require.Equal(t, []string{"Bearer s3cret|team-a"}, heads.at("/v1/chat/completions"))
 
 	code, _, stderr = runCLI(t, "probe", sim.URL+"/v1", "--target=sim")
 	require.Equal(t, 1, code)
