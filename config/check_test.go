@@ -87,7 +87,7 @@ func TestChecks(t *testing.T) {
 			err: `scenarios[0].check.tool_call.tool_choice: must be one of auto, required, named, got "always"`},
 		{name: "tools on completions", api: "completions", check: `{tool_call: {prompt: x, tools: [{name: f}]}}`,
 			err: `canary[0]: scenario "s" has a tool_call check, which needs a chat, responses or messages target; target "t" has api completions`},
-		{name: "unknown key", api: "chat", check: `{known_answer: {answers: x}}`, err: "field answers not found"},
+		{name: "unknown key", api: "chat", check: `{known_answer: {answers: x}}`, err: "scenarios[0].check.known_answer.answers: no such key"},
 
 		// Recursive schemas: a tree refers back to itself under items,
 		// for a part of the value, and validates; a $ref loop that stays
@@ -227,7 +227,7 @@ func TestSchemaLoopNamesFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "loop.json"), b, 0o600))
 	require.NoError(t, os.WriteFile(cfg, []byte(checkConfig("chat", `{json_schema: {schema_file: loop.json}}`)), 0o600))
 	_, err = LoadFile(cfg, false)
-	require.EqualError(t, err, cfg+": scenarios[0].check.json_schema.schema_file: loop.json: "+
+	require.EqualError(t, err, cfg+": line 3: scenarios[0].check.json_schema.schema_file: loop.json: "+
 		"$ref loop that stays on the same value: #/$defs/a -> #/$defs/b -> #/$defs/b/allOf/1 -> #/$defs/a "+
 		"(the validator stops it as an infinite loop: every reply that reaches it would fail; "+
 		"a schema may refer back to itself only under a keyword that applies to a part of the value, such as properties or items)")

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -68,107 +69,113 @@ func TestLoadFileErrors(t *testing.T) {
 		file string
 		want string
 	}{
-		{"unknown_key.yml", "testdata/unknown_key.yml: line 5: field timout not found"},
+		// Every error of the file at once, each with its line and key;
+		// a typo is told the key it is likely of.
+		{"several_errors.yml", `testdata/several_errors.yml: line 5: targets[0].timout: no such key (did you mean "timeout"?)
+line 9: scenarios[0].input_tokens: a length is a number or a mapping with a distribution key, got "abc"
+line 10: scenarios[0].objectve: no such key (did you mean "objective"?)
+line 12: test: no such key (did you mean "tests"?)`},
+		{"unknown_key.yml", "testdata/unknown_key.yml: line 5: targets[0].timout: no such key (did you mean \"timeout\"?)"},
 		{"bad_duration.yml", `testdata/bad_duration.yml: line 3: scenarios[0].slo.ttft: not a valid duration string: "fast"`},
 		{"bad_timeout.yml", `testdata/bad_timeout.yml: line 5: targets[0].timeout: not a valid duration string: "five"`},
 		{"bad_think_time.yml", `testdata/bad_think_time.yml: line 8: scenarios[1].conversation.think_time: unknown unit " seconds" in duration "5 seconds"`},
-		{"bad_values.yml", `testdata/bad_values.yml: global.max_rate: must be positive and at most 10000 req/s, got 0
-global.max_in_flight: must be between 1 and 100000, got -1
-targets[0].name: must match [a-zA-Z0-9_-]+, got "my target"
-targets[0].url: scheme must be http or https, got "ftp://127.0.0.1/v1"
-targets[0].api: must be one of chat, completions, responses, messages, got "grpc"
-targets[0].model: must not be empty
-targets[0].timeout: must be positive, got 0s
-targets[0].max_in_flight: must be between 1 and 100000, got 0
-targets[0].max_tokens_field: must be max_tokens or max_completion_tokens, got "tokens"
-targets[0].cost_per_hour: must be a finite number, not negative, got -1
-scenarios[0].input_tokens: must be at least 1, got 0
-scenarios[0].output_tokens: must be at least 1, got -5
-scenarios[0].objective: must be between 0 and 1 (exclusive), got 1
-canary[0].target: unknown target "nowhere"
-canary[0].scenario: unknown scenario "nothing"
-canary[0].rate: must be between 0.0001 and 10000 req/s, got 0
-canary[0].arrival: must be constant, poisson or gamma, got "bursty"`},
-		{"duplicates.yml", `testdata/duplicates.yml: targets[1].name: duplicate target name "local"
-scenarios[1].name: duplicate scenario name "chat"
-canary[1]: canary[0] and canary[1] both produce target="local" scenario="chat" test="canary"`},
+		{"bad_values.yml", `testdata/bad_values.yml: line 1: global.max_rate: must be positive and at most 10000 req/s, got 0
+line 1: global.max_in_flight: must be between 1 and 100000, got -1
+line 3: targets[0].name: must match [a-zA-Z0-9_-]+, got "my target"
+line 4: targets[0].url: scheme must be http or https, got "ftp://127.0.0.1/v1"
+line 5: targets[0].api: must be one of chat, completions, responses, messages, got "grpc"
+line 6: targets[0].model: must not be empty
+line 7: targets[0].timeout: must be positive, got 0s
+line 8: targets[0].max_in_flight: must be between 1 and 100000, got 0
+line 9: targets[0].max_tokens_field: must be max_tokens or max_completion_tokens, got "tokens"
+line 10: targets[0].cost_per_hour: must be a finite number, not negative, got -1
+line 13: scenarios[0].input_tokens: must be at least 1, got 0
+line 14: scenarios[0].output_tokens: must be at least 1, got -5
+line 15: scenarios[0].objective: must be between 0 and 1 (exclusive), got 1
+line 17: canary[0].target: unknown target "nowhere"
+line 17: canary[0].scenario: unknown scenario "nothing"
+line 17: canary[0].rate: must be between 0.0001 and 10000 req/s, got 0
+line 17: canary[0].arrival: must be constant, poisson or gamma, got "bursty"`},
+		{"duplicates.yml", `testdata/duplicates.yml: line 3: targets[1].name: duplicate target name "local"
+line 6: scenarios[1].name: duplicate scenario name "chat"
+line 9: canary[1]: canary[0] and canary[1] both produce target="local" scenario="chat" test="canary"`},
 		// A secret pasted with its newline: named, never shown.
-		{"header_newline.yml", `testdata/header_newline.yml: targets[0].authorization.credentials (or bearer_token): must not contain a newline or another control character: it is sent as a header value
-targets[0].http_headers.x-api-key.secrets[0]: must not contain a newline or another control character: it is sent as a header value
-targets[0].http_headers.x-team.values[0]: must not contain a newline or another control character: it is sent as a header value, got "a\rb"
-targets[0].server_metrics.authorization.credentials (or bearer_token): must not contain a newline or another control character: it is sent as a header value`},
+		{"header_newline.yml", `testdata/header_newline.yml: line 5: targets[0].authorization.credentials (or bearer_token): must not contain a newline or another control character: it is sent as a header value
+line 7: targets[0].http_headers.x-api-key.secrets[0]: must not contain a newline or another control character: it is sent as a header value
+line 8: targets[0].http_headers.x-team.values[0]: must not contain a newline or another control character: it is sent as a header value, got "a\rb"
+line 9: targets[0].server_metrics.authorization.credentials (or bearer_token): must not contain a newline or another control character: it is sent as a header value`},
 		// A query is kept (after the API's path); a fragment is refused.
-		{"url_fragment.yml", `testdata/url_fragment.yml: targets[0].url: a #fragment is never sent to a server; remove it, got "http://127.0.0.1:8000/v1#chat"`},
-		{"over_rate.yml", "testdata/over_rate.yml: canary: the enabled loads add up to 6 req/s, above global.max_rate 5"},
-		{"bad_auth.yml", "testdata/bad_auth.yml: targets[0]: at most one of bearer_token & bearer_token_file must be configured"},
-		{"bad_tracing.yml", `testdata/bad_tracing.yml: targets[0].timing.sources[1]: must be one of timings, server_timing, headers, got "spans"
-targets[0].timing.sources[2]: duplicate source "timings"
-targets[0].timing.timings.wait: must be one of gateway, queue, prefill, decode, got "network"
-targets[0].timing.headers: "bad header" is not a valid name
-targets[0].timing.headers: "server-timing" is not a valid name
-targets[0].server_metrics.url: scheme must be http or https, got "ftp://127.0.0.1:8000/metrics"
-targets[0].server_metrics.interval: must be between 1s and 1h, got 100ms
-targets[0].server_metrics.timeout: must be positive and at most the interval (100ms), got 1m
-tracing.client_type: must be grpc or http, got "udp"
-tracing.endpoint: must be host:port, got "127.0.0.1"
-tracing.sampling_fraction: must be between 0 and 1, got 1.5
-tracing.headers: "x y" is not a valid header name
-tracing.compression: must be gzip or left out, got "zstd"
-tracing.timeout: must be positive, got 0s
-tracing.queue_size: must be between 1 and 100000, got 0`},
+		{"url_fragment.yml", `testdata/url_fragment.yml: line 2: targets[0].url: a #fragment is never sent to a server; remove it, got "http://127.0.0.1:8000/v1#chat"`},
+		{"over_rate.yml", "testdata/over_rate.yml: line 7: canary: the enabled loads add up to 6 req/s, above global.max_rate 5"},
+		{"bad_auth.yml", "testdata/bad_auth.yml: line 2: targets[0]: at most one of bearer_token & bearer_token_file must be configured"},
+		{"bad_tracing.yml", `testdata/bad_tracing.yml: line 6: targets[0].timing.sources[1]: must be one of timings, server_timing, headers, got "spans"
+line 6: targets[0].timing.sources[2]: duplicate source "timings"
+line 7: targets[0].timing.timings.wait: must be one of gateway, queue, prefill, decode, got "network"
+line 8: targets[0].timing.headers: "bad header" is not a valid name
+line 8: targets[0].timing.headers: "server-timing" is not a valid name
+line 10: targets[0].server_metrics.url: scheme must be http or https, got "ftp://127.0.0.1:8000/metrics"
+line 11: targets[0].server_metrics.interval: must be between 1s and 1h, got 100ms
+line 12: targets[0].server_metrics.timeout: must be positive and at most the interval (100ms), got 1m
+line 19: tracing.client_type: must be grpc or http, got "udp"
+line 18: tracing.endpoint: must be host:port, got "127.0.0.1"
+line 20: tracing.sampling_fraction: must be between 0 and 1, got 1.5
+line 24: tracing.headers: "x y" is not a valid header name
+line 21: tracing.compression: must be gzip or left out, got "zstd"
+line 22: tracing.timeout: must be positive, got 0s
+line 23: tracing.queue_size: must be between 1 and 100000, got 0`},
 		{"missing.yml", "open testdata/missing.yml: no such file or directory"},
-		{"bad_report_keys.yml", `testdata/bad_report_keys.yml: targets[0].replicas: must be between 1 and 10000, got 0
-targets[0].metadata.gpu: must not contain control characters, got "H100\a"
-targets[0].forecast.peak_rate: must be a positive number of req/s, got -3
-targets[0].forecast.spare_replicas: must be between 0 and 10000, got -1
-targets[1].replicas: must be between 1 and 10000, got 100000
-targets[1].forecast.peak_rate: must be a positive number of req/s, got NaN
-targets[2].forecast.average_rate: must be a positive number of req/s at most peak_rate (10), got 12`},
+		{"bad_report_keys.yml", `testdata/bad_report_keys.yml: line 5: targets[0].replicas: must be between 1 and 10000, got 0
+line 7: targets[0].metadata.gpu: must not contain control characters, got "H100\a"
+line 6: targets[0].forecast.peak_rate: must be a positive number of req/s, got -3
+line 6: targets[0].forecast.spare_replicas: must be between 0 and 10000, got -1
+line 11: targets[1].replicas: must be between 1 and 10000, got 100000
+line 12: targets[1].forecast.peak_rate: must be a positive number of req/s, got NaN
+line 16: targets[2].forecast.average_rate: must be a positive number of req/s at most peak_rate (10), got 12`},
 
 		// Absurd numbers (issue 9, items 7, 12 and 18).
-		{"huge_tokens.yml", `testdata/huge_tokens.yml: targets[0].max_context: must be between 1 and 1000000 tokens (or left out), got 2000000
-targets[1].max_context: must be between 1 and 1000000 tokens (or left out), got -1
-scenarios[0].input_tokens: must be at most 1000000 tokens, got 9000000000000000000
-scenarios[0].output_tokens: must be at most 1000000 tokens, got 10000000000
-scenarios[1].input_tokens: p90: must be at most 1000000 tokens, got 1e+300
-scenarios[1].output_tokens: max: must be at most 1000000 tokens, got 1000001
-scenarios[1].prefix.tokens: must be between 1 and 1000000 tokens, got 9000000000000000000
-scenarios[2].input_tokens: values[1]: must be at most 1000000 tokens, got 2000000
-scenarios[2].output_tokens: mean: must be positive and at most 1000000 tokens, got NaN`},
+		{"huge_tokens.yml", `testdata/huge_tokens.yml: line 3: targets[0].max_context: must be between 1 and 1000000 tokens (or left out), got 2000000
+line 4: targets[1].max_context: must be between 1 and 1000000 tokens (or left out), got -1
+line 7: scenarios[0].input_tokens: must be at most 1000000 tokens, got 9000000000000000000
+line 8: scenarios[0].output_tokens: must be at most 1000000 tokens, got 10000000000
+line 10: scenarios[1].input_tokens: p90: must be at most 1000000 tokens, got 1e+300
+line 11: scenarios[1].output_tokens: max: must be at most 1000000 tokens, got 1000001
+line 12: scenarios[1].prefix.tokens: must be between 1 and 1000000 tokens, got 9000000000000000000
+line 14: scenarios[2].input_tokens: values[1]: must be at most 1000000 tokens, got 2000000
+line 15: scenarios[2].output_tokens: mean: must be positive and at most 1000000 tokens, got NaN`},
 		{"float_tokens.yml", "testdata/float_tokens.yml: line 7: scenarios[1].input_tokens: must be at most 1000000 tokens, got 1e+300"},
 		{"fraction_tokens.yml", "testdata/fraction_tokens.yml: line 3: scenarios[0].output_tokens: must be a whole number of tokens, got 2.5"},
 		{"no_distribution.yml", "testdata/no_distribution.yml: line 4: scenarios[0].input_tokens: a length is a number or a mapping with a distribution key"},
-		{"overflow_int.yml", "testdata/overflow_int.yml: line 5: cannot unmarshal !!int `9223372...` into int"},
-		{"huge_rates.yml", `testdata/huge_rates.yml: global.max_rate: must be positive and at most 10000 req/s, got 1e+12
-global.max_in_flight: must be between 1 and 100000, got 9000000000000000000
-targets[0].max_in_flight: must be between 1 and 100000, got 1000000
-targets[0].cost_per_hour: must be a finite number, not negative, got NaN
-scenarios[0].prefix.share: must be between 0 and 1, got NaN
-scenarios[0].cancel.share: must be between 0 and 1, got +Inf
-scenarios[0].objective: must be between 0 and 1 (exclusive), got NaN
-canary[0].rate: must be between 0.0001 and 10000 req/s, got 1e+09
-canary[1].rate: must be between 0.0001 and 10000 req/s, got NaN
-canary[2].rate: must be between 0.0001 and 10000 req/s, got +Inf
-canary[3].rate: must be between 0.0001 and 10000 req/s, got 1e-300
-canary[3].burstiness: must be between 0.01 and 100, got NaN
-canary[4].mix.e: weight must be positive, got NaN
-canary[4].burstiness: must be between 0.01 and 100, got 1e-300`},
-		{"replay_rate.yml", `testdata/replay_rate.yml: canary[0].replay: traces/trace.jsonl at speed 10000 is 15000 req/s (a mean of 1.5 req/s), above the maximum of 10000 req/s
-canary[1].replay.file: traces/instant.jsonl spans no time (2 records, all at the same time): nothing to replay
-canary[2].replay.speed: must be a finite number of at least 0.01, got 0.001
-canary[3].replay.speed: must be a finite number of at least 0.01, got +Inf`},
-		{"bad_traces.yml", `testdata/bad_traces.yml: scenarios[0].lengths_from: file: testdata/traces/huge.jsonl: line 2: input_tokens: must be at most 1000000 tokens, got 9000000000000000000
-scenarios[1].lengths_from: file: /dev/null: not a regular file (a device)
-scenarios[2].lengths_from: file: testdata/traces/empty.csv: the file is empty`},
-		{"turns.yml", "testdata/turns.yml: scenarios[0].conversation.turns: must be between 1 and 1000, got 1000000"},
-		{"long_names.yml", `testdata/long_names.yml: targets[0].name: must be at most 64 bytes, got 65 bytes ("tttttttttttttttttttttttttttttttt"...)
-targets[0].model: must be at most 256 bytes, got 257 bytes ("mmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmm"...)
-targets[1].model: must not contain control characters, got "my\tmodel\n"
-scenarios[0].name: must be at most 64 bytes, got 100 bytes ("ssssssssssssssssssssssssssssssss"...)`},
+		{"overflow_int.yml", "testdata/overflow_int.yml: line 5: targets[0].max_in_flight: cannot unmarshal !!int `9223372...` into int"},
+		{"huge_rates.yml", `testdata/huge_rates.yml: line 2: global.max_rate: must be positive and at most 10000 req/s, got 1e+12
+line 2: global.max_in_flight: must be between 1 and 100000, got 9000000000000000000
+line 4: targets[0].max_in_flight: must be between 1 and 100000, got 1000000
+line 4: targets[0].cost_per_hour: must be a finite number, not negative, got NaN
+line 8: scenarios[0].prefix.share: must be between 0 and 1, got NaN
+line 9: scenarios[0].cancel.share: must be between 0 and 1, got +Inf
+line 7: scenarios[0].objective: must be between 0 and 1 (exclusive), got NaN
+line 15: canary[0].rate: must be between 0.0001 and 10000 req/s, got 1e+09
+line 16: canary[1].rate: must be between 0.0001 and 10000 req/s, got NaN
+line 17: canary[2].rate: must be between 0.0001 and 10000 req/s, got +Inf
+line 18: canary[3].rate: must be between 0.0001 and 10000 req/s, got 1e-300
+line 18: canary[3].burstiness: must be between 0.01 and 100, got NaN
+line 19: canary[4].mix.e: weight must be positive, got NaN
+line 19: canary[4].burstiness: must be between 0.01 and 100, got 1e-300`},
+		{"replay_rate.yml", `testdata/replay_rate.yml: line 10: canary[0].replay: traces/trace.jsonl at speed 10000 is 15000 req/s (a mean of 1.5 req/s), above the maximum of 10000 req/s
+line 11: canary[1].replay.file: traces/instant.jsonl spans no time (2 records, all at the same time): nothing to replay
+line 12: canary[2].replay.speed: must be a finite number of at least 0.01, got 0.001
+line 13: canary[3].replay.speed: must be a finite number of at least 0.01, got +Inf`},
+		{"bad_traces.yml", `testdata/bad_traces.yml: line 3: scenarios[0].lengths_from: file: testdata/traces/huge.jsonl: line 2: input_tokens: must be at most 1000000 tokens, got 9000000000000000000
+line 5: scenarios[1].lengths_from: file: /dev/null: not a regular file (a device)
+line 7: scenarios[2].lengths_from: file: testdata/traces/empty.csv: the file is empty`},
+		{"turns.yml", "testdata/turns.yml: line 3: scenarios[0].conversation.turns: must be between 1 and 1000, got 1000000"},
+		{"long_names.yml", `testdata/long_names.yml: line 2: targets[0].name: must be at most 64 bytes, got 65 bytes ("tttttttttttttttttttttttttttttttt"...)
+line 4: targets[0].model: must be at most 256 bytes, got 257 bytes ("mmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmm"...)
+line 5: targets[1].model: must not contain control characters, got "my\tmodel\n"
+line 7: scenarios[0].name: must be at most 64 bytes, got 100 bytes ("ssssssssssssssssssssssssssssssss"...)`},
 		// A bad URL is named, its password redacted (issue 9, item 13).
-		{"secret_url.yml", `testdata/secret_url.yml: targets[0].url: scheme must be http or https, got "ftp://user:xxxxx@127.0.0.1/v1"
-targets[1].url: invalid URL, got "http://user:xxxxx@127.0.0.1:port/v1"
-targets[2].url: scheme must be http or https, got "user:xxxxx@127.0.0.1:8000/v1"`},
+		{"secret_url.yml", `testdata/secret_url.yml: line 2: targets[0].url: scheme must be http or https, got "ftp://user:xxxxx@127.0.0.1/v1"
+line 3: targets[1].url: invalid URL, got "http://user:xxxxx@127.0.0.1:port/v1"
+line 4: targets[2].url: scheme must be http or https, got "user:xxxxx@127.0.0.1:8000/v1"`},
 		{"secret_proxy.yml", `testdata/secret_proxy.yml: line 5: targets[0].proxy_url: parse "http://proxy:xxxxx@proxy host:3128": invalid character " " in host name`},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
@@ -185,7 +192,12 @@ func TestLongValuesClipped(t *testing.T) {
 	require.Error(t, err)
 	lines := strings.Split(strings.TrimPrefix(err.Error(), "testdata/long_values.yml: "), "\n")
 	require.Len(t, lines, 2)
-	for _, l := range lines {
+	for i, l := range lines {
+		// The line number is added to the clipped error.
+		line := regexp.MustCompile(`^line \d+: `).FindString(l)
+		require.NotEmpty(t, line, l)
+		l = strings.TrimPrefix(l, line)
+		lines[i] = l
 		require.LessOrEqual(t, len(l), maxErrorBytes+len("..."))
 		require.True(t, strings.HasSuffix(l, "..."), l)
 	}
@@ -300,7 +312,8 @@ func TestExpandEnv(t *testing.T) {
 	require.NotContains(t, c.String(), "s3cret")
 
 	_, err = LoadFile("testdata/env.yml", false)
-	require.EqualError(t, err, `testdata/env.yml: targets[0].url: scheme must be http or https, got "${SLOPROBER_TEST_URL}"`)
+	require.EqualError(t, err, `testdata/env.yml: line 3: targets[0].url: scheme must be http or https, got "${SLOPROBER_TEST_URL}"`+"\n"+
+		"(the file has ${VAR} references, the first ${SLOPROBER_TEST_URL} on line 3: they are expanded with --config.expand-env)")
 
 	t.Setenv("SLOPROBER_TEST_URL", "")
 	_, err = Load([]byte("targets: [{name: x, url: '${NOT_SET_ANYWHERE_1}', model: '${NOT_SET_ANYWHERE_2}'}]"), true)
@@ -342,31 +355,31 @@ func TestWorkloadConfig(t *testing.T) {
 
 func TestWorkloadConfigErrors(t *testing.T) {
 	_, err := LoadFile("testdata/bad_workloads.yml", false)
-	require.EqualError(t, err, `testdata/bad_workloads.yml: scenarios[0].input_tokens: p90: must be greater than median (600), got 300
-scenarios[0].output_tokens: must be at least 1, got 0
-scenarios[0].lengths_from: file: open testdata/traces/none.jsonl: no such file or directory
-scenarios[0].prefix.tokens: must be between 1 and 1000000 tokens, got 0
-scenarios[0].prefix.share: must be between 0 and 1, got 1.5
-scenarios[0].prefix.groups: must be at least 1, got 0
-scenarios[0].conversation.turns: must be between 1 and 1000, got 0
-scenarios[0].cancel.share: must be between 0 and 1, got -1
-scenarios[0].cancel.after: must be positive, got 0s
-scenarios[2].lengths_from: format: must be one of azure, mooncake, jsonl, got "csv"
-canary[0]: set either scenario or mix, not both
-canary[0]: scenario "b" has conversations, which need a chat, responses or messages target; target "local" has api completions
-canary[0]: scenario "b" cancels after 2s, which must be less than target "local"'s timeout 1s
-canary[1].mix.c: weight must be positive, got 0
-canary[1].mix: unknown scenario "zz"
-canary[1].burstiness: applies to arrival: gamma only
-canary[1]: scenario "b" has conversations, which need a chat, responses or messages target; target "local" has api completions
-canary[1]: scenario "b" cancels after 2s, which must be less than target "local"'s timeout 1s
-canary[1]: canary[0] and canary[1] both produce target="local" scenario="b" test="canary"
-canary[2].replay: the trace sets the arrivals: leave out rate, arrival and burstiness
-canary[2].replay.speed: must be a finite number of at least 0.01, got 0
-canary[2].replay.file: traces/lengths.jsonl has no timestamps to replay
-canary[2]: canary[1] and canary[2] both produce target="local" scenario="c" test="canary"
-canary[3]: set scenario or mix
-canary[3].rate: must be between 0.0001 and 10000 req/s, got 0`)
+	require.EqualError(t, err, `testdata/bad_workloads.yml: line 5: scenarios[0].input_tokens: p90: must be greater than median (600), got 300
+line 6: scenarios[0].output_tokens: must be at least 1, got 0
+line 7: scenarios[0].lengths_from: file: open testdata/traces/none.jsonl: no such file or directory
+line 8: scenarios[0].prefix.tokens: must be between 1 and 1000000 tokens, got 0
+line 8: scenarios[0].prefix.share: must be between 0 and 1, got 1.5
+line 8: scenarios[0].prefix.groups: must be at least 1, got 0
+line 9: scenarios[0].conversation.turns: must be between 1 and 1000, got 0
+line 10: scenarios[0].cancel.share: must be between 0 and 1, got -1
+line 10: scenarios[0].cancel.after: must be positive, got 0s
+line 15: scenarios[2].lengths_from: format: must be one of azure, mooncake, jsonl, got "csv"
+line 17: canary[0]: set either scenario or mix, not both
+line 17: canary[0]: scenario "b" has conversations, which need a chat, responses or messages target; target "local" has api completions
+line 17: canary[0]: scenario "b" cancels after 2s, which must be less than target "local"'s timeout 1s
+line 18: canary[1].mix.c: weight must be positive, got 0
+line 18: canary[1].mix: unknown scenario "zz"
+line 18: canary[1].burstiness: applies to arrival: gamma only
+line 18: canary[1]: scenario "b" has conversations, which need a chat, responses or messages target; target "local" has api completions
+line 18: canary[1]: scenario "b" cancels after 2s, which must be less than target "local"'s timeout 1s
+line 18: canary[1]: canary[0] and canary[1] both produce target="local" scenario="b" test="canary"
+line 19: canary[2].replay: the trace sets the arrivals: leave out rate, arrival and burstiness
+line 19: canary[2].replay.speed: must be a finite number of at least 0.01, got 0
+line 19: canary[2].replay.file: traces/lengths.jsonl has no timestamps to replay
+line 19: canary[2]: canary[1] and canary[2] both produce target="local" scenario="c" test="canary"
+line 20: canary[3]: set scenario or mix
+line 20: canary[3].rate: must be between 0.0001 and 10000 req/s, got 0`)
 }
 
 // TestValidateReadsNoFile: Validate checks the traces Parse read, and
@@ -476,9 +489,9 @@ func TestServerMetricsTimeout(t *testing.T) {
 		{"{url: 'http://127.0.0.1:8000/metrics', interval: 1m}", 5 * time.Second, ""},
 		{"{url: 'http://127.0.0.1:8000/metrics', interval: 2s, timeout: 1s}", time.Second, ""},
 		{"{url: 'http://127.0.0.1:8000/metrics', interval: 2s, timeout: 3s}", 0,
-			"targets[0].server_metrics.timeout: must be positive and at most the interval (2s), got 3s"},
+			"line 1: targets[0].server_metrics.timeout: must be positive and at most the interval (2s), got 3s"},
 		{"{url: 'http://127.0.0.1:8000/metrics', timeout: 0s}", 0,
-			"targets[0].server_metrics.timeout: must be positive and at most the interval (15s), got 0s"},
+			"line 1: targets[0].server_metrics.timeout: must be positive and at most the interval (15s), got 0s"},
 	} {
 		t.Run(tc.section, func(t *testing.T) {
 			c, err := Load([]byte("targets: [{name: x, url: 'http://127.0.0.1:8000/v1', model: m, server_metrics: "+tc.section+"}]"), false)

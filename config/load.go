@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -81,7 +82,7 @@ func Parse(b []byte, expandEnv bool, dir string) (*Config, error) {
 	}
 	c := &Config{Global: DefaultGlobalConfig, Tracing: DefaultTracingConfig}
 	if err := strictyaml.Unmarshal(b, c); err != nil {
-		return nil, redactErr(err)
+		return nil, envHint(b, expandEnv, redactErr(err))
 	}
 	for _, t := range c.Targets {
 		if t != nil {
@@ -97,9 +98,62 @@ func Parse(b []byte, expandEnv bool, dir string) (*Config, error) {
 	c.Tracing.TLSConfig.SetDirectory(dir)
 	c.dir, c.hash = dir, hex.EncodeToString(sum[:])
 	if err := c.validate(c.readTraces()); err != nil {
-		return nil, redactErr(err)
+		return nil, envHint(b, expandEnv, redactErr(withLines(b, err)))
 	}
 	return c, nil
+}
+
+// withLines prefixes each of the joined validation errors err with the line
+// of the key it names: "line 7: targets[0].url: ...". The key is the
+// error's text up to its first ": ", or that key's parent for a key the
+// file leaves to its default (its parent's line).
+func withLines(b []byte, err error) error {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return err
+	}
+	lines := strictyaml.KeyLines(b)
+	if lines == nil {
+		return err
+	}
+	var errs []error
+	for _, e := range joined.Unwrap() {
+		key, _, _ := strings.Cut(e.Error(), ": ")
+		for ; key != ""; key = parentKey(key) {
+			if line, ok := lines[key]; ok {
+				e = fmt.Errorf("line %d: %w", line, e)
+				break
+			}
+		}
+		errs = append(errs, e)
+	}
+	return errors.Join(errs...)
+}
+
+// parentKey is the key path above key: canary[2] for canary[2].rate,
+// canary for canary[2], "" at the top.
+func parentKey(key string) string {
+	i := strings.LastIndexAny(key, ".[")
+	if i < 0 {
+		return ""
+	}
+	return key[:i]
+}
+
+// envHint adds to err, when the file has ${VAR} references that were not
+// expanded, that --config.expand-env expands them: `rate: ${RATE}` is a
+// YAML syntax error, and `url: ${URL}` a URL without a scheme, whose
+// messages do not say so.
+func envHint(b []byte, expandEnv bool, err error) error {
+	if expandEnv {
+		return err
+	}
+	ref := envRef.Find(b)
+	if ref == nil {
+		return err
+	}
+	line := 1 + bytes.Count(b[:bytes.Index(b, ref)], []byte("\n"))
+	return fmt.Errorf("%w\n(the file has ${VAR} references, the first %s on line %d: they are expanded with --config.expand-env)", err, ref, line)
 }
 
 // userinfoPassword matches the password of a URL's userinfo in a text, up

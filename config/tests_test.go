@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -325,9 +326,23 @@ tests[0].verify: applies to kind: step only`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Load([]byte(testsBase+tc.tests), false)
-			require.EqualError(t, err, tc.want)
+			require.EqualError(t, err, withTestLines(tc.want))
 		})
 	}
+}
+
+// withTestLines prefixes each error of want, which names tests[k], with
+// the line of that entry of testsBase's tests (one line each).
+func withTestLines(want string) string {
+	first := strings.Count(testsBase, "\n") + 2
+	lines := strings.Split(want, "\n")
+	for i, l := range lines {
+		var k int
+		if _, err := fmt.Sscanf(l, "tests[%d]", &k); err == nil {
+			lines[i] = fmt.Sprintf("line %d: %s", first+k, l)
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 // TestTestsBounds: the values at each bound are valid.
@@ -381,17 +396,17 @@ tests[5]: must not be empty`)
 // sections before it, all reported together, each naming the file.
 func TestTestsErrorFile(t *testing.T) {
 	_, err := LoadFile("testdata/tests/bad.yml", false)
-	require.EqualError(t, err, `testdata/tests/bad.yml: canary[0].rate: must be between 0.0001 and 10000 req/s, got 0
-tests[0].name: must not be "canary": it is the test label of the canary's series, which a test's series would join
-tests[0].target: unknown target "remote"
-tests[0].schedule.cron: must be 5 fields (minute hour day month weekday) or a descriptor such as @daily, got "every night" (expected exactly 5 fields, found 2: [every night])
-tests[0].sweep.concurrency: the highest level 2000 is above global.max_in_flight 1000
-tests[0].window.steady: must be positive, got 0s
-tests[0].rate: applies to kind: soak only
-tests[1].kind: must be step or soak, got "spike"
-tests[2].name: duplicate test name "ok"
-tests[2].duration: must be positive and at most 7d, got 30d
-tests[2].verify: applies to kind: step only`)
+	require.EqualError(t, err, `testdata/tests/bad.yml: line 6: canary[0].rate: must be between 0.0001 and 10000 req/s, got 0
+line 8: tests[0].name: must not be "canary": it is the test label of the canary's series, which a test's series would join
+line 10: tests[0].target: unknown target "remote"
+line 12: tests[0].schedule.cron: must be 5 fields (minute hour day month weekday) or a descriptor such as @daily, got "every night" (expected exactly 5 fields, found 2: [every night])
+line 13: tests[0].sweep.concurrency: the highest level 2000 is above global.max_in_flight 1000
+line 14: tests[0].window.steady: must be positive, got 0s
+line 15: tests[0].rate: applies to kind: soak only
+line 16: tests[1].kind: must be step or soak, got "spike"
+line 17: tests[2].name: duplicate test name "ok"
+line 22: tests[2].duration: must be positive and at most 7d, got 30d
+line 23: tests[2].verify: applies to kind: step only`)
 }
 
 // TestTestsString: /config shows the tests, and what it shows loads again

@@ -296,7 +296,7 @@ func TestBadRequests(t *testing.T) {
 		{"GET", "/v1/chat/completions", "GET", ``, 405, "use POST"},
 		{"tokenize nothing", "/tokenize", "POST", `{}`, 400, "send either 'prompt' or 'messages'"},
 		{"bad faults", "/sim/faults", "PUT", `reset_rate: 2`, 400, "faults.reset_rate: must be between 0 and 1, got 2"},
-		{"unknown fault", "/sim/faults", "PUT", `{"resets": 1}`, 400, "field resets not found"},
+		{"unknown fault", "/sim/faults", "PUT", `{"resets": 1}`, 400, "line 1: resets: no such key"},
 		{"no such path", "/v2/chat", "GET", ``, 404, "no such endpoint"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -30,7 +30,7 @@ func TestLoadFile(t *testing.T) {
 
 func TestLoadFileErrors(t *testing.T) {
 	for file, want := range map[string]string{
-		"unknown_key.yml":      "testdata/unknown_key.yml: line 2: field prefil not found",
+		"unknown_key.yml":      "testdata/unknown_key.yml: line 2: prefil: no such key (did you mean \"prefill\"?)",
 		"bad_duration.yml":     `testdata/bad_duration.yml: line 1: prefill.base: time: unknown unit " ms" in duration "5 ms"`,
 		"negative.yml":         "testdata/negative.yml: max_queue: must not be negative, got -2\nslots: must not be negative, got -1",
 		"error_sum.yml":        "testdata/error_sum.yml: faults.error_rate: rates must add up to at most 1, got 1.2",
@@ -39,7 +39,7 @@ func TestLoadFileErrors(t *testing.T) {
 		"bad_lognormal.yml":    "testdata/bad_lognormal.yml: output_tokens.p90: must be greater than median (200), got 100",
 		"bad_distribution.yml": `testdata/bad_distribution.yml: output_tokens.distribution: must be fixed, uniform or lognormal, got "zipf"`,
 		"tokenizer_both.yml":   "testdata/tokenizer_both.yml: tokenizer: set either chars_per_token or words, not both",
-		"bad_type.yml":         "testdata/bad_type.yml: line 1: cannot unmarshal !!str `eight` into int",
+		"bad_type.yml":         "testdata/bad_type.yml: line 1: slots: cannot unmarshal !!str `eight` into int",
 		"missing.yml":          "open testdata/missing.yml: no such file or directory",
 	} {
 		t.Run(file, func(t *testing.T) {
@@ -56,7 +56,7 @@ func TestQualityConfigErrors(t *testing.T) {
 		"reasoning_tokens: {distribution: fixed, value: 0}":          "reasoning_tokens.value: must be at least 1, got 0",
 		"reasoning_tokens: {distribution: zipf}":                     `reasoning_tokens.distribution: must be fixed, uniform or lognormal, got "zipf"`,
 		"reasoning_tokens: {distribution: uniform, min: 10, max: 5}": "reasoning_tokens.max: must be at least min (10), got 5",
-		"reasoning_tokens: {distribution: fixed, valeu: 3}":          "line 1: field valeu not found",
+		"reasoning_tokens: {distribution: fixed, valeu: 3}":          "line 1: reasoning_tokens.valeu: no such key (did you mean \"value\"?)",
 		"fingerprint: \"fp_\\u0007\"":                                `fingerprint: must not contain control characters, got "fp_\a"`,
 		"identity_header: {name: \"x model\", value: v}":             `identity_header.name: must be an HTTP header name, got "x model"`,
 		"identity_header: {name: x-v, value: \"a\\nb\"}":             `identity_header.value: must be an HTTP header value, got "a\nb"`,
@@ -66,7 +66,7 @@ func TestQualityConfigErrors(t *testing.T) {
 		"faults: {invalid_json_rate: -0.1}":                          "faults.invalid_json_rate: must be between 0 and 1, got -0.1",
 		"faults: {wrong_answer_rate: .nan}":                          "faults.wrong_answer_rate: must be between 0 and 1, got NaN",
 		"faults: {stream_error_rate: 2}":                             "faults.stream_error_rate: must be between 0 and 1, got 2",
-		"faults: {wrong_answers: 0.1}":                               "line 1: field wrong_answers not found",
+		"faults: {wrong_answers: 0.1}":                               "line 1: faults.wrong_answers: no such key",
 	} {
 		_, err := Parse([]byte(body))
 		require.EqualError(t, err, want, body)

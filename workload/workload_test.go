@@ -55,7 +55,7 @@ func TestDistributionYAML(t *testing.T) {
 		{yaml: "many", err: `a length is a number or a mapping with a distribution key, got "many"`},
 		{yaml: "[1, 2]", err: "a length is a number or a mapping with a distribution key"},
 		{yaml: "{distribution: uniform, min: 1, max: 10000000000}", err: "max: must be at most 1000000 tokens, got 10000000000"},
-		{yaml: "{distribution: uniform, min: 1, max: 1e300}", err: "line 1: cannot unmarshal !!float `1e300` into int"},
+		{yaml: "{distribution: uniform, min: 1, max: 1e300}", err: "line 1: max: cannot unmarshal !!float `1e300` into int"},
 		{yaml: "{distribution: uniform, min: -1e300, max: 5}", err: "min: must be at least 1, got -9223372036854775808"},
 		{yaml: "{distribution: normal, mean: .nan}", err: "mean: must be positive and at most 1000000 tokens, got NaN"},
 		{yaml: "{distribution: normal, mean: 1e7}", err: "mean: must be positive and at most 1000000 tokens, got 1e+07"},
@@ -73,7 +73,7 @@ func TestDistributionYAML(t *testing.T) {
 		{yaml: "{distribution: empirical, values: [1, 0]}", err: "values[1]: must be at least 1, got 0"},
 		{yaml: "{distribution: zipf}", err: `distribution: must be uniform, normal, lognormal or empirical, got "zipf"`},
 		{yaml: "{median: 5}", err: "a length is a number or a mapping with a distribution key"},
-		{yaml: "{distribution: uniform, min: 1, max: 2, mean: 3, extra: 1}", err: "line 1: field extra not found"},
+		{yaml: "{distribution: uniform, min: 1, max: 2, mean: 3, extra: 1}", err: "line 1: extra: no such key"},
 	} {
 		t.Run(tc.yaml, func(t *testing.T) {
 			d, err := parseDist(t, tc.yaml)

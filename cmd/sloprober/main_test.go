@@ -378,7 +378,7 @@ canary:
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
-	require.Contains(t, string(body), file+": line 14: cannot unmarshal !!str `fast` into float64")
+	require.Regexp(t, regexp.QuoteMeta(file+": line 14: canary[")+`\d\]\.rate: cannot unmarshal !!str `+"`fast`"+` into float64`, string(body))
 	require.Equal(t, 0.0, p.metric(t, "sloprober_config_last_reload_successful"))
 	before := p.metric(t, `sloprober_requests_sent_total{scenario="chat",target="sim",test="canary"}`)
 	require.Eventually(t, func() bool {
@@ -388,7 +388,7 @@ canary:
 	write(good + "  - {target: sim, scenario: second, rate: 5}\nscenarios_extra: 1\n")
 	p.signal(t, syscall.SIGHUP)
 	require.Eventually(t, func() bool {
-		return strings.Contains(p.logs(), "field scenarios_extra not found")
+		return strings.Contains(p.logs(), "scenarios_extra: no such key")
 	}, 5*time.Second, 20*time.Millisecond, "SIGHUP reloads")
 
 	write(strings.Replace(good, "  - {name: chat,", "  - {name: second, slo: {ttft: 1s}}\n  - {name: chat,", 1) + "  - {target: sim, scenario: second, rate: 5}\n")

@@ -26,6 +26,17 @@ func Unmarshal(b []byte, v any) error {
 	if err == nil {
 		return nil
 	}
+	// Every error of the file, not the first: a user fixes them in one go.
+	if ps := check(b, v); len(ps) > 0 {
+		msgs := make([]string, 0, min(len(ps), maxProblems)+1)
+		for _, p := range ps[:min(len(ps), maxProblems)] {
+			msgs = append(msgs, p.String())
+		}
+		if len(ps) > maxProblems {
+			msgs = append(msgs, fmt.Sprintf("and %d more errors", len(ps)-maxProblems))
+		}
+		return errors.New(strings.Join(msgs, "\n"))
+	}
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
 		return locate(b, v, err)

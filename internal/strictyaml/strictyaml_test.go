@@ -2,6 +2,7 @@ package strictyaml
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/common/model"
@@ -41,15 +42,32 @@ type doc struct {
 	Plain  model.Duration            // the key is the lowercased field name
 	Skip   model.Duration            `yaml:"-"`
 	shared `yaml:",inline"`
+	Labels *labels `yaml:"labels"`
+}
+
+// labels takes any key, as prometheus/common's http_headers do.
+type labels struct {
+	M map[string]model.Duration `yaml:",inline"`
 }
 
 // TestUnmarshalErrors: errors name the line, and the key path where yaml
 // v2 gives no position (a type's own UnmarshalYAML failed).
 func TestUnmarshalErrors(t *testing.T) {
 	for _, tc := range []struct{ name, yaml, err string }{
-		{"unknown key", "name: a\nnmae: b\n", "line 2: field nmae not found"},
-		{"wrong type", "count: five\n", "line 1: cannot unmarshal !!str `five` into int"},
-		{"several", "count: five\nnmae: b\n", "line 1: cannot unmarshal !!str `five` into int\nline 2: field nmae not found"},
+		{"unknown key", "name: a\nnmae: b\n", `line 2: nmae: no such key (did you mean "name"?)`},
+		{"unknown key, nothing near", "name: a\nwhatever: b\n", `line 2: whatever: no such key`},
+		{"unknown nested key", "items:\n  - timout: 1s\n", `line 2: items[0].timout: no such key (did you mean "timeout"?)`},
+		{"wrong type", "count: five\n", "line 1: count: cannot unmarshal !!str `five` into int"},
+		{"several", "count: five\nnmae: b\n", "line 1: count: cannot unmarshal !!str `five` into int\nline 2: nmae: no such key (did you mean \"name\"?)"},
+		// Every error at once, in the order of the file: a value that
+		// a type decodes itself no longer hides the rest.
+		{"all at once", "picky: no\nitems:\n  - timeout: five\n  - tmeout: 1s\nplain: 5\ncount: x\n",
+			"line 1: picky: picky: want ok\n" +
+				`line 3: items[0].timeout: not a valid duration string: "five"` + "\n" +
+				`line 4: items[1].tmeout: no such key (did you mean "timeout"?)` + "\n" +
+				`line 5: plain: not a valid duration string: "5"` + "\n" +
+				"line 6: count: cannot unmarshal !!str `x` into int"},
+		{"inlined map takes any key", "labels: {a: 1s, b: soon}\n", `line 1: labels.b: not a valid duration string: "soon"`},
 		{"duration in a list", "name: a\nitems:\n  - timeout: 1s\n  - timeout: five\n", `line 4: items[1].timeout: not a valid duration string: "five"`},
 		{"pointer", "ptr:\n  every: -5s\n", `line 2: ptr.every: not a valid duration string: "-5s"`},
 		{"map value", "by_name: {a: 1s, b: soon}\n", `line 1: by_name.b: not a valid duration string: "soon"`},
@@ -66,6 +84,22 @@ func TestUnmarshalErrors(t *testing.T) {
 			require.EqualError(t, Unmarshal([]byte(tc.yaml), &d), tc.err)
 		})
 	}
+}
+
+// TestUnmarshalManyErrors: a file of many errors is reported with the
+// first 20 and a count of the rest.
+func TestUnmarshalManyErrors(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("items:\n")
+	for range 25 {
+		b.WriteString("  - timeout: never\n")
+	}
+	var d doc
+	err := Unmarshal([]byte(b.String()), &d)
+	lines := strings.Split(err.Error(), "\n")
+	require.Len(t, lines, 21)
+	require.Equal(t, `line 2: items[0].timeout: not a valid duration string: "never"`, lines[0])
+	require.Equal(t, "and 5 more errors", lines[20])
 }
 
 func TestUnmarshal(t *testing.T) {

@@ -1,0 +1,240 @@
+package strictyaml
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v2"
+	yaml3 "go.yaml.in/yaml/v3"
+)
+
+// maxProblems bounds the errors a file is reported with: a file of a
+// thousand bad entries says so in 20 lines, not a thousand.
+const maxProblems = 20
+
+// problem is one error of a file, at its line and key path.
+type problem struct {
+	line int
+	path string
+	msg  string
+}
+
+func (p problem) String() string {
+	if p.path == "" {
+		return fmt.Sprintf("line %d: %s", p.line, p.msg)
+	}
+	return fmt.Sprintf("line %d: %s: %s", p.line, p.path, p.msg)
+}
+
+// check finds every error of a document that yaml v2 failed to decode
+// into v, instead of the first: every unknown key (with the known key it
+// is most likely a typo of) and every value that does not decode, each at
+// its line and key path. It walks yaml v3 nodes, which keep their lines,
+// beside v's type, and descends only into the subtrees that fail to decode
+// on their own with yaml v2 (the decoder the file is read with): a subtree
+// that decodes is never blamed, whatever a type's own UnmarshalYAML makes
+// of its keys. A failing subtree in which no part is to blame is itself
+// the error. It returns nil when the document does not parse as yaml v3.
+func check(b []byte, v any) []problem {
+	t := reflect.TypeOf(v)
+	if t == nil || t.Kind() != reflect.Pointer {
+		return nil
+	}
+	var doc yaml3.Node
+	if yaml3.Unmarshal(b, &doc) != nil || doc.Kind != yaml3.DocumentNode || len(doc.Content) != 1 {
+		return nil
+	}
+	ps := walk(doc.Content[0], t.Elem(), "")
+	slices.SortStableFunc(ps, func(a, b problem) int { return a.line - b.line })
+	return ps
+}
+
+func walk(n *yaml3.Node, t reflect.Type, path string) []problem {
+	if n.Kind == yaml3.AliasNode {
+		return nil // reported where it is anchored
+	}
+	err := decodeAlone(n, t)
+	if err == nil {
+		return nil
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	var ps []problem
+	switch {
+	case n.Kind == yaml3.MappingNode && t.Kind() == reflect.Struct:
+		keys, rest := fieldsAndRest(t)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i].Value
+			ft, ok := keys[k]
+			switch {
+			case ok:
+			case rest != nil:
+				ft = rest
+			default:
+				msg := "no such key"
+				if s := suggest(k, keys); s != "" {
+					msg += fmt.Sprintf(" (did you mean %q?)", s)
+				}
+				ps = append(ps, problem{n.Content[i].Line, join(path, k), msg})
+				continue
+			}
+			ps = append(ps, walk(n.Content[i+1], ft, join(path, k))...)
+		}
+	case n.Kind == yaml3.MappingNode && t.Kind() == reflect.Map:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			ps = append(ps, walk(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value))...)
+		}
+	case n.Kind == yaml3.SequenceNode && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array):
+		for i, c := range n.Content {
+			ps = append(ps, walk(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i))...)
+		}
+	}
+	if len(ps) == 0 && path != "" {
+		// The document as a whole is left to Unmarshal's own report.
+		ps = append(ps, problem{n.Line, path, message(err)})
+	}
+	return ps
+}
+
+// decodeAlone decodes the subtree n into a new t with yaml v2, strictly.
+func decodeAlone(n *yaml3.Node, t reflect.Type) error {
+	b, err := yaml3.Marshal(n)
+	if err != nil {
+		return nil // not a subtree this walk can judge
+	}
+	return yaml.UnmarshalStrict(b, reflect.New(t).Interface())
+}
+
+// snippetLine is the position yaml v2 gives within a re-encoded subtree:
+// not the file's line, which the node gives.
+var snippetLine = regexp.MustCompile(`^(yaml: )?(unmarshal errors:\s*)?line \d+: `)
+
+// message is a decoding error's text without its position in the subtree
+// and without Go types.
+func message(err error) string {
+	var te *yaml.TypeError
+	msgs := []string{err.Error()}
+	if errors.As(err, &te) {
+		msgs = te.Errors
+	}
+	for i, m := range msgs {
+		m = snippetLine.ReplaceAllString(strings.TrimSpace(m), "")
+		if j := strings.Index(m, " in type "); j > 0 {
+			m = m[:j]
+		}
+		msgs[i] = m
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// fieldsAndRest is fields, and the element type of an inlined map, which
+// takes every other key (nil without one).
+func fieldsAndRest(t reflect.Type) (map[string]reflect.Type, reflect.Type) {
+	var rest reflect.Type
+	var inlineMap func(t reflect.Type)
+	inlineMap = func(t reflect.Type) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			_, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if !strings.Contains(","+opts+",", ",inline,") {
+				continue
+			}
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			switch ft.Kind() {
+			case reflect.Map:
+				rest = ft.Elem()
+			case reflect.Struct:
+				inlineMap(ft)
+			}
+		}
+	}
+	inlineMap(t)
+	return fields(t, nil), rest
+}
+
+// suggest returns the known key that key is most likely a typo of: within
+// an edit distance of 2 (a third of the key's length for short keys), the
+// nearest; "" if none is near.
+func suggest(key string, known map[string]reflect.Type) string {
+	best, bestD := "", max(1, min(2, len(key)/3))+1
+	for _, k := range slices.Sorted(mapsKeys(known)) {
+		if d := distance(key, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+func mapsKeys(m map[string]reflect.Type) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// distance is the Levenshtein distance of a and b, in bytes (keys are
+// ASCII), with a transposition counted as one edit.
+func distance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range len(b) + 1 {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}
+
+// KeyLines maps every key path of a YAML document, as errors name them
+// ("targets[0].url", "canary[2]"), to its line; nil when b does not parse.
+// A validation error that names a key is located with it.
+func KeyLines(b []byte) map[string]int {
+	var doc yaml3.Node
+	if yaml3.Unmarshal(b, &doc) != nil || doc.Kind != yaml3.DocumentNode || len(doc.Content) != 1 {
+		return nil
+	}
+	lines := map[string]int{}
+	var visit func(n *yaml3.Node, path string)
+	visit = func(n *yaml3.Node, path string) {
+		switch n.Kind {
+		case yaml3.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				p := join(path, n.Content[i].Value)
+				lines[p] = n.Content[i].Line
+				visit(n.Content[i+1], p)
+			}
+		case yaml3.SequenceNode:
+			for i, c := range n.Content {
+				p := fmt.Sprintf("%s[%d]", path, i)
+				lines[p] = c.Line
+				visit(c, p)
+			}
+		}
+	}
+	visit(doc.Content[0], "")
+	return lines
+}
