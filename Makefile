@@ -127,7 +127,7 @@ image:
 	  .
 
 ## demo: the compose stack (deploy/compose) as processes here: simulator, sloprober, Prometheus, Grafana if installed; Ctrl-C stops it
-demo: build prometheus
+demo: build
 	SLOPROBER_BIN=./$(BINARY) scripts/demo.sh
 
 .PHONY: deploy-generate

@@ -13,6 +13,8 @@
 #   GRAFANA_PORT      3000
 #   DEMO_DIR          where data, generated configurations and logs go
 #                     (default: a new temporary directory, removed at the end)
+#   DEMO_INSTALL      yes: install Prometheus without asking when it is
+#                     missing (otherwise asked on a terminal, refused elsewhere)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -32,7 +34,17 @@ fi
 bin=$(cd "$(dirname "$SLOPROBER_BIN")" && pwd)/$(basename "$SLOPROBER_BIN")
 [ -x "$bin" ] || die "no sloprober binary at $SLOPROBER_BIN"
 
+# Prometheus is installed only when the user says so: on a terminal, by
+# answering; otherwise with DEMO_INSTALL=yes.
 if ! command -v prometheus >/dev/null; then
+  answer=${DEMO_INSTALL:-}
+  if [ -z "$answer" ] && [ -t 0 ]; then
+    read -r -p "demo: Prometheus is not installed. Install Debian's prometheus package (scripts/install-prometheus.sh, apt-get, with sudo if not root)? [y/N] " answer
+  fi
+  case "$answer" in
+    y | Y | yes | YES) ;;
+    *) die "Prometheus is needed: install it (or answer yes, or set DEMO_INSTALL=yes to run scripts/install-prometheus.sh)" ;;
+  esac
   say "installing Debian's Prometheus (scripts/install-prometheus.sh)"
   scripts/install-prometheus.sh >/dev/null
 fi
@@ -192,11 +204,19 @@ if [ ${#grafana_cmd[@]} -gt 0 ]; then
   grafana_url="http://127.0.0.1:$GRAFANA_PORT/"
 fi
 
+# The alerts page of the Prometheus found: /alerts in the React UI;
+# Debian's 2.42 is built without it and serves /classic/alerts only.
+alerts=/alerts
+if ! "$bin" healthcheck --url "http://127.0.0.1:$PROMETHEUS_PORT/alerts" --timeout 2s >/dev/null 2>&1 &&
+  "$bin" healthcheck --url "http://127.0.0.1:$PROMETHEUS_PORT/classic/alerts" --timeout 2s >/dev/null 2>&1; then
+  alerts=/classic/alerts
+fi
+
 cat <<EOF
 
   sloprober    http://127.0.0.1:$SLOPROBER_PORT/          landing page; /metrics, /config
-  Prometheus   http://127.0.0.1:$PROMETHEUS_PORT/          rules and alerts: /alerts (strict-ttft
-                                                 misses its SLO by design: its burn alert goes pending)
+  Prometheus   http://127.0.0.1:$PROMETHEUS_PORT$alerts   rules and alerts (strict-ttft misses its
+                                                 SLO by design: its burn alert goes pending)
   simulator    http://127.0.0.1:$SIM_PORT/
                break it:  curl -X PUT 127.0.0.1:$SIM_PORT/sim/faults -d '{"error_rate":{"503":0.2}}'
                heal it:   curl -X PUT 127.0.0.1:$SIM_PORT/sim/faults -d '{}'
