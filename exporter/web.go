@@ -199,9 +199,31 @@ func measured(h *validity.Status, target string) string {
 	case !ok:
 		return ""
 	case ts.Valid:
+		if p := pendingText(h, target); p != "" {
+			return "valid, pending: " + p
+		}
 		return "valid"
 	}
 	return "NOT VALID: " + strings.Join(append(slices.Clone(h.Reasons), ts.Reasons...), ", ")
+}
+
+// pendingText lists the signals over their threshold, not yet for the
+// sustain time, of the process and of target ("" for all targets):
+// "send_lag on sim for 40s of 2m0s". Measurements are still valid, maybe
+// not for long: the page shows them amber, not green.
+func pendingText(h *validity.Status, target string) string {
+	var parts []string
+	for _, p := range h.Pending {
+		if p.Target != "" && target != "" && p.Target != target {
+			continue
+		}
+		part := p.Reason
+		if p.Target != "" {
+			part += " on " + p.Target
+		}
+		parts = append(parts, fmt.Sprintf("%s for %s of %s", part, p.For.Round(time.Second), h.Sustain))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func serveLanding(w http.ResponseWriter, o WebOptions, stopping bool) {
@@ -254,9 +276,13 @@ var landingTemplate = template.Must(template.New("landing").Funcs(template.FuncM
 		}
 		return fmt.Sprintf("%.2f%%", 100*float64(good)/float64(total))
 	},
-	"clock":  func(t time.Time) string { return t.Format("15:04:05.000") },
-	"join":   strings.Join,
-	"mul100": func(f float64) float64 { return 100 * f },
+	// A result's time with its date and zone, UTC as every other time
+	// sloprober shows.
+	"clock":     func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
+	"pending":   pendingText,
+	"join":      strings.Join,
+	"hasPrefix": strings.HasPrefix,
+	"mul100":    func(f float64) float64 { return 100 * f },
 }).Parse(`<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>sloprober</title>
 <style>
@@ -264,7 +290,7 @@ body{font-family:sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}
 td,th{border:1px solid #ccc;padding:.2em .6em;font-size:90%;text-align:left}
 th{background:#f3f3f3}
-.bad{color:#b00}.good{color:#070}
+.bad{color:#b00}.good{color:#070}.pending{color:#a60}
 td.error{max-width:40em;white-space:pre-wrap;overflow-wrap:anywhere}
 h2{margin-top:1.5em}
 </style></head>
@@ -274,15 +300,15 @@ h2{margin-top:1.5em}
 {{if .Stopping}}<p class="bad"><strong>sloprober is stopping:</strong> no new requests are sent; requests in flight are draining.</p>{{end}}
 {{range .Notes}}<p>{{.}}</p>{{end}}
 <p><a href="/metrics">Metrics</a> · <a href="/config">Configuration</a> · <a href="/-/healthy">Health</a> · <a href="/-/ready">Readiness</a></p>
-{{with .Health}}<p class="{{if .Valid}}good{{else}}bad{{end}}"><strong>Prober health: measurements {{if .Valid}}valid{{else}}NOT VALID ({{join .AllReasons ", "}}): the prober, not the target, is the limit; latencies include its own delays, and the SLO alerts of the targets marked below are held{{end}}.</strong>
+{{with .Health}}{{$pending := pending . ""}}<p class="{{if not .Valid}}bad{{else if $pending}}pending{{else}}good{{end}}"><strong>Prober health: measurements {{if .Valid}}valid{{if $pending}}, but pending: {{$pending}} over the threshold; they become NOT VALID if it lasts{{end}}{{else}}NOT VALID ({{join .AllReasons ", "}}): the prober, not the target, is the limit; latencies include its own delays, and the SLO alerts of the targets marked below are held{{end}}.</strong>
 Over the last window: CPU {{printf "%.0f" (mul100 .CPUShare)}}% of GOMAXPROCS, scheduler latency P99 &le; {{ms .SchedulerP99}}, GC pause P99 &le; {{ms .GCPauseP99}}{{range $t, $s := .Targets}}; {{$t}}: send lag P99 &le; {{ms $s.SendLagP99}}, connection wait P99 &le; {{ms $s.PoolWaitP99}}{{end}}.</p>{{end}}
 <h2>Loads</h2>
 <table>
-<tr><th>target</th><th>scenario</th><th>test</th><th>arrival</th><th>intended rate</th><th>in flight</th><th>finished</th><th>good</th><th>SLOs</th><th>measurements</th></tr>
+<tr><th>target</th><th>scenario</th><th>test</th><th>arrival</th><th>load</th><th>in flight</th><th>finished</th><th>good</th><th>SLOs</th><th>measurements</th></tr>
 {{range .Loads}}<tr><td>{{.Target}}</td><td>{{.Scenario}}</td><td>{{.Test}}</td><td>{{.Arrival}}</td>
-<td>{{if .Enabled}}{{.Rate}} req/s{{else}}paused{{end}}</td><td>{{.InFlight}}</td><td>{{.Total}}</td><td>{{pct .Good .Total}}</td>
+<td>{{if not .Enabled}}paused{{else if eq .Arrival "closed"}}{{.Clients}} clients (closed loop){{else}}{{.Rate}} req/s{{end}}</td><td>{{.InFlight}}</td><td>{{.Total}}</td><td>{{pct .Good .Total}}</td>
 <td>{{range .SLOs}}{{if .IsQuality}}{{.Name}} check {{else}}{{.Name}} &le; {{ms .Threshold}} {{end}}{{end}}</td>
-<td class="{{if eq .Measured "valid"}}good{{else if .Measured}}bad{{end}}">{{.Measured}}</td></tr>
+<td class="{{if eq .Measured "valid"}}good{{else if hasPrefix .Measured "valid"}}pending{{else if .Measured}}bad{{end}}">{{.Measured}}</td></tr>
 {{else}}<tr><td colspan="10">No loads configured.</td></tr>{{end}}
 </table>
 {{if .Reports}}<h2>Test runs</h2>
@@ -304,7 +330,7 @@ Over the last window: CPU {{printf "%.0f" (mul100 .CPUShare)}}% of GOMAXPROCS, s
 <tr><th>sent</th><th>request id</th><th>outcome</th><th>status</th><th>TTFT</th><th>TPOT</th><th>E2E</th><th>tokens</th><th>verdict</th><th>error</th></tr>
 {{range .}}<tr><td>{{clock .Time}}</td><td><code>{{.RequestID}}</code></td><td>{{.Outcome}}</td><td>{{.Status}}</td>
 <td>{{ms .TTFT}}</td><td>{{ms .TPOT}}</td><td>{{ms .E2E}}</td><td>{{.Tokens}}</td>
-<td>{{if .Good}}<span class="good">good</span>{{else}}<span class="bad">missed {{range .Missed}}{{.}} {{end}}</span>{{end}}</td><td class="error">{{.Error}}</td></tr>
+<td>{{if .Good}}<span class="good">good</span>{{else if ne (print .Outcome) "ok"}}<span class="bad">failed ({{.Outcome}})</span>{{else}}<span class="bad">missed {{range .Missed}}{{.}} {{end}}</span>{{end}}</td><td class="error">{{.Error}}</td></tr>
 {{else}}<tr><td colspan="10">None yet.</td></tr>{{end}}
 </table>{{end}}
 `))

@@ -198,8 +198,11 @@ func TestLandingRecent(t *testing.T) {
 		notWant []string
 	}{
 		{name: "recent", recent: true,
-			want:    []string{"<td>2</td><td>50.00%</td>", "<code>good</code>", "<code>bad</code>", "HTTP 503: overloaded bad"},
-			notWant: []string{"None yet."}},
+			want: []string{"<td>2</td><td>50.00%</td>", "<code>good</code>", "<code>bad</code>", "HTTP 503: overloaded bad",
+				// A failed request by its outcome, not as SLOs missed;
+				// every time with its date and zone.
+				`<span class="bad">failed (http_5xx)</span>`, "<td>2023-11-14 22:13:20.000Z</td>"},
+			notWant: []string{"None yet.", "missed ttft"}},
 		{name: "no recent",
 			want:    []string{"<td>0</td><td>-</td>", "None yet."},
 			notWant: []string{"<code>good</code>", "<code>bad</code>"}},
@@ -229,6 +232,19 @@ func TestLandingRecent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLandingClosedLoop: a closed-loop load is shown by its clients, not
+// as 0 req/s.
+func TestLandingClosedLoop(t *testing.T) {
+	info := prober.LoadInfo{Key: testKey, Clients: 8, Arrival: "closed", SLOs: testSLOs}
+	o := webOptions(prometheus.NewRegistry(), nil, func() []prober.LoadStatus {
+		return []prober.LoadStatus{{LoadInfo: info, Owner: "knee", Enabled: true}}
+	})
+	code, page := serve(t, exporter.NewHandler(o), http.MethodGet, "/")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "<td>8 clients (closed loop)</td>")
+	require.NotContains(t, page, "0 req/s")
 }
 
 // TestLandingReports: the landing page lists the stored runs, the finished
@@ -271,6 +287,13 @@ func TestLandingHealth(t *testing.T) {
 				Targets: map[string]validity.TargetStatus{"t": {Valid: true, SendLagP99: 2 * time.Millisecond}}}
 		}, want: []string{`<p class="good"><strong>Prober health: measurements valid.</strong>`, "CPU 12% of GOMAXPROCS", "t: send lag P99 &le; 2.0 ms",
 			`<td class="good">valid</td>`}},
+		{name: "pending", health: func() validity.Status {
+			return validity.Status{Valid: true, Sustain: 2 * time.Minute,
+				Pending: []validity.Pending{{Reason: "send_lag", Target: "t", For: 40 * time.Second}},
+				Targets: map[string]validity.TargetStatus{"t": {Valid: true, SendLagP99: 2097 * time.Millisecond}}}
+		}, want: []string{`<p class="pending"><strong>Prober health: measurements valid, but pending: send_lag on t for 40s of 2m0s over the threshold; they become NOT VALID if it lasts.</strong>`,
+			`<td class="pending">valid, pending: send_lag on t for 40s of 2m0s</td>`},
+			notWant: []string{`class="good"`}},
 		{name: "one target's send lag", health: func() validity.Status {
 			return validity.Status{Targets: map[string]validity.TargetStatus{"t": {Reasons: []string{"send_lag"}, SendLagP99: time.Duration(math.MaxInt64)}}}
 		}, want: []string{`NOT VALID (send_lag): the prober`, "t: send lag P99 &le; &gt; 67 s", `<td class="bad">NOT VALID: send_lag</td>`}},

@@ -11,6 +11,7 @@
 package validity
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -129,7 +130,13 @@ type Monitor struct {
 type Status struct {
 	Valid bool
 	// Reasons of the process (cpu, scheduler_latency, gc_pause) in force.
-	Reasons      []string
+	Reasons []string
+	// Pending are the signals over their threshold that have not yet
+	// lasted the sustain time (valid still, but maybe not for long): the
+	// process's and each target's, in the order of Reasons, with how long
+	// each has been over.
+	Pending      []Pending
+	Sustain      time.Duration
 	CPUShare     float64
 	SchedulerP99 time.Duration
 	GCPauseP99   time.Duration
@@ -148,6 +155,13 @@ func (s Status) AllReasons() []string {
 		}
 	}
 	return out
+}
+
+// Pending is a signal over its threshold, not yet for the sustain time.
+type Pending struct {
+	Reason string
+	Target string // "" for the process's signals
+	For    time.Duration
 }
 
 // TargetStatus is a target's part of a Status.
@@ -258,8 +272,14 @@ func (mo *Monitor) Tick() {
 	mo.conditions[ReasonGCPause].update(now, gcP99 > mo.cfg.GCPauseP99, mo.cfg.Sustain)
 
 	processValid := true
-	st := Status{CPUShare: cpuShare, SchedulerP99: schedP99, GCPauseP99: gcP99, Targets: map[string]TargetStatus{}}
+	st := Status{CPUShare: cpuShare, SchedulerP99: schedP99, GCPauseP99: gcP99, Targets: map[string]TargetStatus{}, Sustain: mo.cfg.Sustain}
+	pending := func(c *condition, reason, target string) {
+		if !c.since.IsZero() && !c.firing {
+			st.Pending = append(st.Pending, Pending{Reason: reason, Target: target, For: now.Sub(c.since)})
+		}
+	}
 	for _, r := range processReasons {
+		pending(mo.conditions[r], r, "")
 		firing := mo.conditions[r].firing
 		processValid = processValid && !firing
 		mo.m.reason.WithLabelValues(r).Set(b2f(firing))
@@ -278,6 +298,7 @@ func (mo *Monitor) Tick() {
 		valid := processValid
 		ts := TargetStatus{SendLagP99: lag.P99, PoolWaitP99: wait.P99}
 		for _, r := range targetReasons {
+			pending(t.conditions[r], r, name)
 			firing := t.conditions[r].firing
 			valid = valid && !firing
 			anyTarget[r] = anyTarget[r] || firing
@@ -290,6 +311,8 @@ func (mo *Monitor) Tick() {
 		st.Targets[name] = ts
 		mo.m.targetValid.WithLabelValues(name).Set(b2f(valid))
 	}
+	// The process's first, then the targets' by name (map order is not).
+	slices.SortStableFunc(st.Pending, func(a, b Pending) int { return cmp.Compare(a.Target, b.Target) })
 	mo.valid = processValid
 	for _, r := range targetReasons {
 		mo.m.reason.WithLabelValues(r).Set(b2f(anyTarget[r]))

@@ -102,7 +102,12 @@ func TestMonitorCPU(t *testing.T) {
 	// above 90% after 52 s, and the condition fires 2 minutes later.
 	run(mo, c, cpu, 170*time.Second, 0.97, nil)
 	require.True(t, mo.Valid(), "not for long enough yet")
+	pending := mo.Status().Pending
+	require.Len(t, pending, 1, "over the threshold, not yet for the sustain time: pending")
+	require.Equal(t, Pending{Reason: ReasonCPU, For: 118 * time.Second}, pending[0])
+	require.Equal(t, 2*time.Minute, mo.Status().Sustain)
 	run(mo, c, cpu, 3*time.Second, 0.97, nil)
+	require.Empty(t, mo.Status().Pending, "firing, no longer pending")
 	require.False(t, mo.Valid())
 	require.Equal(t, []string{ReasonCPU}, mo.Reasons(""))
 	st := mo.Status()
