@@ -45,6 +45,9 @@ type WebOptions struct {
 	// Reports lists the stored runs for the landing page, newest first
 	// (nil: none).
 	Reports func() []ReportLink
+	// Tests lists the configured tests for the landing page, by name
+	// (nil: none).
+	Tests func() []TestLink
 	// Health is whether sloprober's own measurements can be trusted
 	// (nil: not shown).
 	Health func() validity.Status
@@ -61,6 +64,19 @@ type ReportLink struct {
 	End                             time.Time
 	// Capacity is a step run's conclusion, e.g. "5.5 req/s", or "".
 	Capacity string
+}
+
+// TestLink is a configured test on the landing page.
+type TestLink struct {
+	Name, Kind, Target string
+	// Schedule is its cron schedule ("" for none) and Next its next run.
+	Schedule string
+	Next     time.Time
+	// Running is the running run's id, and Progress its level and
+	// estimate ("" when not running).
+	Running, Progress string
+	// Last is its last run, if any.
+	Last *ReportLink
 }
 
 // ErrStopping is returned by a reload refused because sloprober is
@@ -244,6 +260,10 @@ func serveLanding(w http.ResponseWriter, o WebOptions, stopping bool) {
 	if o.Reports != nil {
 		reports = o.Reports()
 	}
+	var tests []TestLink
+	if o.Tests != nil {
+		tests = o.Tests()
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	err := landingTemplate.Execute(w, map[string]any{
 		"Version":  version.Info(),
@@ -251,6 +271,7 @@ func serveLanding(w http.ResponseWriter, o WebOptions, stopping bool) {
 		"Loads":    loads,
 		"Stopping": stopping,
 		"Reports":  reports,
+		"Tests":    tests,
 		"Health":   health,
 	})
 	if err != nil {
@@ -311,6 +332,14 @@ Over the last window: CPU {{printf "%.0f" (mul100 .CPUShare)}}% of GOMAXPROCS, s
 <td class="{{if eq .Measured "valid"}}good{{else if hasPrefix .Measured "valid"}}pending{{else if .Measured}}bad{{end}}">{{.Measured}}</td></tr>
 {{else}}<tr><td colspan="10">No loads configured.</td></tr>{{end}}
 </table>
+{{if .Tests}}<h2>Tests</h2>
+<table>
+<tr><th>test</th><th>kind</th><th>target</th><th>schedule</th><th>next run</th><th>now</th><th>last run</th></tr>
+{{range .Tests}}<tr><td>{{.Name}}</td><td>{{.Kind}}</td><td>{{.Target}}</td><td>{{or .Schedule "on demand"}}</td>
+<td>{{if .Next.IsZero}}-{{else}}{{.Next.UTC.Format "2006-01-02 15:04:05Z"}}{{end}}</td>
+<td>{{if .Running}}running: {{.Progress}}{{else}}-{{end}}</td>
+<td>{{with .Last}}<span class="{{if eq .Verdict "pass"}}good{{else if eq .Verdict "running"}}{{else}}bad{{end}}">{{.Verdict}}</span>{{if not .End.IsZero}} {{.End.UTC.Format "2006-01-02 15:04:05Z"}} <a href="/reports/{{.ID}}">report</a>{{end}}{{if .Capacity}}, {{.Capacity}}{{end}}{{else}}never run{{end}}</td></tr>
+{{end}}</table>{{end}}
 {{if .Reports}}<h2>Test runs</h2>
 <table>
 <tr><th>ended</th><th>test</th><th>kind</th><th>target</th><th>verdict</th><th>capacity</th><th>report</th></tr>

@@ -247,6 +247,30 @@ func TestLandingClosedLoop(t *testing.T) {
 	require.NotContains(t, page, "0 req/s")
 }
 
+// TestLandingTests: the landing page lists the configured tests, run or
+// not, with their schedule, next run, a running run's progress and the
+// last verdict, each value escaped.
+func TestLandingTests(t *testing.T) {
+	o := webOptions(prometheus.NewRegistry(), nil, func() []prober.LoadStatus { return nil })
+	o.Tests = func() []exporter.TestLink {
+		return []exporter.TestLink{
+			{Name: "knee", Kind: "step", Target: "sim", Schedule: "0 3 * * *", Next: time.Date(2026, 12, 3, 3, 0, 0, 0, time.UTC),
+				Last: &exporter.ReportLink{ID: "knee-20261202T030000.000Z-0a1b2c3d", Verdict: "pass", End: time.Date(2026, 12, 2, 3, 5, 0, 0, time.UTC), Capacity: "8.88 req/s"}},
+			{Name: "<i>soak</i>", Kind: "soak", Target: "sim", Running: "soak-x", Progress: "level 3 of about 9, sweep at 4 clients; 1m10s elapsed, about 4m50s left"},
+			{Name: "never", Kind: "step", Target: "sim"},
+		}
+	}
+	code, page := serve(t, exporter.NewHandler(o), http.MethodGet, "/")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "<h2>Tests</h2>")
+	require.Contains(t, page, "<td>knee</td><td>step</td><td>sim</td><td>0 3 * * *</td>\n<td>2026-12-03 03:00:00Z</td>\n<td>-</td>")
+	require.Contains(t, page, `<span class="good">pass</span> 2026-12-02 03:05:00Z <a href="/reports/knee-20261202T030000.000Z-0a1b2c3d">report</a>, 8.88 req/s`)
+	require.Contains(t, page, "<td>running: level 3 of about 9, sweep at 4 clients; 1m10s elapsed, about 4m50s left</td>")
+	require.Contains(t, page, "&lt;i&gt;soak&lt;/i&gt;")
+	require.Contains(t, page, "<td>never</td><td>step</td><td>sim</td><td>on demand</td>")
+	require.Contains(t, page, "<td>never run</td>")
+}
+
 // TestLandingReports: the landing page lists the stored runs, the finished
 // ones with links to their reports, each value escaped.
 func TestLandingReports(t *testing.T) {

@@ -13,3 +13,8 @@ func (s *Service) SetRunner(run func(ctx context.Context, t *config.TestConfig, 
 		return run(ctx, t, load, env.MaxRate)
 	}
 }
+
+// SetExecute replaces how the service runs a test, with the run's Env.
+func (s *Service) SetExecute(run func(ctx context.Context, env capacity.Env, t *config.TestConfig, load config.LoadSpec) *capacity.Run) {
+	s.execute = run
+}

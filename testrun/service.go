@@ -71,6 +71,9 @@ type active struct {
 	test   string
 	cancel context.CancelCauseFunc
 	done   chan struct{}
+	// progress is the last level the run started, at progressAt (s.mu).
+	progress   *capacity.Progress
+	progressAt time.Time
 }
 
 // New returns a service that runs tests through manager (whose observers
@@ -318,7 +321,13 @@ func (s *Service) Start(name, why string) (runstore.ID, error) {
 		defer close(a.done)
 		defer cancel(nil)
 		load := cfg.TestLoad(t)
-		r, err := Stored(ctx, s.store, id, s.env(cfg, load.Target.Name, maxRate), t, load, s.execute)
+		env := s.env(cfg, load.Target.Name, maxRate)
+		env.Progress = func(p capacity.Progress) {
+			s.mu.Lock()
+			a.progress, a.progressAt = &p, time.Now()
+			s.mu.Unlock()
+		}
+		r, err := Stored(ctx, s.store, id, env, t, load, s.execute)
 		if err != nil {
 			// ErrNotStored: logged by the store, which serves the result
 			// from memory (the API with its storage_error) and retries.
@@ -377,7 +386,21 @@ type TestStatus struct {
 	Schedule string      `json:"schedule,omitempty"`
 	Next     time.Time   `json:"next_run,omitzero"`
 	Running  runstore.ID `json:"running,omitempty"`
+	// Progress is the running run's: the level under way, how long it
+	// has run and an estimate of what is left.
+	Progress *Progress   `json:"progress,omitempty"`
 	Last     *RunSummary `json:"last,omitempty"`
+}
+
+// Progress is a running test's progress, its times moved on to now.
+type Progress struct {
+	Level            int     `json:"level"`
+	Levels           int     `json:"levels"` // an estimate: extensions and stop rules change it
+	Stage            string  `json:"stage"`
+	Clients          int     `json:"clients,omitempty"`
+	Rate             float64 `json:"rate,omitempty"`
+	ElapsedSeconds   float64 `json:"elapsed_seconds"`
+	RemainingSeconds float64 `json:"remaining_seconds"`
 }
 
 // RunSummary is a stored run without its levels, and its storage_error
@@ -398,6 +421,11 @@ func (s *Service) Tests() []TestStatus {
 		}
 		if a, ok := s.running[t.cfg.Target]; ok && a.test == name {
 			ts.Running = a.id
+			if p := a.progress; p != nil {
+				since := time.Since(a.progressAt)
+				ts.Progress = &Progress{Level: p.Level, Levels: p.Levels, Stage: p.Stage, Clients: p.Concurrency, Rate: p.Rate,
+					ElapsedSeconds: (p.Elapsed + since).Seconds(), RemainingSeconds: max(0, p.Remaining-since).Seconds()}
+			}
 		}
 		out = append(out, ts)
 	}

@@ -319,3 +319,41 @@ func TestUnstoredResult(t *testing.T) {
 	require.Equal(t, capacity.VerdictPass, stored.Verdict)
 	require.Equal(t, 10.0, *stored.Capacity.VerifiedRate)
 }
+
+// TestRunningProgress: a running test's status has the level under way
+// and its estimate, its times moved on since the level started; a test
+// that is not running has none.
+func TestRunningProgress(t *testing.T) {
+	f := newService(t, t.TempDir(), loadConfig(t), time.Hour)
+	defer f.svc.Stop()
+	reported := make(chan struct{})
+	f.svc.SetExecute(func(ctx context.Context, env capacity.Env, tc *config.TestConfig, _ config.LoadSpec) *capacity.Run {
+		env.Progress(capacity.Progress{Level: 3, Levels: 9, Stage: "sweep", Concurrency: 4, Elapsed: time.Minute, Remaining: 5 * time.Minute})
+		close(reported)
+		<-ctx.Done()
+		return &capacity.Run{Summary: capacity.Summary{Test: tc.Name, Kind: tc.Kind, Target: tc.Target, Start: time.Now(), End: time.Now(),
+			Verdict: capacity.VerdictAborted, Reason: "aborted"}}
+	})
+	start := time.Now() // before the level began: the bound of its time since
+	_, err := f.svc.Start("a", "test")
+	require.NoError(t, err)
+	<-reported
+	var a, b *testrun.TestStatus
+	for _, ts := range f.svc.Tests() {
+		switch ts.Name {
+		case "a":
+			a = &ts
+		case "b":
+			b = &ts
+		}
+	}
+	since := time.Since(start).Seconds()
+	require.NotNil(t, a.Progress)
+	p := *a.Progress
+	require.Equal(t, testrun.Progress{Level: 3, Levels: 9, Stage: "sweep", Clients: 4}, testrun.Progress{Level: p.Level, Levels: p.Levels, Stage: p.Stage, Clients: p.Clients})
+	require.GreaterOrEqual(t, p.ElapsedSeconds, 60.0)
+	require.LessOrEqual(t, p.ElapsedSeconds, 60+since)
+	require.LessOrEqual(t, p.RemainingSeconds, 300.0)
+	require.GreaterOrEqual(t, p.RemainingSeconds, 300-since)
+	require.Nil(t, b.Progress)
+}

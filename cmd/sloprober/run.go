@@ -519,6 +519,7 @@ func (c *runCommand) handler(d *daemon, logger *slog.Logger, reg prometheus.Gath
 		Pprof:    *c.pprof,
 		API:      testrun.NewAPI(d.tests, *c.testAPI),
 		Reports:  func() []exporter.ReportLink { return reportLinks(d.tests.Runs("")) },
+		Tests:    func() []exporter.TestLink { return testLinks(d.tests.Tests()) },
 		Ready:    func() bool { return d.cfg.Load() != nil },
 		Stopping: d.stopping.Load,
 		Health:   d.validity.Status,
@@ -553,6 +554,33 @@ func reportLinks(runs []runstore.Summary) []exporter.ReportLink {
 		}
 		if r.VerifiedRate != nil {
 			l.Capacity = fmt.Sprintf("%.3g req/s", *r.VerifiedRate)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// testLinks are the configured tests for the landing page.
+func testLinks(tests []testrun.TestStatus) []exporter.TestLink {
+	out := make([]exporter.TestLink, 0, len(tests))
+	for _, t := range tests {
+		l := exporter.TestLink{Name: t.Name, Kind: t.Kind, Target: t.Target, Schedule: t.Schedule, Next: t.Next, Running: string(t.Running)}
+		if p := t.Progress; p != nil {
+			what := fmt.Sprintf("%d clients", p.Clients)
+			if p.Clients == 1 {
+				what = "1 client"
+			}
+			if p.Rate > 0 {
+				what = fmt.Sprintf("%.3g req/s", p.Rate)
+			}
+			l.Progress = fmt.Sprintf("level %d of about %d, %s at %s; %s elapsed, about %s left", p.Level, p.Levels, p.Stage, what,
+				(time.Duration(p.ElapsedSeconds) * time.Second).Round(time.Second), (time.Duration(p.RemainingSeconds) * time.Second).Round(time.Second))
+		} else if t.Running != "" {
+			l.Progress = "starting"
+		}
+		if t.Last != nil {
+			links := reportLinks([]runstore.Summary{*t.Last})
+			l.Last = &links[0]
 		}
 		out = append(out, l)
 	}

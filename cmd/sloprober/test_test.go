@@ -195,6 +195,10 @@ tests:
 		return p.metric(t, `sloprober_requests_sent_total{scenario="short",target="sim",test="long"}`) > 5
 	},
 		20*time.Second, 20*time.Millisecond, "the test's sweep is under way")
+	// The landing page lists the test with its running run's level.
+	code, page := p.get(t, "/")
+	require.Equal(t, http.StatusOK, code)
+	require.Regexp(t, `<td>long</td><td>step</td><td>sim</td><td>on demand</td>\n<td>-</td>\n<td>running: level \d of about \d+, (baseline|sweep) at (1 client|\d clients); \d+s elapsed, about [0-9hms]+ left</td>`, page)
 	start := time.Now()
 	require.Equal(t, 0, p.stop(t))
 	require.Less(t, time.Since(start), 10*time.Second, "within the grace period and the linger")
