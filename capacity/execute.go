@@ -39,6 +39,9 @@ type Env struct {
 	// Checkpoint, if set, is handed the run's partial results as it goes
 	// (for storage; it must not keep the run).
 	Checkpoint func(*Run)
+	// Runner is what runs the test, for the run's provenance: "cli" or
+	// "daemon".
+	Runner string
 }
 
 // procedure is one kind of test: a step test (step.go), a soak test
@@ -79,6 +82,14 @@ func Execute(ctx context.Context, env Env, t *config.TestConfig, load config.Loa
 		env.Started(p.plan())
 	}
 	run := p.Run(ctx)
+	if pv := run.Provenance; pv != nil {
+		pv.Runner = env.Runner
+		if v := env.Validity; v != nil {
+			pv.Validity = &ValiditySetup{WindowSeconds: v.Window.Seconds(), SustainSeconds: v.Sustain.Seconds(), CPU: v.CPU,
+				SchedulerP99Seconds: v.SchedulerP99.Seconds(), GCPauseP99Seconds: v.GCPauseP99.Seconds(),
+				SendLagP99Seconds: v.SendLagP99.Seconds(), PoolWaitP99Seconds: v.PoolWaitP99.Seconds()}
+		}
+	}
 	run.Seal()
 	return run
 }

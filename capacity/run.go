@@ -645,6 +645,24 @@ type Provenance struct {
 	Version    string `json:"version"`
 	Revision   string `json:"revision,omitempty"`
 	ConfigHash string `json:"config_hash,omitempty"` // config.Config.Hash
+	// Runner is what ran the test: "cli" (`sloprober test run`) or
+	// "daemon" (a schedule or the test API); "" in older runs.
+	Runner string `json:"runner,omitempty"`
+	// Validity is the rule the prober's own health was judged by over
+	// each level (--validity.*); nil when none was judged.
+	Validity *ValiditySetup `json:"validity,omitempty"`
+}
+
+// ValiditySetup is a run's prober-health rule (validity.Config), in
+// seconds and shares.
+type ValiditySetup struct {
+	WindowSeconds       float64 `json:"window_seconds"`
+	SustainSeconds      float64 `json:"sustain_seconds"`
+	CPU                 float64 `json:"cpu"`
+	SchedulerP99Seconds float64 `json:"scheduler_p99_seconds"`
+	GCPauseP99Seconds   float64 `json:"gc_pause_p99_seconds"`
+	SendLagP99Seconds   float64 `json:"send_lag_p99_seconds"`
+	PoolWaitP99Seconds  float64 `json:"pool_wait_p99_seconds"`
 }
 
 // Setup is what a run was asked to do, as it was when it ran: a report is
@@ -738,11 +756,15 @@ type CancelSetup struct {
 // and system_fingerprint), each value with the number of replies that
 // said it. Every string is bounded (prober.MaxIdentityBytes) and one line.
 type Identity struct {
-	Models       []prober.ServedModel `json:"models,omitempty"`
-	ModelsError  string               `json:"models_error,omitempty"`
-	Servers      []Said               `json:"servers,omitempty"`
-	ReplyModels  []Said               `json:"reply_models,omitempty"`
-	Fingerprints []Said               `json:"fingerprints,omitempty"`
+	Models      []prober.ServedModel `json:"models,omitempty"`
+	ModelsError string               `json:"models_error,omitempty"`
+	// SimulatorConfig is what a simulator target states of its
+	// configuration (/sim/config, compact JSON): its engine, not its
+	// address, is what two runs against it compare.
+	SimulatorConfig string `json:"simulator_config,omitempty"`
+	Servers         []Said `json:"servers,omitempty"`
+	ReplyModels     []Said `json:"reply_models,omitempty"`
+	Fingerprints    []Said `json:"fingerprints,omitempty"`
 }
 
 // Said is one value a server stated and how many replies stated it; the

@@ -90,6 +90,10 @@ func begin(ctx context.Context, run *Run, m *prober.Manager, t *config.TestConfi
 		return
 	}
 	defer c.Close()
+	if load.Target.Simulator {
+		// Unstated when it cannot be read: compared as unknown.
+		run.Identity.SimulatorConfig, _ = c.SimulatorConfig(ctx)
+	}
 	models, err := c.Models(ctx)
 	if err != nil {
 		run.Identity.ModelsError = scrubURL(err.Error(), load.Target.URL)

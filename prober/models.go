@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/sloprober/sloprober/config"
 )
@@ -59,4 +60,37 @@ func (c *Client) Models(ctx context.Context) ([]ServedModel, error) {
 		}
 	}
 	return out, nil
+}
+
+// maxSimulatorConfigBytes bounds the configuration a simulator states:
+// the embedded default's is about 1 KiB.
+const maxSimulatorConfigBytes = 64 << 10
+
+// SimulatorConfig returns what a `sloprober sim` target states of its own
+// configuration at /sim/config, beside its OpenAI base URL (the URL
+// without its last path element: /v1), as compact JSON: two runs against
+// the embedded simulator, whose port changes every run, are compared by
+// it. Only a target configured as a simulator is asked.
+func (c *Client) SimulatorConfig(ctx context.Context) (string, error) {
+	base := strings.TrimRight(c.target.URL, "/")
+	if i := strings.LastIndex(base, "/"); i > len("http://") {
+		base = base[:i]
+	}
+	url := base + "/sim/config"
+	b, err := c.call(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	if len(b) > maxSimulatorConfigBytes {
+		return "", fmt.Errorf("%s: reply longer than %d bytes", config.RedactURL(url), maxSimulatorConfigBytes)
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return "", fmt.Errorf("%s: not JSON: %w", config.RedactURL(url), err)
+	}
+	out, err := json.Marshal(v) // compact, keys sorted
+	if err != nil {
+		return "", err
+	}
+	return string(out), nil
 }

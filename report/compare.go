@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
+	"net"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -28,8 +31,13 @@ type CompareRow struct {
 	Name string `json:"name"`
 	A    string `json:"a"`
 	B    string `json:"b"`
-	// Delta is B against A ("+12%"), where both are numbers.
+	// Delta is B against A where both are numbers: relative ("+12%"),
+	// or in points for a percentage ("+2.1 pt").
 	Delta string `json:"delta,omitempty"`
+	// Noise says whether the difference is within the runs' noise, and
+	// from what: "within noise (intervals overlap)", "beyond noise", or
+	// a percentile's sample sizes when they are too small to say.
+	Noise string `json:"noise,omitempty"`
 }
 
 // Change is one variable that differs between the two runs.
@@ -42,7 +50,9 @@ type Change struct {
 // Compare compares report a (the earlier, say) with b.
 func Compare(a, b *Report) *Comparison {
 	c := &Comparison{SchemaVersion: SchemaVersion, A: a, B: b, Rows: []CompareRow{}, Changed: []Change{}}
-	num := func(name string, get func(*Report) (float64, bool), format string) {
+	// num adds a number of both reports; noise, if set, judges the
+	// difference from the two reports.
+	numNoise := func(name string, get func(*Report) (float64, bool), format string, points bool, noise func(a, b *Report) string) {
 		va, oka := get(a)
 		vb, okb := get(b)
 		row := CompareRow{Name: name, A: "-", B: "-"}
@@ -52,10 +62,19 @@ func Compare(a, b *Report) *Comparison {
 		if okb {
 			row.B = fmt.Sprintf(format, vb)
 		}
-		if oka && okb && va != 0 {
+		switch {
+		case oka && okb && points:
+			row.Delta = fmt.Sprintf("%+.1f pt", vb-va)
+		case oka && okb && va != 0:
 			row.Delta = fmt.Sprintf("%+.0f%%", 100*(vb/va-1))
 		}
+		if oka && okb && noise != nil {
+			row.Noise = noise(a, b)
+		}
 		c.Rows = append(c.Rows, row)
+	}
+	num := func(name string, get func(*Report) (float64, bool), format string) {
+		numNoise(name, get, format, false, nil)
 	}
 	str := func(name string, get func(*Report) string) {
 		c.Rows = append(c.Rows, CompareRow{Name: name, A: get(a), B: get(b)})
@@ -70,10 +89,10 @@ func Compare(a, b *Report) *Comparison {
 			return f(r.Capacity), true
 		}
 	}
-	num("capacity, req/s (verified open loop)", capOf(func(c *CapacitySummary) float64 { return c.VerifiedRate }), "%.3g")
+	numNoise("capacity, req/s (verified open loop)", capOf(func(c *CapacitySummary) float64 { return c.VerifiedRate }), "%.3g", false, capacityNoise)
 	num("capacity per replica, req/s", capOf(func(c *CapacitySummary) float64 { return c.RatePerReplica }), "%.3g")
-	num("goodput at capacity, req/s", capOf(func(c *CapacitySummary) float64 { return c.VerifiedGoodput }), "%.3g")
-	num("attainment at capacity, %", capOf(func(c *CapacitySummary) float64 { return 100 * c.VerifiedAttainment }), "%.1f")
+	numNoise("goodput at capacity, req/s", capOf(func(c *CapacitySummary) float64 { return c.VerifiedGoodput }), "%.3g", false, goodputNoise)
+	numNoise("attainment at capacity, %", capOf(func(c *CapacitySummary) float64 { return 100 * c.VerifiedAttainment }), "%.1f", true, attainmentNoise)
 	num("closed-loop capacity, clients", capOf(func(c *CapacitySummary) float64 { return float64(c.Concurrency) }), "%.0f")
 	num("closed-loop capacity, req/s", capOf(func(c *CapacitySummary) float64 { return c.ClosedRate }), "%.3g")
 	num("knee, clients", func(r *Report) (float64, bool) {
@@ -84,19 +103,21 @@ func Compare(a, b *Report) *Comparison {
 	}, "%.0f")
 	for _, lat := range []struct {
 		name string
-		get  func(*Level) float64
+		get  func(*Level) capacity.Percentiles
 	}{
-		{"TTFT P99 at capacity, ms", func(l *Level) float64 { return 1e3 * l.TTFT.P99 }},
-		{"TPOT P99 at capacity, ms", func(l *Level) float64 { return 1e3 * l.TPOT.P99 }},
-		{"E2E P99 at capacity, ms", func(l *Level) float64 { return 1e3 * l.E2E.P99 }},
+		{"TTFT P99 at capacity, ms", func(l *Level) capacity.Percentiles { return l.TTFT }},
+		{"TPOT P99 at capacity, ms", func(l *Level) capacity.Percentiles { return l.TPOT }},
+		{"E2E P99 at capacity, ms", func(l *Level) capacity.Percentiles { return l.E2E }},
 	} {
-		num(lat.name, func(r *Report) (float64, bool) {
+		numNoise(lat.name, func(r *Report) (float64, bool) {
 			l := verifiedLevel(r)
 			if l == nil {
 				return 0, false
 			}
-			return lat.get(l), true
-		}, "%.4g")
+			return 1e3 * lat.get(l).P99, true
+		}, "%.4g", false, func(a, b *Report) string {
+			return p99Noise(lat.get(verifiedLevel(a)), lat.get(verifiedLevel(b)))
+		})
 	}
 	num("cost per 1,000 good requests", func(r *Report) (float64, bool) {
 		if r.Cost == nil || r.Cost.Per1000Good == 0 {
@@ -110,12 +131,12 @@ func Compare(a, b *Report) *Comparison {
 	num("output tokens received, P50", func(r *Report) (float64, bool) {
 		return r.LoadModel.OutputTokens.P50, r.LoadModel.OutputTokens.N > 0
 	}, "%.0f")
-	num("cached share of prompt tokens, %", func(r *Report) (float64, bool) {
+	numNoise("cached share of prompt tokens, %", func(r *Report) (float64, bool) {
 		if r.LoadModel.CachedShare == nil {
 			return 0, false
 		}
 		return 100 * *r.LoadModel.CachedShare, true
-	}, "%.1f")
+	}, "%.1f", true, nil)
 	str("measurement", func(r *Report) string {
 		if d := r.Provenance.Prober.Distorted; len(d) > 0 {
 			return "possibly distorted: " + joinAnd(d)
@@ -129,7 +150,14 @@ func Compare(a, b *Report) *Comparison {
 		}
 	}
 	oa, ob := a.TestObject, b.TestObject
-	change("target URL", oa.URL, ob.URL)
+	if oa.Simulator && ob.Simulator && isLoopback(oa.URL) && isLoopback(ob.URL) {
+		// A simulator on this machine (the embedded one takes a new port
+		// every run) is the same target when its configuration is.
+		change("target URL (port aside)", withoutPort(oa.URL), withoutPort(ob.URL))
+		change("simulator configuration", orUnknown(oa.Identity.SimulatorConfig), orUnknown(ob.Identity.SimulatorConfig))
+	} else {
+		change("target URL", oa.URL, ob.URL)
+	}
 	change("API", oa.API, ob.API)
 	change("model", oa.Model, ob.Model)
 	change("replicas", fmt.Sprint(oa.Replicas), fmt.Sprint(ob.Replicas))
@@ -174,7 +202,129 @@ func Compare(a, b *Report) *Comparison {
 		change("test configuration", strings.Join(only(la, lb), "; "), strings.Join(only(lb, la), "; "))
 	}
 	change("sloprober version", a.Provenance.Version, b.Provenance.Version)
+	change("run by", orUnknown(a.Provenance.Runner), orUnknown(b.Provenance.Runner))
+	change("prober validity thresholds", validityText(a.Provenance.Validity), validityText(b.Provenance.Validity))
+	change("canary beside the test", canaryText(a), canaryText(b))
 	return c
+}
+
+// capacityNoise compares two verified capacities with what each search
+// could tell: the capacity lies at or above the verified rate and below
+// the bound (the lowest rate above it not verified). Ranges that overlap
+// cannot tell the two apart.
+func capacityNoise(a, b *Report) string {
+	ca, cb := a.Capacity, b.Capacity
+	hi := func(c *CapacitySummary) float64 {
+		if c.Bound > 0 {
+			return c.Bound
+		}
+		return math.Inf(1)
+	}
+	rng := func(c *CapacitySummary) string {
+		if c.Bound > 0 {
+			return fmt.Sprintf("[%.3g, %.3g)", c.VerifiedRate, c.Bound)
+		}
+		return fmt.Sprintf("[%.3g, -)", c.VerifiedRate)
+	}
+	if ca.VerifiedRate < hi(cb) && cb.VerifiedRate < hi(ca) {
+		return fmt.Sprintf("within noise: the capacity lies in %s and in %s, which overlap", rng(ca), rng(cb))
+	}
+	return fmt.Sprintf("beyond noise: %s and %s do not overlap", rng(ca), rng(cb))
+}
+
+// attainmentNoise compares the attainments at capacity by their 95%
+// intervals.
+func attainmentNoise(a, b *Report) string {
+	ia, ib := a.Capacity.VerifiedInterval, b.Capacity.VerifiedInterval
+	if ia == nil || ib == nil {
+		return "no intervals (schema-1 run)"
+	}
+	iv := func(i *capacity.Interval) string {
+		return fmt.Sprintf("[%.1f, %.1f] of %d", 100*i.Lower, 100*i.Upper, i.N)
+	}
+	if ia.Lower <= ib.Upper && ib.Lower <= ia.Upper {
+		return "within noise: 95% intervals " + iv(ia) + " and " + iv(ib) + " overlap"
+	}
+	return "beyond noise: 95% intervals " + iv(ia) + " and " + iv(ib) + " do not overlap"
+}
+
+// goodputNoise compares the goodputs at capacity with their Poisson
+// noise: n good requests in a window of t seconds are n/t +- sqrt(n)/t
+// req/s; two differ beyond noise past twice their combined deviation.
+func goodputNoise(a, b *Report) string {
+	la, lb := verifiedLevel(a), verifiedLevel(b)
+	if la == nil || lb == nil || la.WindowSeconds <= 0 || lb.WindowSeconds <= 0 {
+		return ""
+	}
+	sd := func(l *Level) float64 { return math.Sqrt(l.Goodput*l.WindowSeconds) / l.WindowSeconds }
+	lim := 2 * math.Hypot(sd(la), sd(lb))
+	if math.Abs(la.Goodput-lb.Goodput) <= lim {
+		return fmt.Sprintf("within noise: +-%.2g req/s (Poisson, 2 sd)", lim)
+	}
+	return fmt.Sprintf("beyond noise: +-%.2g req/s (Poisson, 2 sd)", lim)
+}
+
+// p99Noise says when the P99s compared rest on too few samples to tell
+// a difference: a P99 of fewer than 1,000 is among its sample's few
+// largest values.
+func p99Noise(a, b capacity.Percentiles) string {
+	low := func(p capacity.Percentiles) bool { return slices.Contains(p.LowConfidence, "p99") }
+	if low(a) || low(b) {
+		return fmt.Sprintf("low confidence: P99 of %d and %d samples (fewer than 1,000)", a.N, b.N)
+	}
+	return fmt.Sprintf("P99 of %d and %d samples", a.N, b.N)
+}
+
+func isLoopback(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(u.Hostname())
+	return u.Hostname() == "localhost" || ip != nil && ip.IsLoopback()
+}
+
+func withoutPort(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	u.Host = u.Hostname()
+	if strings.Contains(u.Host, ":") {
+		u.Host = "[" + u.Host + "]"
+	}
+	return u.String()
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "not recorded"
+	}
+	return s
+}
+
+// validityText is a run's prober-health rule in one line.
+func validityText(v *capacity.ValiditySetup) string {
+	if v == nil {
+		return "not recorded"
+	}
+	ms := func(s float64) string { return fmt.Sprintf("%g ms", 1e3*s) }
+	return fmt.Sprintf("cpu %g, scheduler latency %s, GC pause %s, send lag %s, connection wait %s (window %gs, sustain %gs)",
+		v.CPU, ms(v.SchedulerP99Seconds), ms(v.GCPauseP99Seconds), ms(v.SendLagP99Seconds), ms(v.PoolWaitP99Seconds), v.WindowSeconds, v.SustainSeconds)
+}
+
+// canaryText names the canary scenarios that ran on the target during the
+// test, "none" without.
+func canaryText(r *Report) string {
+	var names []string
+	for _, c := range r.Risk.Canary {
+		names = append(names, c.Scenario)
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
 }
 
 // verifiedLevel is the verification level at the verified rate, or nil.
@@ -245,16 +395,16 @@ func WriteComparison(w io.Writer, c *Comparison) error {
 	m.P("")
 	switch n := len(c.Changed); {
 	case n == 0:
-		m.P("Nothing changed in the test object or the load model: the difference is the target's own (or noise: compare the sample counts).")
+		m.P("Nothing changed in the test object, the load model or how the runs were measured: a difference beyond noise is the target's own.")
 	case n == 1:
 		m.P("One variable changed: **%s**. The differences below are its effect, within the runs' noise.", mdText(c.Changed[0].What))
 	default:
 		m.P("**%d variables changed**: the differences below cannot be put down to one of them. A change should move one variable at a time.", n)
 	}
 	m.P("")
-	m.Table("", "A: "+idOr(c.A), "B: "+idOr(c.B), "B against A")
+	m.Table("", "A: "+idOr(c.A), "B: "+idOr(c.B), "B against A", "noise")
 	for _, r := range c.Rows {
-		m.Row(r.Name, r.A, r.B, r.Delta)
+		m.Row(r.Name, r.A, r.B, r.Delta, r.Noise)
 	}
 	m.P("")
 	if len(c.Changed) > 0 {

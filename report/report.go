@@ -61,6 +61,10 @@ type Provenance struct {
 	Version    string `json:"version"`
 	Revision   string `json:"revision,omitempty"`
 	ConfigHash string `json:"config_hash,omitempty"`
+	// Runner is what ran the test ("cli" or "daemon"), Validity the
+	// prober-health rule its levels were judged by (capacity.Provenance).
+	Runner   string                  `json:"runner,omitempty"`
+	Validity *capacity.ValiditySetup `json:"validity,omitempty"`
 	// Prober is the prober's own health over every measured window.
 	Prober ProberHealth `json:"prober"`
 }
@@ -326,6 +330,7 @@ func Build(run *capacity.Run) *Report {
 	}
 	if p := run.Provenance; p != nil {
 		r.Provenance.Version, r.Provenance.Revision, r.Provenance.ConfigHash = p.Version, p.Revision, p.ConfigHash
+		r.Provenance.Runner, r.Provenance.Validity = p.Runner, p.Validity
 	}
 	setup := run.Setup
 	if setup == nil {

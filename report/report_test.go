@@ -79,7 +79,13 @@ func TestSchema(t *testing.T) {
 	sch, err := c.Compile(filepath.Join("schema", "report.json"))
 	require.NoError(t, err)
 	for _, name := range []string{"step-run.json", "soak-run.json"} {
-		r := report.Build(withID(load(t, name), "id"))
+		run := load(t, name)
+		// What newer runs record of how they were measured.
+		run.Provenance.Runner = "cli"
+		run.Provenance.Validity = &capacity.ValiditySetup{WindowSeconds: 60, SustainSeconds: 120, CPU: 0.9,
+			SchedulerP99Seconds: 0.005, GCPauseP99Seconds: 0.005, SendLagP99Seconds: 0.01, PoolWaitP99Seconds: 0.001}
+		run.Identity.SimulatorConfig = `{"slots":8}`
+		r := report.Build(withID(run, "id"))
 		b, err := json.Marshal(r)
 		require.NoError(t, err)
 		v, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
@@ -124,6 +130,59 @@ func TestCompare(t *testing.T) {
 	md.Reset()
 	require.NoError(t, report.WriteComparison(&md, c))
 	require.Contains(t, md.String(), "**3 variables changed**")
+}
+
+// TestCompareTrusted: the embedded simulator is compared by its
+// configuration, not its port; how the runs were measured is compared
+// too; each difference says whether it is within the runs' noise, and a
+// percentage moves in points.
+func TestCompareTrusted(t *testing.T) {
+	measured := func(port, simConfig, runner string, sendLag float64) *capacity.Run {
+		run := load(t, "step-run.json")
+		run.Setup.Target.URL = "http://127.0.0.1:" + port + "/v1"
+		run.Identity.SimulatorConfig = simConfig
+		run.Provenance.Runner = runner
+		run.Provenance.Validity = &capacity.ValiditySetup{WindowSeconds: 60, SustainSeconds: 120, CPU: 0.9,
+			SchedulerP99Seconds: 0.005, GCPauseP99Seconds: 0.005, SendLagP99Seconds: sendLag, PoolWaitP99Seconds: 0.001}
+		return run
+	}
+	a := report.Build(withID(measured("40123", `{"slots":8}`, "cli", 0.01), "a"))
+	b := report.Build(withID(measured("41999", `{"slots":8}`, "cli", 0.01), "b"))
+	c := report.Compare(a, b)
+	require.Empty(t, c.Changed, "the same simulator on another port")
+	var md bytes.Buffer
+	require.NoError(t, report.WriteComparison(&md, c))
+	require.Contains(t, md.String(), "Nothing changed in the test object, the load model or how the runs were measured")
+	require.Contains(t, md.String(), "| capacity, req/s (verified open loop) | 8.88 | 8.88 | +0% | within noise: the capacity lies in")
+	require.Contains(t, md.String(), "| attainment at capacity, % | 96.6 | 96.6 | +0.0 pt |")
+	row := func(c *report.Comparison, name string) report.CompareRow {
+		for _, r := range c.Rows {
+			if r.Name == name {
+				return r
+			}
+		}
+		t.Fatalf("no row %q", name)
+		return report.CompareRow{}
+	}
+	require.Contains(t, row(c, "TTFT P99 at capacity, ms").Noise, "low confidence: P99 of 89 and 89 samples")
+	// 86 good requests in 10 s: 8.6 +- 0.93 req/s each; twice their
+	// combined deviation is 2.6.
+	require.Equal(t, "within noise: +-2.6 req/s (Poisson, 2 sd)", row(c, "goodput at capacity, req/s").Noise)
+
+	d := report.Build(withID(measured("40123", `{"slots":4}`, "daemon", 0.03), "d"))
+	c = report.Compare(a, d)
+	var what []string
+	for _, ch := range c.Changed {
+		what = append(what, ch.What)
+	}
+	require.Equal(t, []string{"simulator configuration", "run by", "prober validity thresholds"}, what)
+	require.Contains(t, c.Changed[2].B, "send lag 30 ms")
+
+	// A simulator on another host is another target: compared by its URL.
+	e := measured("40123", `{"slots":8}`, "cli", 0.01)
+	e.Setup.Target.URL = "http://10.0.0.7:8000/v1"
+	c = report.Compare(a, report.Build(withID(e, "e")))
+	require.Equal(t, []report.Change{{What: "target URL", A: "http://127.0.0.1:40123/v1", B: "http://10.0.0.7:8000/v1"}}, c.Changed)
 }
 
 // TestHostileStrings: what a server says of itself and what the

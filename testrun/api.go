@@ -20,6 +20,7 @@ import (
 //	POST /api/v1/tests/{name}/run       start a run now: 202 {"id": ...}; 409 if a test runs on the target
 //	POST /api/v1/tests/{name}/abort     abort the running run of a test: 200, 404 if none
 //	GET  /reports/{id}[?format=html|md|json]  a run's report (report.Build); HTML by default
+//	GET  /reports/compare?a=ID&b=ID[&format=md|json]  two runs compared (report.Compare); Markdown by default
 //
 // The POST endpoints answer 403 unless mutations is true
 // (--web.enable-test-api): starting a test is a load on a production
@@ -37,9 +38,13 @@ func NewAPI(s *Service, mutations bool) http.Handler {
 		writeJSON(w, http.StatusOK, runs)
 	})
 	// getRun reads the run of the path's {id} and its storage error, or
-	// answers the error.
+	// answers the error; lookup the run of an id given otherwise.
+	var lookup func(w http.ResponseWriter, raw string) (*capacity.Run, string, bool)
 	getRun := func(w http.ResponseWriter, r *http.Request) (*capacity.Run, string, bool) {
-		id, err := runstore.ParseID(r.PathValue("id"))
+		return lookup(w, r.PathValue("id"))
+	}
+	lookup = func(w http.ResponseWriter, raw string) (*capacity.Run, string, bool) {
+		id, err := runstore.ParseID(raw)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err)
 			return nil, "", false
@@ -91,6 +96,37 @@ func NewAPI(s *Service, mutations bool) http.Handler {
 			w.Header().Set("Content-Security-Policy", report.CSP)
 		}
 		_, _ = w.Write(b.Bytes())
+	})
+	// Two runs compared, as `sloprober report compare` compares them.
+	mux.HandleFunc("GET /reports/compare", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		var reps []*report.Report
+		for _, k := range []string{"a", "b"} {
+			if q.Get(k) == "" {
+				writeError(w, http.StatusBadRequest, fmt.Errorf("compare needs two run ids: /reports/compare?a=ID&b=ID, %s missing", k))
+				return
+			}
+			run, _, ok := lookup(w, q.Get(k))
+			if !ok {
+				return
+			}
+			reps = append(reps, report.Build(run))
+		}
+		c := report.Compare(reps[0], reps[1])
+		switch format := q.Get("format"); format {
+		case "", "md":
+			var b bytes.Buffer
+			if err := report.WriteComparison(&b, c); err != nil {
+				writeError(w, http.StatusInternalServerError, err)
+				return
+			}
+			w.Header().Set("Content-Type", report.ContentType("md"))
+			_, _ = w.Write(b.Bytes())
+		case "json":
+			writeJSON(w, http.StatusOK, c)
+		default:
+			writeError(w, http.StatusBadRequest, fmt.Errorf("a comparison is md or json, not %q", format))
+		}
 	})
 	mutate := func(h http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {

@@ -100,7 +100,7 @@ func (s *Service) SetQueues(queue func(target string) capacity.QueueProbe) { s.q
 // env is what a run of a test on target, of configuration cfg, takes
 // from the daemon.
 func (s *Service) env(cfg *config.Config, target string, maxRate float64) capacity.Env {
-	env := capacity.Env{Manager: s.manager, Recorder: s.recorder, Logger: s.logger, MaxRate: maxRate, ConfigHash: cfg.Hash(), Validity: s.validity}
+	env := capacity.Env{Manager: s.manager, Recorder: s.recorder, Logger: s.logger, MaxRate: maxRate, ConfigHash: cfg.Hash(), Validity: s.validity, Runner: "daemon"}
 	if s.queues != nil {
 		env.Queue = s.queues(target)
 	}

@@ -233,6 +233,11 @@ func TestAPI(t *testing.T) {
 		{"GET", "/reports/" + started.ID + "?format=json", http.StatusOK, `"schema_version": 1`},
 		{"GET", "/reports/" + started.ID + "?format=pdf", http.StatusBadRequest, `unknown report format \"pdf\"`},
 		{"GET", "/reports/a-20000101T000000.000Z-00000000", http.StatusNotFound, "run not found"},
+		{"GET", "/reports/compare?a=" + started.ID + "&b=" + started.ID, http.StatusOK, "# Comparison of a " + started.ID + " (A) and a " + started.ID + " (B)"},
+		{"GET", "/reports/compare?a=" + started.ID + "&b=" + started.ID + "&format=json", http.StatusOK, `"changed": []`},
+		{"GET", "/reports/compare?a=" + started.ID, http.StatusBadRequest, "b missing"},
+		{"GET", "/reports/compare?a=" + started.ID + "&b=a-20000101T000000.000Z-00000000", http.StatusNotFound, "run not found"},
+		{"GET", "/reports/compare?a=" + started.ID + "&b=" + started.ID + "&format=pdf", http.StatusBadRequest, `a comparison is md or json, not \"pdf\"`},
 		{"GET", "/reports/..%2f..%2fetc", http.StatusBadRequest, ""},
 	} {
 		code, body := do(api, tc.method, tc.path)

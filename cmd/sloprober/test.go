@@ -146,7 +146,7 @@ func (c *testCommand) run(ctx context.Context, logger *slog.Logger, stdout, stde
 	}
 	prog := newProgress(stderr, isTerminal(stderr))
 	defer prog.close()
-	env := capacity.Env{Manager: m, Recorder: rec, Logger: logger, MaxRate: maxRate, ConfigHash: cfg.Hash(),
+	env := capacity.Env{Manager: m, Recorder: rec, Logger: logger, MaxRate: maxRate, ConfigHash: cfg.Hash(), Runner: "cli",
 		Queue: engineQueue(cfg, engines)(t.Target), Validity: &c.validity,
 		Started:  func(plan string) { prog.println("Running " + plan) },
 		Progress: prog.update,

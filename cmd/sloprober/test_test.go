@@ -53,7 +53,7 @@ func TestTestRunExitCodes(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "sloprober.yml")
 	require.NoError(t, os.WriteFile(file, []byte(fmt.Sprintf(`
-targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s}]
+targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s, simulator: true}]
 scenarios:
   - {name: short, input_tokens: 16, output_tokens: 20, ignore_eos: true, objective: 0.5, slo: {ttft: 1s}}
   - {name: impossible, input_tokens: 16, output_tokens: 20, ignore_eos: true, slo: {ttft: 1ms}}
@@ -89,6 +89,11 @@ tests:
 	require.Equal(t, capacity.SchemaVersion, run.SchemaVersion)
 	require.NotNil(t, run.VerifiedRate)
 	require.Equal(t, *run.Capacity.VerifiedRate, *run.VerifiedRate)
+	// How it was measured, for report compare: by the CLI, with the
+	// validity flags given, against a simulator of this configuration.
+	require.Equal(t, "cli", run.Provenance.Runner)
+	require.Equal(t, 1.0, run.Provenance.Validity.SchedulerP99Seconds, "--validity.scheduler-latency=1s")
+	require.Contains(t, run.Identity.SimulatorConfig, `"slots":4`)
 
 	// The run is stored, under the id it prints, and its report is read
 	// from the store by that id.
@@ -131,7 +136,7 @@ tests:
 	require.Contains(t, stdout, `"schema_version": 1`)
 	code, stdout, stderr = runCLI(t, "report", "compare", out, out)
 	require.Equal(t, 0, code, stderr)
-	require.Contains(t, stdout, "Nothing changed in the test object or the load model")
+	require.Contains(t, stdout, "Nothing changed in the test object, the load model or how the runs were measured")
 	code, _, stderr = runCLI(t, "report", "show", "quick-20000101T000000.000Z-00000000", "--storage.path", dir)
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "run not found")
