@@ -98,9 +98,10 @@ func ContentType(format string) string {
 
 // chartSection is the section each chart closes.
 var chartSection = map[string]string{
-	"latency-throughput": "4", "goodput-load": "4", "attainment-load": "4", "e2e-bands": "4", "verification": "4",
-	"burst":        "5",
-	"soak-latency": "8", "soak-goodput": "8",
+	"latency-throughput": "Capacity conclusion", "goodput-load": "Capacity conclusion", "attainment-load": "Capacity conclusion",
+	"e2e-bands": "Capacity conclusion", "verification": "Capacity conclusion",
+	"burst":        "Risk boundaries",
+	"soak-latency": "Soak", "soak-goodput": "Soak",
 }
 
 // css is the page's style: readable on a laptop, and in print (no
@@ -159,8 +160,9 @@ var mdUnescaper = strings.NewReplacer(`\|`, "|", `\[`, "[", `\]`, "]", `\*`, "*"
 
 // renderMarkdown renders the subset of Markdown the report writer emits:
 // headings, a block quote, paragraphs, lists, tables and fenced code.
-// closing(n) is called at the end of section n (its number, "4" of "## 4.
-// Capacity conclusion"), for the section's charts.
+// closing(name) is called at the end of each section, by its name
+// ("Capacity conclusion" of "## 4. Capacity conclusion"), for the
+// section's charts.
 func renderMarkdown(b *strings.Builder, md, verdictClass string, closing func(section string)) {
 	lines := strings.Split(md, "\n")
 	section := ""
@@ -185,7 +187,12 @@ func renderMarkdown(b *strings.Builder, md, verdictClass string, closing func(se
 		case strings.HasPrefix(line, "## "):
 			endSection()
 			title := line[3:]
-			section, _, _ = strings.Cut(title, ".")
+			// The section's name, without its number: a report's
+			// sections are numbered by what it has.
+			section = title
+			if _, name, ok := strings.Cut(title, ". "); ok {
+				section = name
+			}
 			fmt.Fprintf(b, "<section>\n<h2>%s</h2>\n", inline(title))
 		case strings.HasPrefix(line, "```"):
 			lang := strings.TrimPrefix(line, "```")

@@ -37,7 +37,17 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 }
 
 // mdWriter writes a capacity report's Markdown.
-type mdWriter struct{ markdown.Writer }
+type mdWriter struct {
+	markdown.Writer
+	sections int // numbered so far
+}
+
+// section starts the report's next numbered section: a step report has no
+// soak, a soak report no scaling basis, and the numbers have no gaps.
+func (m *mdWriter) section(title string) {
+	m.sections++
+	m.P("## %d. %s", m.sections, title)
+}
 
 var (
 	mdCell   = markdown.Cell
@@ -65,7 +75,7 @@ func (m *mdWriter) header(r *Report) {
 
 func (m *mdWriter) testObject(r *Report) {
 	o := r.TestObject
-	m.P("## 1. Test object")
+	m.section("Test object")
 	m.P("")
 	m.Table("", "")
 	m.Row("Target", free(o.Target))
@@ -123,7 +133,7 @@ func orNone(s string) string {
 
 func (m *mdWriter) loadModel(r *Report) {
 	lm := r.LoadModel
-	m.P("## 2. Load model")
+	m.section("Load model")
 	m.P("")
 	m.Table("Scenario", "Share", "Input tokens (configured)", "Output tokens (configured)", "ignore_eos", "Prefix", "Conversation", "Cancel")
 	for _, s := range lm.Scenarios {
@@ -178,7 +188,7 @@ func tokens(p capacity.Percentiles) string {
 }
 
 func (m *mdWriter) slos(r *Report) {
-	m.P("## 3. SLO definitions")
+	m.section("SLO definitions")
 	m.P("")
 	m.Table("Scenario", "SLOs (per request)", "Objective")
 	for _, s := range r.SLOs.Scenarios {
@@ -196,7 +206,7 @@ func (m *mdWriter) slos(r *Report) {
 }
 
 func (m *mdWriter) capacity(r *Report) {
-	m.P("## 4. Capacity conclusion")
+	m.section("Capacity conclusion")
 	m.P("")
 	c := r.Capacity
 	if c == nil {
@@ -249,7 +259,7 @@ func (m *mdWriter) capacity(r *Report) {
 
 func (m *mdWriter) risk(r *Report) {
 	rk := r.Risk
-	m.P("## 5. Risk boundaries")
+	m.section("Risk boundaries")
 	m.P("")
 	if b := rk.Burst; b != nil {
 		drained := fmt.Sprintf("the backlog drained in %s (allowed: %s)", fmtSeconds(b.DrainSeconds), fmtSeconds(b.DrainWithin))
@@ -344,7 +354,7 @@ func pct(p capacity.Percentiles) string {
 func ms(s float64) string { return fmt.Sprintf("%.4g", 1e3*s) }
 
 func (m *mdWriter) scaling(r *Report) {
-	m.P("## 6. Scaling basis")
+	m.section("Scaling basis")
 	m.P("")
 	s := r.Scaling
 	switch {
@@ -364,7 +374,7 @@ func (m *mdWriter) scaling(r *Report) {
 }
 
 func (m *mdWriter) cost(r *Report) {
-	m.P("## 7. Cost")
+	m.section("Cost")
 	m.P("")
 	c := r.Cost
 	switch {
@@ -383,7 +393,7 @@ func (m *mdWriter) cost(r *Report) {
 
 func (m *mdWriter) soak(r *Report) {
 	s := r.Soak
-	m.P("## 8. Soak")
+	m.section("Soak")
 	m.P("")
 	m.P("%.3g req/s open loop, %d windows.", s.Rate, len(s.Windows))
 	if d := s.Drift; d != nil {
@@ -410,7 +420,7 @@ func (m *mdWriter) soak(r *Report) {
 
 func (m *mdWriter) provenance(r *Report) {
 	p := r.Provenance
-	m.P("## 9. Provenance")
+	m.section("Provenance")
 	m.P("")
 	m.Table("", "")
 	version := strings.TrimSpace(p.Version + " " + p.Revision)
