@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/sloprober/sloprober/capacity"
@@ -41,8 +42,18 @@ func charts(r *Report) []namedChart {
 			series("completed", closed, conc, func(l Level) float64 { return l.CompletedRate }, nil),
 			series("goodput", closed, conc, func(l Level) float64 { return l.Goodput }, nil),
 		}
-		att := &chart.Chart{ID: "attainment-load", Title: "Attainment against load", XLabel: "closed-loop clients", YLabel: "good / counted, %", YZero: true}
+		// Zoomed to the data and the objective (no YZero): attainments in
+		// the top 5% on a 0-100% axis are one flat line.
+		att := &chart.Chart{ID: "attainment-load", Title: "Attainment against load", XLabel: "closed-loop clients", YLabel: "good / counted, %"}
 		att.Series = []chart.Series{series("attainment", closed, conc, func(l Level) float64 { return 100 * l.Attainment }, nil)}
+		// Levels whose decision does not stand are drawn apart, so that a
+		// reader does not take them for measurements of the target.
+		if s, ok := notJudged(closed, conc, func(l Level) float64 { return 100 * l.Attainment }); ok {
+			att.Series = append(att.Series, s)
+		}
+		if s, ok := notJudged(closed, conc, func(l Level) float64 { return l.Goodput }); ok {
+			gp.Series = append(gp.Series, s)
+		}
 		if obj := objective(r); obj > 0 {
 			att.HLines = append(att.HLines, chart.Marker{Value: 100 * obj, Label: fmt.Sprintf("objective %g%%", 100*obj)})
 		}
@@ -57,7 +68,7 @@ func charts(r *Report) []namedChart {
 			}
 		}
 		out = append(out,
-			namedChart{ID: "goodput-load", Caption: "Completed and good requests per second at each closed-loop level; goodput stops growing at the knee.", c: gp},
+			namedChart{ID: "goodput-load", Caption: goodputCaption(r), c: gp},
 			namedChart{ID: "attainment-load", Caption: "The share of requests that met every SLO at each closed-loop level, against the objective.", c: att})
 
 		band := &chart.Chart{ID: "e2e-bands", Title: "E2E percentiles at each level", XLabel: "closed-loop clients", YLabel: "E2E, ms", YLog: true}
@@ -149,6 +160,35 @@ func series(name string, ls []Level, x, y func(Level) float64, label func(Level)
 		}
 	}
 	return s
+}
+
+// notJudged is a series of the levels whose decision does not stand: the
+// prober limited them (its own delays, not the target's, shaped their
+// numbers) or their interval could not decide (inconclusive). Their
+// points only (NaN elsewhere: no line through the judged levels), in a
+// style of their own, named in the legend; ok is false when there are
+// none.
+func notJudged(ls []Level, x, y func(Level) float64) (chart.Series, bool) {
+	s := chart.Series{Name: "not judged (prober-bound or inconclusive)", Points: true}
+	ok := false
+	for _, l := range ls {
+		v := math.NaN()
+		if (l.Prober != nil && len(l.Prober.Invalid) > 0) || l.Decision == "inconclusive" {
+			v, ok = y(l), true
+		}
+		s.X, s.Y = append(s.X, x(l)), append(s.Y, v)
+	}
+	return s, ok
+}
+
+// goodputCaption says what the goodput chart shows: the knee only where
+// one was found.
+func goodputCaption(r *Report) string {
+	const c = "Completed and good requests per second at each closed-loop level"
+	if r.Capacity != nil && r.Capacity.Knee != nil && r.Capacity.Knee.Reached {
+		return c + "; goodput stops growing at the knee."
+	}
+	return c + "; no knee was found within the levels run: goodput still grew at the last."
 }
 
 // percentileSeries is P50, P95 and P99 (ms) of a latency, the P99

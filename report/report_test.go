@@ -252,3 +252,41 @@ func TestEngineQueue(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, sch.Validate(v))
 }
+
+// TestChartsSayWhatWasFound: a level whose decision does not stand is
+// drawn apart and named in the legend; the attainment axis is zoomed to
+// the data; the goodput chart's caption names a knee only when one was
+// found.
+func TestChartsSayWhatWasFound(t *testing.T) {
+	run := load(t, "step-run.json")
+	for i := range run.Sweep {
+		if run.Sweep[i].Concurrency == 4 {
+			run.Sweep[i].Prober.Invalid = []string{"send_lag"}
+		}
+	}
+	var h bytes.Buffer
+	require.NoError(t, report.WriteHTML(&h, report.Build(run)))
+	page := h.String()
+	att := page[strings.Index(page, `<figure id="fig-attainment-load">`):]
+	att = att[:strings.Index(att, "</figure>")]
+	require.Contains(t, att, "not judged (prober-bound or inconclusive)")
+	require.Contains(t, page, "goodput stops growing at the knee.")
+
+	run.Knee = nil
+	h.Reset()
+	require.NoError(t, report.WriteHTML(&h, report.Build(run)))
+	require.Contains(t, h.String(), "no knee was found within the levels run")
+	require.NotContains(t, h.String(), "stops growing at the knee")
+
+	// Every closed-loop level at 97-100%: the axis is not 0-100%.
+	for i := range run.Sweep {
+		run.Sweep[i].Attainment = 0.97 + 0.03*float64(i%2)
+	}
+	h.Reset()
+	require.NoError(t, report.WriteHTML(&h, report.Build(run)))
+	page = h.String()
+	att = page[strings.Index(page, `<figure id="fig-attainment-load">`):]
+	att = att[:strings.Index(att, "</figure>")]
+	require.NotContains(t, att, `text-anchor="end">0</text>`, "zoomed to the data and the objective")
+	require.NotContains(t, att, `text-anchor="end">20</text>`)
+}
