@@ -14,6 +14,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sloprober/sloprober/internal/doccheck"
 )
 
 // promtools returns the promtool binaries to check the rules with: the
@@ -337,4 +340,37 @@ func TestDashboardLayout(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestRunbooks: every alert has a runbook_url, and it points to the
+// alert's own section of docs/alerts.md.
+func TestRunbooks(t *testing.T) {
+	b, err := os.ReadFile("sloprober.rules.yml")
+	require.NoError(t, err)
+	var file struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &file))
+	doc, err := os.ReadFile("../docs/alerts.md")
+	require.NoError(t, err)
+	anchors := doccheck.Anchors(string(doc))
+	const base = "https://github.com/sloprober/sloprober/blob/main/docs/alerts.md#"
+	n := 0
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			n++
+			url := r.Annotations["runbook_url"]
+			require.Equal(t, base+strings.ToLower(r.Alert), url, r.Alert)
+			require.True(t, anchors[strings.TrimPrefix(url, base)], "docs/alerts.md has no section %s", r.Alert)
+		}
+	}
+	require.Equal(t, 16, n, "every alert checked")
 }
