@@ -23,11 +23,11 @@ func readRun(t *testing.T, file string) *capacity.Run {
 	return &r
 }
 
-// wideRun is the stored step run with its verify levels as wide as a
-// level gets: an attainment interval, counts and latencies as large as a
-// 2-minute window at 800 req/s against a 2-minute timeout gives, an
-// inconclusive decision and every kind of note.
-func wideRun(t *testing.T) *capacity.Run {
+// bigRun is the stored step run with its verify levels as wide as a
+// level gets: an attainment interval, an inconclusive decision and every
+// kind of note, with sent requests, rates (req/s) and latencies
+// (seconds) as given.
+func bigRun(t *testing.T, sent int, rate, ttftP50, p99 float64) *capacity.Run {
 	r := readRun(t, "testdata/v1-step-run.json")
 	for i := range r.Verify {
 		l := &r.Verify[i]
@@ -35,27 +35,19 @@ func wideRun(t *testing.T) *capacity.Run {
 		l.Remeasured = []string{"scheduler_latency: P99 80 ms over 50 ms"}
 		l.Note = "a note as long as a level's notes get when everything happens at once to one level"
 		l.Interval = &capacity.Interval{Lower: 0.9512, Upper: 0.9876}
-		l.Sent, l.Goodput, l.OfferedRate, l.IntendedRate = 99999, 833.3, 833.3, 833.3
-		l.TTFT.P50, l.TTFT.P99, l.E2E.P99 = 12.345, 119.999, 119.999
+		l.Sent, l.Goodput, l.OfferedRate, l.IntendedRate = sent, rate, rate, rate
+		l.TTFT.P50, l.TTFT.P99, l.E2E.P99 = ttftP50, p99, p99
 	}
 	return r
 }
 
-// worstRun is wideRun beyond any real run: the width still holds, the
-// decisions going to the footnotes.
-func worstRun(t *testing.T) *capacity.Run {
-	r := readRun(t, "testdata/v1-step-run.json")
-	for i := range r.Verify {
-		l := &r.Verify[i]
-		l.Decision, l.Extensions, l.Insufficient = "inconclusive", 3, true
-		l.Remeasured = []string{"scheduler_latency: P99 80 ms over 50 ms"}
-		l.Note = "a note as long as a level's notes get when everything happens at once to one level"
-		l.Interval = &capacity.Interval{Lower: 0.9512, Upper: 0.9876}
-		l.Sent, l.Goodput, l.OfferedRate, l.IntendedRate = 1234567, 1234.5, 1234.5, 1234.5
-		l.TTFT.P50, l.TTFT.P99, l.E2E.P99 = 123.456, 1234.567, 12345.678
-	}
-	return r
-}
+// wideRun is as large as a 2-minute window at 800 req/s against a
+// 2-minute timeout gives.
+func wideRun(t *testing.T) *capacity.Run { return bigRun(t, 99999, 833.3, 12.345, 119.999) }
+
+// worstRun is beyond any real run: the width still holds, the decisions
+// going to the footnotes.
+func worstRun(t *testing.T) *capacity.Run { return bigRun(t, 1234567, 1234.5, 123.456, 12345.678) }
 
 // TestTableWidth: no line of the terminal table is wider than 120
 // columns; every note is in its row or in a footnote the row refers to.

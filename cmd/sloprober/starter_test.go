@@ -69,6 +69,17 @@ func (s *seenHeaders) wrap(h http.Handler) http.Handler {
 	})
 }
 
+// tokenSim starts a simulator that records the headers it is sent, and
+// writes a bearer token file holding token.
+func tokenSim(t *testing.T, token string) (*simtest.Server, *seenHeaders, string) {
+	t.Helper()
+	heads := &seenHeaders{}
+	sim := simtest.StartWith(t, "", heads.wrap)
+	file := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(file, []byte(token), 0o600))
+	return sim, heads, file
+}
+
 func (s *seenHeaders) at(path string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -79,12 +90,8 @@ func (s *seenHeaders) at(path string) []string {
 // config accepts, its model read from /models with the credentials given,
 // and does not overwrite a file without --force.
 func TestInit(t *testing.T) {
-	var heads seenHeaders
-	sim := simtest.StartWith(t, "", heads.wrap)
-	dir := t.TempDir()
-	token := filepath.Join(dir, "token")
-	require.NoError(t, os.WriteFile(token, []byte("s3cret\n"), 0o600))
-	file := filepath.Join(dir, "sloprober.yml")
+	sim, heads, token := tokenSim(t, "s3cret\n")
+	file := filepath.Join(filepath.Dir(token), "sloprober.yml")
 	code, stdout, stderr := runCLI(t, "init", "--target="+sim.URL+"/v1/chat/completions", "-o", file,
 		"--bearer-token-file="+token, "--header=X-Tenant: team-a")
 	require.Equal(t, 0, code, stderr)
@@ -155,11 +162,7 @@ func TestInit(t *testing.T) {
 // configuration file, with the credentials given, and its flags are
 // refused beside a configuration.
 func TestProbeURL(t *testing.T) {
-	var heads seenHeaders
-	sim := simtest.StartWith(t, "", heads.wrap)
-	dir := t.TempDir()
-	token := filepath.Join(dir, "token")
-	require.NoError(t, os.WriteFile(token, []byte("s3cret"), 0o600))
+	sim, heads, token := tokenSim(t, "s3cret")
 	code, stdout, stderr := runCLI(t, "probe", sim.URL+"/v1", "--bearer-token-file="+token, "--header=X-Tenant: team-a")
 	require.Equal(t, 0, code, stdout+stderr)
 	require.NotContains(t, stdout+stderr, "team-a")
