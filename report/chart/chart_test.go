@@ -430,3 +430,22 @@ func TestHostileValues(t *testing.T) {
 		checkSVG(t, svg)
 	}
 }
+
+// TestLabelsDoNotOverlap: points close together (levels at the knee) get
+// one label where their labels would overlap; points apart keep theirs,
+// in every series.
+func TestLabelsDoNotOverlap(t *testing.T) {
+	c := &chart.Chart{ID: "labels", Title: "labels", Series: []chart.Series{
+		{Name: "P99", X: []float64{1, 2, 10, 10.01, 10.02}, Y: []float64{10, 20, 600, 605, 610},
+			Labels: []string{"n=27", "n=46", "n=110", "n=111", "n=112"}},
+		{Name: "P95", X: []float64{10.03}, Y: []float64{602}, Labels: []string{"n=113"}},
+	}}
+	svg, err := c.SVG()
+	require.NoError(t, err)
+	for _, l := range []string{"n=27", "n=46", "n=110"} {
+		require.Contains(t, svg, ">"+l+"<", "a label apart from the others")
+	}
+	for _, l := range []string{"n=111", "n=112", "n=113"} {
+		require.NotContains(t, svg, ">"+l+"<", "a label over n=110")
+	}
+}

@@ -289,8 +289,12 @@ func (d *drawing) plot() *plot.Plot {
 		p.Add(bandPlotter{b, bandColor(i)})
 	}
 	p.Add(markerLines{d.hLines, d.vLines})
+	// The points' labels of every series share one list of the places
+	// taken: a label that would overlap one written is left out (levels
+	// close together, at the knee, would write "n=110" three times over).
+	taken := &[]vg.Rectangle{}
 	for i, s := range d.series {
-		p.Add(seriesPlotter{s, seriesStyle(i)})
+		p.Add(seriesPlotter{s, seriesStyle(i), taken})
 	}
 	p.Add(markerLabels{d.hLines, d.vLines})
 	if !d.hasData {
@@ -330,8 +334,9 @@ func bandColor(i int) color.Color {
 }
 
 type seriesPlotter struct {
-	s  series
-	st style
+	s     series
+	st    style
+	taken *[]vg.Rectangle // the labels written so far, of every series
 }
 
 func (sp seriesPlotter) Plot(c draw.Canvas, p *plot.Plot) {
@@ -352,30 +357,43 @@ func (sp seriesPlotter) Plot(c draw.Canvas, p *plot.Plot) {
 		}
 		for i, pt := range pts {
 			if run[i].label != "" && c.Contains(pt) {
-				note(c, notes, pt, run[i].label)
+				note(c, notes, pt, run[i].label, sp.taken)
 			}
 		}
 	}
 }
 
 // note writes a point's label above it, or below it at the top of the
-// chart, and kept from running out at the sides.
-func note(c draw.Canvas, sty text.Style, pt vg.Point, s string) {
+// chart, and kept from running out at the sides; not at all where it
+// would overlap a label in taken, to which it adds its own.
+func note(c draw.Canvas, sty text.Style, pt vg.Point, s string, taken *[]vg.Rectangle) {
 	const off = glyphSize + 1
-	w := sty.Width(s)
+	w, h := sty.Width(s), sty.Height(s)
+	left := pt.X - w/2
 	switch {
 	case pt.X+w/2 > c.Max.X:
 		sty.XAlign = draw.XRight
 		pt.X = c.Max.X
+		left = pt.X - w
 	case pt.X-w/2 < c.Min.X:
 		sty.XAlign = draw.XLeft
 		pt.X = c.Min.X
+		left = pt.X
 	}
 	pt.Y += off
-	if pt.Y+sty.Height(s) > c.Max.Y {
+	bottom := pt.Y
+	if pt.Y+h > c.Max.Y {
 		sty.YAlign = draw.YTop
 		pt.Y -= 2 * off
+		bottom = pt.Y - h
 	}
+	box := vg.Rectangle{Min: vg.Point{X: left, Y: bottom}, Max: vg.Point{X: left + w, Y: bottom + h}}
+	for _, r := range *taken {
+		if box.Min.X < r.Max.X && r.Min.X < box.Max.X && box.Min.Y < r.Max.Y && r.Min.Y < box.Max.Y {
+			return
+		}
+	}
+	*taken = append(*taken, box)
 	c.FillText(sty, pt, s)
 }
 
