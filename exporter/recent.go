@@ -40,6 +40,7 @@ type recentLoad struct {
 	all, failed      []RecentResult
 	nAll, nFailed    int
 	total, totalGood int64
+	trend            trend
 }
 
 // Recent keeps the last results of every load, for the landing page. It
@@ -65,7 +66,7 @@ func (r *Recent) Observe(info prober.LoadInfo) prober.Observer {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.loads[info.Key] == nil {
-		r.loads[info.Key] = &recentLoad{}
+		r.loads[info.Key] = &recentLoad{trend: trend{rnd: 0x9e3779b97f4a7c15}}
 	}
 	return recentObserver{r: r, key: info.Key}
 }
@@ -124,6 +125,8 @@ func (r *Recent) add(k config.Key, res *prober.Result, m *prober.Measurement) {
 		return
 	}
 	l.total++
+	// By the minute it was sent: the load offered it then.
+	l.trend.add(res.Sent, res.Outcome, m.Good, m.TTFT, m.HasTTFT)
 	push := func(ring []RecentResult, n *int) []RecentResult {
 		if len(ring) < r.size {
 			ring = append(ring, rr)
@@ -151,6 +154,18 @@ func (r *Recent) Snapshot(k config.Key) (all, failed []RecentResult, total, good
 		return nil, nil, 0, 0
 	}
 	return newestFirst(l.all, l.nAll, r.size), newestFirst(l.failed, l.nFailed, r.size), l.total, l.totalGood
+}
+
+// TrendAt returns a load's last hour before now, a point a minute, oldest
+// first (nil for a load it does not keep).
+func (r *Recent) TrendAt(k config.Key, now time.Time) []TrendPoint {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.loads[k]
+	if l == nil {
+		return nil
+	}
+	return l.trend.points(now)
 }
 
 func newestFirst(ring []RecentResult, n, size int) []RecentResult {

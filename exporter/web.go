@@ -200,6 +200,9 @@ type landingLoad struct {
 	prober.LoadStatus
 	Total, Good    int64
 	Recent, Failed []RecentResult
+	// Trend is the last hour's goodput, attainment and TTFT P99, a
+	// minute a point; nil without a Recent.
+	Trend *Sparklines
 	// Measured is whether the target's measurements are valid: "valid",
 	// "NOT VALID: <reasons>", or "" (not known).
 	Measured string
@@ -253,6 +256,8 @@ func serveLanding(w http.ResponseWriter, o WebOptions, stopping bool) {
 		l := landingLoad{LoadStatus: st, Measured: measured(health, st.Target)}
 		if o.Recent != nil {
 			l.Recent, l.Failed, l.Total, l.Good = o.Recent.Snapshot(st.Key)
+			sp := sparklines(o.Recent.TrendAt(st.Key, time.Now()))
+			l.Trend = &sp
 		}
 		loads = append(loads, l)
 	}
@@ -314,6 +319,7 @@ th{background:#f3f3f3}
 .bad{color:#b00}.good{color:#070}.pending{color:#a60}
 td.error{max-width:40em;white-space:pre-wrap;overflow-wrap:anywhere}
 h2{margin-top:1.5em}
+table.trend td{vertical-align:middle}svg.spark{vertical-align:middle;margin-left:.5em}
 </style></head>
 <body>
 <h1>sloprober</h1>
@@ -349,6 +355,12 @@ Over the last window: CPU {{printf "%.0f" (mul100 .CPUShare)}}% of GOMAXPROCS, s
 {{end}}</table>{{end}}
 {{range .Loads}}
 <h2>{{.Target}} / {{.Scenario}} / {{.Test}}</h2>
+{{with .Trend}}<table class="trend">
+<tr><th>the last hour, a minute a point</th><th>last minute</th></tr>
+<tr><td>goodput {{.Goodput}}</td><td>{{.LastGoodput}}</td></tr>
+<tr><td>attainment {{.Attainment}}</td><td>{{.LastAttainment}}</td></tr>
+<tr><td>TTFT P99 {{.TTFTP99}}</td><td>{{.LastTTFTP99}}</td></tr>
+</table>{{end}}
 <h3>Recent failures (not good)</h3>
 {{template "results" .Failed}}
 <h3>Recent results</h3>

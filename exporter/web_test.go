@@ -201,11 +201,13 @@ func TestLandingRecent(t *testing.T) {
 			want: []string{"<td>2</td><td>50.00%</td>", "<code>good</code>", "<code>bad</code>", "HTTP 503: overloaded bad",
 				// A failed request by its outcome, not as SLOs missed;
 				// every time with its date and zone.
-				`<span class="bad">failed (http_5xx)</span>`, "<td>2023-11-14 22:13:20.000Z</td>"},
+				`<span class="bad">failed (http_5xx)</span>`, "<td>2023-11-14 22:13:20.000Z</td>",
+				// The last hour's trends, drawn in the page.
+				"<th>the last hour, a minute a point</th>", `<td>goodput <svg class="spark"`, `<td>TTFT P99 <svg class="spark"`},
 			notWant: []string{"None yet.", "missed ttft"}},
 		{name: "no recent",
 			want:    []string{"<td>0</td><td>-</td>", "None yet."},
-			notWant: []string{"<code>good</code>", "<code>bad</code>"}},
+			notWant: []string{"<code>good</code>", "<code>bad</code>", `class="spark"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
