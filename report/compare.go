@@ -1,7 +1,9 @@
 package report
 
 import (
+	"bytes"
 	"fmt"
+	"html"
 	"io"
 	"maps"
 	"math"
@@ -425,4 +427,78 @@ func idOr(r *Report) string {
 		return r.ID
 	}
 	return r.Start.UTC().Format("2006-01-02 15:04Z")
+}
+
+// WriteComparisonHTML writes a comparison as one self-contained HTML page,
+// with the same policy as a report's: the comparison's tables, then each
+// chart of the two runs side by side (A left, B right), drawn alike.
+func WriteComparisonHTML(w io.Writer, c *Comparison) error {
+	var md bytes.Buffer
+	if err := WriteComparison(&md, c); err != nil {
+		return err
+	}
+	var b strings.Builder
+	title := fmt.Sprintf("Comparison of %s (A) and %s (B)", idOr(c.A), idOr(c.B))
+	fmt.Fprintf(&b, `<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="%s">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>%s</title>
+<style>%s
+.pair { display: grid; grid-template-columns: 1fr 1fr; gap: 16px; }
+.pair figure { margin: .5em 0; }
+</style>
+</head>
+<body>
+<main>
+`, CSP, html.EscapeString(title), css)
+	renderMarkdown(&b, md.String(), "verdict-unknown", func(string) {})
+	// Charts by id, A's order first; a chart one run has and the other not
+	// (a soak beside a step test) stands alone.
+	byID := func(r *Report, side string) (map[string]namedChart, []string, error) {
+		m := map[string]namedChart{}
+		var ids []string
+		for _, nc := range charts(r) {
+			id := nc.ID
+			nc.c.ID = side + "-" + id // unique in the page
+			svg, err := nc.c.SVG()
+			if err != nil {
+				return nil, nil, fmt.Errorf("chart %s of %s: %w", id, side, err)
+			}
+			nc.svg = svg
+			m[id] = nc
+			ids = append(ids, id)
+		}
+		return m, ids, nil
+	}
+	ca, ida, err := byID(c.A, "a")
+	if err != nil {
+		return err
+	}
+	cb, idb, err := byID(c.B, "b")
+	if err != nil {
+		return err
+	}
+	for _, id := range idb {
+		if !slices.Contains(ida, id) {
+			ida = append(ida, id)
+		}
+	}
+	b.WriteString("<section>\n<h2>Charts, A left and B right</h2>\n")
+	for _, id := range ida {
+		b.WriteString(`<div class="pair">` + "\n")
+		for _, side := range []map[string]namedChart{ca, cb} {
+			if nc, ok := side[id]; ok {
+				fmt.Fprintf(&b, "<figure>\n%s\n<figcaption>%s</figcaption>\n</figure>\n", nc.svg, html.EscapeString(nc.Caption))
+			} else {
+				b.WriteString("<figure><figcaption>Not in this run.</figcaption></figure>\n")
+			}
+		}
+		b.WriteString("</div>\n")
+	}
+	b.WriteString("</section>\n</main>\n</body>\n</html>\n")
+	_, err = io.WriteString(w, b.String())
+	return err
 }

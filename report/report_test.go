@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -289,4 +290,26 @@ func TestChartsSayWhatWasFound(t *testing.T) {
 	att = att[:strings.Index(att, "</figure>")]
 	require.NotContains(t, att, `text-anchor="end">0</text>`, "zoomed to the data and the objective")
 	require.NotContains(t, att, `text-anchor="end">20</text>`)
+}
+
+// TestComparisonHTML: the comparison as a page: its tables, then each chart
+// of A beside B's, every id in the page unique.
+func TestComparisonHTML(t *testing.T) {
+	a := report.Build(withID(load(t, "step-run.json"), "a"))
+	soak := report.Build(withID(load(t, "soak-run.json"), "b"))
+	var h bytes.Buffer
+	require.NoError(t, report.WriteComparisonHTML(&h, report.Compare(a, soak)))
+	page := h.String()
+	require.Contains(t, page, `<meta http-equiv="Content-Security-Policy" content="default-src 'none'`)
+	require.Contains(t, page, "<td>capacity, req/s (verified open loop)</td>")
+	require.Contains(t, page, `id="a-latency-throughput"`)
+	require.Contains(t, page, `id="b-soak-latency"`)
+	require.Contains(t, page, "<figure><figcaption>Not in this run.</figcaption></figure>", "a step's chart beside a soak")
+	ids := regexp.MustCompile(` id="([^"]+)"`).FindAllStringSubmatch(page, -1)
+	seen := map[string]bool{}
+	for _, m := range ids {
+		require.False(t, seen[m[1]], "id %s twice", m[1])
+		seen[m[1]] = true
+	}
+	require.NotContains(t, page, "<script")
 }

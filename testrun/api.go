@@ -20,7 +20,7 @@ import (
 //	POST /api/v1/tests/{name}/run       start a run now: 202 {"id": ...}; 409 if a test runs on the target
 //	POST /api/v1/tests/{name}/abort     abort the running run of a test: 200, 404 if none
 //	GET  /reports/{id}[?format=html|md|json]  a run's report (report.Build); HTML by default
-//	GET  /reports/compare?a=ID&b=ID[&format=md|json]  two runs compared (report.Compare); Markdown by default
+//	GET  /reports/compare?a=ID&b=ID[&format=md|json|html]  two runs compared (report.Compare); Markdown by default
 //
 // The POST endpoints answer 403 unless mutations is true
 // (--web.enable-test-api): starting a test is a load on a production
@@ -124,8 +124,17 @@ func NewAPI(s *Service, mutations bool) http.Handler {
 			_, _ = w.Write(b.Bytes())
 		case "json":
 			writeJSON(w, http.StatusOK, c)
+		case "html":
+			var b bytes.Buffer
+			if err := report.WriteComparisonHTML(&b, c); err != nil {
+				writeError(w, http.StatusInternalServerError, err)
+				return
+			}
+			w.Header().Set("Content-Type", report.ContentType("html"))
+			w.Header().Set("Content-Security-Policy", report.CSP)
+			_, _ = w.Write(b.Bytes())
 		default:
-			writeError(w, http.StatusBadRequest, fmt.Errorf("a comparison is md or json, not %q", format))
+			writeError(w, http.StatusBadRequest, fmt.Errorf("a comparison is md, json or html, not %q", format))
 		}
 	})
 	mutate := func(h http.HandlerFunc) http.HandlerFunc {

@@ -237,7 +237,8 @@ func TestAPI(t *testing.T) {
 		{"GET", "/reports/compare?a=" + started.ID + "&b=" + started.ID + "&format=json", http.StatusOK, `"changed": []`},
 		{"GET", "/reports/compare?a=" + started.ID, http.StatusBadRequest, "b missing"},
 		{"GET", "/reports/compare?a=" + started.ID + "&b=a-20000101T000000.000Z-00000000", http.StatusNotFound, "run not found"},
-		{"GET", "/reports/compare?a=" + started.ID + "&b=" + started.ID + "&format=pdf", http.StatusBadRequest, `a comparison is md or json, not \"pdf\"`},
+		{"GET", "/reports/compare?a=" + started.ID + "&b=" + started.ID + "&format=pdf", http.StatusBadRequest, `a comparison is md, json or html, not \"pdf\"`},
+		{"GET", "/reports/compare?a=" + started.ID + "&b=" + started.ID + "&format=html", http.StatusOK, "<h2>Charts, A left and B right</h2>"},
 		{"GET", "/reports/..%2f..%2fetc", http.StatusBadRequest, ""},
 	} {
 		code, body := do(api, tc.method, tc.path)

@@ -46,7 +46,7 @@ type canaryFlags struct {
 func newReportCommand(app *kingpin.Application) *reportCommand {
 	rep := app.Command("report", "Capacity reports of step and soak runs (JSON, Markdown or self-contained HTML), and canary SLO reports from Prometheus.")
 	c := &reportCommand{}
-	c.format = rep.Flag("format", "Report format: html, md or json (compare and canary: md or json).").Default("md").Enum(report.Formats...)
+	c.format = rep.Flag("format", "Report format: html, md or json (canary: md or json).").Default("md").Enum(report.Formats...)
 	c.output = rep.Flag("output", "Write the report to this file instead of the standard output.").Short('o').String()
 	c.storage = rep.Flag("storage.path", "Directory of the stored runs (the daemon's --storage.path), for runs given by id.").Default("data/").String()
 	c.show = rep.Command("show", "Write the report of one run.")
@@ -98,10 +98,6 @@ func (c *reportCommand) runShow(stdout, stderr io.Writer) int {
 }
 
 func (c *reportCommand) runCompare(stdout, stderr io.Writer) int {
-	if !slices.Contains([]string{"md", "json"}, *c.format) {
-		fmt.Fprintf(stderr, "sloprober: report compare writes md or json, not %s\n", *c.format)
-		return exitError
-	}
 	var reps []*report.Report
 	for _, arg := range []string{*c.a, *c.b} {
 		run, err := c.readRun(arg)
@@ -113,14 +109,19 @@ func (c *reportCommand) runCompare(stdout, stderr io.Writer) int {
 	}
 	cmp := report.Compare(reps[0], reps[1])
 	var b bytes.Buffer
-	if *c.format == "json" {
-		j, err := json.MarshalIndent(cmp, "", "  ")
-		if err != nil {
-			fmt.Fprintf(stderr, "sloprober: %v\n", err)
-			return exitError
+	var err error
+	switch *c.format {
+	case "json":
+		var j []byte
+		if j, err = json.MarshalIndent(cmp, "", "  "); err == nil {
+			b.Write(append(j, '\n'))
 		}
-		b.Write(append(j, '\n'))
-	} else if err := report.WriteComparison(&b, cmp); err != nil {
+	case "html":
+		err = report.WriteComparisonHTML(&b, cmp)
+	default:
+		err = report.WriteComparison(&b, cmp)
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "sloprober: %v\n", err)
 		return exitError
 	}

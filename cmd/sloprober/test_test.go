@@ -143,9 +143,11 @@ tests:
 	code, _, stderr = runCLI(t, "report", "show", "../../etc/passwd")
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "is no run file, nor a run in data/")
-	code, _, stderr = runCLI(t, "report", "compare", out, out, "--format", "html")
-	require.Equal(t, 2, code)
-	require.Contains(t, stderr, "report compare writes md or json, not html")
+	code, stdout, stderr = runCLI(t, "report", "compare", out, out, "--format", "html")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "<h2>Charts, A left and B right</h2>")
+	require.Contains(t, stdout, `<svg xmlns="http://www.w3.org/2000/svg" id="a-latency-throughput"`)
+	require.Contains(t, stdout, `<svg xmlns="http://www.w3.org/2000/svg" id="b-latency-throughput"`)
 
 	for _, tc := range []struct {
 		args []string
