@@ -156,6 +156,9 @@ func sparklines(ps []TrendPoint) Sparklines {
 	gp, att, ttft := make([]float64, len(ps)), make([]float64, len(ps)), make([]float64, len(ps))
 	for i, p := range ps {
 		gp[i], att[i] = p.Goodput, 100*p.Attainment
+		if math.IsNaN(p.Attainment) {
+			gp[i] = math.NaN() // nothing sent that minute (before the load began): no line, not a 0
+		}
 		ttft[i] = math.NaN()
 		if p.HasTTFT {
 			ttft[i] = float64(p.TTFTP99) / float64(time.Millisecond)

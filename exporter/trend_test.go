@@ -65,3 +65,15 @@ func TestSparkline(t *testing.T) {
 	require.NotContains(t, string(sparkline("empty", []float64{math.NaN()}, "-")), "<polyline")
 	require.Contains(t, string(sparkline("flat", []float64{2, 2}, "2")), "<polyline", "a flat line is drawn")
 }
+
+// TestSparklinesSkipEmptyMinutes: a minute in which nothing was sent (the
+// hour before the load began) draws no point, where a minute of failures
+// draws goodput 0.
+func TestSparklinesSkipEmptyMinutes(t *testing.T) {
+	ps := []TrendPoint{{Attainment: math.NaN()}, {Attainment: math.NaN()}, {Goodput: 0, Attainment: 0}, {Goodput: 2, Attainment: 1}}
+	s := sparklines(ps)
+	require.Equal(t, 1, strings.Count(string(s.Goodput), "<polyline"))
+	require.Contains(t, string(s.Goodput), `points="120.0,26.0 180.0,2.0"`, "the last two minutes only")
+	require.Equal(t, "2 good req/s", s.LastGoodput)
+	require.Equal(t, "100.0%", s.LastAttainment)
+}
