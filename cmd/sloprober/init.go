@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"strings"
 
@@ -40,6 +41,10 @@ func (c *initCommand) run(ctx context.Context, stdout, stderr io.Writer) int {
 	}
 	if err := c.starter.resolve(ctx, *c.target); err != nil {
 		return fail(err)
+	}
+	if u, err := url.Parse(c.starter.url); err == nil && u.RawQuery != "" {
+		// A query may carry an API key (?key=, ?api-key=): never written.
+		return fail(fmt.Errorf("--target %s has a query, which may hold a key and would be written into the file: init takes a URL without one (add it to the target's url by hand, from a secret)", config.RedactURL(c.starter.url[:strings.Index(c.starter.url, "?")])))
 	}
 	dest := "sloprober.yml" // as in `sloprober init --target URL > sloprober.yml`
 	if *c.output != "" {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,7 +83,8 @@ func parseURL(raw string) (base, api string, err error) {
 		return "", "", fmt.Errorf("target URL %q: must be http:// or https:// with a host, e.g. http://127.0.0.1:8000/v1", raw)
 	}
 	if u.User != nil {
-		return "", "", fmt.Errorf("target URL %s: credentials in the URL would be written into configurations and logs: use --bearer-token-file or --header", config.RedactURL(raw))
+		u.User = nil // a user name alone may be a token: never printed
+		return "", "", fmt.Errorf("target URL %s (with user information left out here): credentials in the URL would be written into configurations and logs: use --bearer-token-file or --header", u.Redacted())
 	}
 	u.Path = strings.TrimRight(u.Path, "/")
 	for _, p := range apiPaths {
@@ -101,7 +103,10 @@ func targetName(base string) string {
 	if err != nil || u.Hostname() == "" {
 		return "target"
 	}
-	return strings.Trim(nonName.ReplaceAllString(u.Hostname(), "-"), "-")
+	if name := strings.Trim(nonName.ReplaceAllString(u.Hostname(), "-"), "-"); name != "" {
+		return name
+	}
+	return "target" // a host of no ASCII letter or digit
 }
 
 var nonName = regexp.MustCompile(`[^a-zA-Z0-9_-]+`)
@@ -147,19 +152,10 @@ func (s *starter) resolve(ctx context.Context, raw string) error {
 	}
 	s.url = base
 	if s.api == "" {
-		s.api = cmp(api, "chat")
+		s.api = cmp.Or(api, "chat")
 	}
-	for _, h := range s.headers {
-		name, value, ok := strings.Cut(h, ":")
-		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
-		switch {
-		case !ok || name == "" || value == "":
-			return fmt.Errorf("--header %q: must be 'Name: value'", redactHeader(h))
-		case !headerName.MatchString(name):
-			return fmt.Errorf("--header %q: %q is not a header name", redactHeader(h), name)
-		case strings.ContainsAny(value, "\r\n\x00"):
-			return fmt.Errorf("--header %s: the value holds a line break or NUL", name)
-		}
+	if err := s.checkHeaders(); err != nil {
+		return err
 	}
 	if s.bearerTokenFile != "" {
 		abs, err := filepath.Abs(s.bearerTokenFile)
@@ -168,18 +164,59 @@ func (s *starter) resolve(ctx context.Context, raw string) error {
 		}
 		s.bearerTokenFile = abs
 	}
-	if s.model != "" {
-		return nil
+	if s.model == "" {
+		if s.model, err = s.servedModel(ctx); err != nil {
+			return err
+		}
 	}
-	// The model is read with the target's own client (its credentials,
-	// its bounds) from a configuration naming a placeholder.
+	if strings.Contains(s.model, "${") || strings.Contains(s.url, "${") {
+		// --config.expand-env expands text: a server's model name would
+		// become an environment variable's value, sent in every request.
+		return fmt.Errorf("the model %q or the URL holds ${...}, which --config.expand-env would expand: give --model, or write the configuration by hand", s.model)
+	}
+	if _, err := s.config(s.model); err != nil {
+		return fmt.Errorf("%w (give the model with --model)", err)
+	}
+	return nil
+}
+
+// checkHeaders checks --header: 'Name: value', a header name, a value
+// that a configuration can hold and ${VAR} expansion keeps as it is (no
+// line break, backslash or double quote), and not a header prometheus/common
+// reserves (Authorization: use --bearer-token-file).
+func (s *starter) checkHeaders() error {
+	for _, h := range s.headers {
+		name, value, ok := strings.Cut(h, ":")
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		switch {
+		case !ok || name == "" || value == "":
+			return fmt.Errorf("--header %q: must be 'Name: value'", redactHeader(h))
+		case !headerName.MatchString(name):
+			return fmt.Errorf("--header %q: %q is not a header name", redactHeader(h), name)
+		case strings.EqualFold(name, "Authorization"):
+			return fmt.Errorf("--header %s: give a bearer token with --bearer-token-file (prometheus/common sets Authorization itself)", name)
+		case strings.ContainsAny(value, "\r\n\x00\\\""):
+			return fmt.Errorf("--header %s: the value holds a line break, NUL, backslash or double quote, which a configuration's ${VAR} expansion would not keep: write that header into the configuration by hand", name)
+		}
+		hs := commoncfg.Headers{Headers: map[string]commoncfg.Header{name: {Secrets: []commoncfg.Secret{"x"}}}}
+		if err := hs.Validate(); err != nil {
+			return fmt.Errorf("--header %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// servedModel is the first model the endpoint lists at /models, read with
+// the target's own client (its credentials, its bounds) from a
+// configuration naming a placeholder.
+func (s *starter) servedModel(ctx context.Context) (string, error) {
 	cfg, err := s.config("placeholder")
 	if err != nil {
-		return err
+		return "", err
 	}
 	client, err := prober.NewClient(cfg.Targets[0], userAgent(), 1)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(ctx, modelsTimeout)
@@ -189,18 +226,20 @@ func (s *starter) resolve(ctx context.Context, raw string) error {
 		err = errors.New("it lists no model")
 	}
 	if err != nil {
-		return fmt.Errorf("reading the model from %s/models: %w (give it with --model)", config.RedactURL(s.url), err)
+		return "", fmt.Errorf("reading the model from %s/models: %w (give it with --model)", config.RedactURL(s.url), err)
 	}
-	s.model = models[0].ID
-	return nil
+	id := models[0].ID
+	if identityCut.MatchString(id) {
+		// The prober bounds what a server says of itself: a name this
+		// long came back shortened, and is not the served one.
+		return "", fmt.Errorf("the model %s/models lists first is longer than %d bytes: give it with --model", config.RedactURL(s.url), prober.MaxIdentityBytes)
+	}
+	return id, nil
 }
 
-func cmp(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
+// identityCut matches a name prober shortened (boundIdentity): cut, then
+// "~" and 8 hex digits of its hash.
+var identityCut = regexp.MustCompile(`~[0-9a-f]{8}$`)
 
 // config is the starter configuration for model, loaded as a file is.
 func (s *starter) config(model string) (*config.Config, error) {

@@ -48,6 +48,7 @@ func TestParseURL(t *testing.T) {
 	require.Equal(t, "127-0-0-1", targetName("http://127.0.0.1:8000/v1"))
 	require.Equal(t, "1", targetName("http://[::1]:8000/v1"))
 	require.Equal(t, "vllm-prod_eu", targetName("https://vllm.prod_eu/v1"))
+	require.Equal(t, "target", targetName("http://пример/v1"), "no ASCII letter or digit")
 }
 
 // seenHeaders wraps a simulator's handler and records the Authorization
@@ -142,6 +143,20 @@ func TestInit(t *testing.T) {
 	code, stdout, _ = runCLI(t, "init", "--target="+sim.URL+"/v1")
 	require.Equal(t, 0, code)
 	require.True(t, strings.HasPrefix(stdout, "# sloprober configuration for "+sim.URL+"/v1"), stdout)
+	// Nothing that could be a secret is written or printed: a query, a
+	// user name in the URL; a model name that --config.expand-env would
+	// expand is refused.
+	code, _, stderr = runCLI(t, "init", "--target="+sim.URL+"/v1?key=s3cret", "-o", filepath.Join(t.TempDir(), "q.yml"))
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "has a query, which may hold a key")
+	require.NotContains(t, stderr, "s3cret")
+	code, _, stderr = runCLI(t, "init", "--target=http://sk-s3cret@127.0.0.1:1/v1")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "credentials in the URL")
+	require.NotContains(t, stderr, "s3cret")
+	code, _, stderr = runCLI(t, "init", "--target="+sim.URL+"/v1", "--model=${AWS_SECRET_ACCESS_KEY}")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "which --config.expand-env would expand")
 	code, _, stderr = runCLI(t, "init", "--target=http://127.0.0.1:1/v1")
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "reading the model from http://127.0.0.1:1/v1/models")
@@ -149,7 +164,11 @@ func TestInit(t *testing.T) {
 	for arg, msg := range map[string]string{
 		"NoColon":               `--header "NoColon": must be 'Name: value'`,
 		"Bad Name: s3cret":      `--header "Bad Name: <value>": "Bad Name" is not a header name`,
-		"X-Key: s3cret\r\nX: y": `--header X-Key: the value holds a line break or NUL`,
+		"X-Key: s3cret\r\nX: y": `--header X-Key: the value holds a line break, NUL, backslash or double quote`,
+		`X-Key: s3c\ret`:        `--header X-Key: the value holds a line break, NUL, backslash or double quote`,
+		`X-Key: s3"cret`:        `--header X-Key: the value holds a line break, NUL, backslash or double quote`,
+		"Authorization: Bearer s3cret": "--header Authorization: give a bearer token with --bearer-token-file",
+		"User-Agent: s3cret":          "--header User-Agent: ",
 	} {
 		code, _, stderr = runCLI(t, "init", "--target="+sim.URL+"/v1", "--header="+arg)
 		require.Equal(t, 1, code)
