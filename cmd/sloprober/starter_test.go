@@ -162,13 +162,13 @@ func TestInit(t *testing.T) {
 	require.Contains(t, stderr, "reading the model from http://127.0.0.1:1/v1/models")
 	require.Contains(t, stderr, "give it with --model")
 	for arg, msg := range map[string]string{
-		"NoColon":               `--header "NoColon": must be 'Name: value'`,
-		"Bad Name: s3cret":      `--header "Bad Name: <value>": "Bad Name" is not a header name`,
-		"X-Key: s3cret\r\nX: y": `--header X-Key: the value holds a line break, NUL, backslash or double quote`,
-		`X-Key: s3c\ret`:        `--header X-Key: the value holds a line break, NUL, backslash or double quote`,
-		`X-Key: s3"cret`:        `--header X-Key: the value holds a line break, NUL, backslash or double quote`,
+		"NoColon":                      `--header "NoColon": must be 'Name: value'`,
+		"Bad Name: s3cret":             `--header "Bad Name: <value>": "Bad Name" is not a header name`,
+		"X-Key: s3cret\r\nX: y":        `--header X-Key: the value holds a line break, NUL, backslash or double quote`,
+		`X-Key: s3c\ret`:               `--header X-Key: the value holds a line break, NUL, backslash or double quote`,
+		`X-Key: s3"cret`:               `--header X-Key: the value holds a line break, NUL, backslash or double quote`,
 		"Authorization: Bearer s3cret": "--header Authorization: give a bearer token with --bearer-token-file",
-		"User-Agent: s3cret":          "--header User-Agent: ",
+		"User-Agent: s3cret":           "--header User-Agent: ",
 	} {
 		code, _, stderr = runCLI(t, "init", "--target="+sim.URL+"/v1", "--header="+arg)
 		require.Equal(t, 1, code)
