@@ -3,6 +3,7 @@ package strictyaml
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"regexp"
 	"slices"
@@ -55,11 +56,16 @@ func check(b []byte, v any) []problem {
 
 func walk(n *yaml3.Node, t reflect.Type, path string) []problem {
 	if n.Kind == yaml3.AliasNode {
-		return nil // reported where it is anchored
+		return nil // its anchor's subtree is checked where it is
 	}
-	err := decodeAlone(n, t)
-	if err == nil {
-		return nil
+	// A subtree holding an alias refers to an anchor elsewhere in the
+	// file: it cannot be decoded on its own, only its parts without one.
+	alias := hasAlias(n)
+	var err error
+	if !alias {
+		if err = decodeAlone(n, t); err == nil {
+			return nil
+		}
 	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -72,6 +78,8 @@ func walk(n *yaml3.Node, t reflect.Type, path string) []problem {
 			k := n.Content[i].Value
 			ft, ok := keys[k]
 			switch {
+			case k == "<<":
+				continue // a merge key: its mapping's keys are this one's
 			case ok:
 			case rest != nil:
 				ft = rest
@@ -94,11 +102,19 @@ func walk(n *yaml3.Node, t reflect.Type, path string) []problem {
 			ps = append(ps, walk(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i))...)
 		}
 	}
-	if len(ps) == 0 && path != "" {
+	if len(ps) == 0 && path != "" && !alias {
 		// The document as a whole is left to Unmarshal's own report.
 		ps = append(ps, problem{n.Line, path, message(err)})
 	}
 	return ps
+}
+
+// hasAlias reports whether the subtree n holds an alias.
+func hasAlias(n *yaml3.Node) bool {
+	if n.Kind == yaml3.AliasNode {
+		return true
+	}
+	return slices.ContainsFunc(n.Content, hasAlias)
 }
 
 // decodeAlone decodes the subtree n into a new t with yaml v2, strictly.
@@ -165,22 +181,12 @@ func fieldsAndRest(t reflect.Type) (map[string]reflect.Type, reflect.Type) {
 // nearest; "" if none is near.
 func suggest(key string, known map[string]reflect.Type) string {
 	best, bestD := "", max(1, min(2, len(key)/3))+1
-	for _, k := range slices.Sorted(mapsKeys(known)) {
+	for _, k := range slices.Sorted(maps.Keys(known)) {
 		if d := distance(key, k); d < bestD {
 			best, bestD = k, d
 		}
 	}
 	return best
-}
-
-func mapsKeys(m map[string]reflect.Type) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // distance is the Levenshtein distance of a and b, in bytes (keys are

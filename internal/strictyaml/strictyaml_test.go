@@ -68,6 +68,10 @@ func TestUnmarshalErrors(t *testing.T) {
 				`line 5: plain: not a valid duration string: "5"` + "\n" +
 				"line 6: count: cannot unmarshal !!str `x` into int"},
 		{"inlined map takes any key", "labels: {a: 1s, b: soon}\n", `line 1: labels.b: not a valid duration string: "soon"`},
+		// Anchors, aliases and merge keys are valid: an error elsewhere
+		// does not make them errors.
+		{"aliases and merge keys beside an error", "items:\n  - &i {timeout: 1s}\n  - *i\n  - {<<: *i, every: 2s}\ncount: x\n",
+			"line 5: count: cannot unmarshal !!str `x` into int"},
 		{"duration in a list", "name: a\nitems:\n  - timeout: 1s\n  - timeout: five\n", `line 4: items[1].timeout: not a valid duration string: "five"`},
 		{"pointer", "ptr:\n  every: -5s\n", `line 2: ptr.every: not a valid duration string: "-5s"`},
 		{"map value", "by_name: {a: 1s, b: soon}\n", `line 1: by_name.b: not a valid duration string: "soon"`},
