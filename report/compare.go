@@ -36,9 +36,10 @@ type CompareRow struct {
 	// Delta is B against A where both are numbers: relative ("+12%"),
 	// or in points for a percentage ("+2.1 pt").
 	Delta string `json:"delta,omitempty"`
-	// Noise says whether the difference is within the runs' noise, and
-	// from what: "within noise (intervals overlap)", "beyond noise", or
-	// a percentile's sample sizes when they are too small to say.
+	// Noise says whether the runs tell the difference apart, and from
+	// what: "not told apart" (their intervals or ranges overlap: no
+	// difference is shown, which is not that there is none), "beyond
+	// noise", or a percentile's sample sizes when they are too small.
 	Noise string `json:"noise,omitempty"`
 }
 
@@ -139,6 +140,8 @@ func Compare(a, b *Report) *Comparison {
 		}
 		return 100 * *r.LoadModel.CachedShare, true
 	}, "%.1f", true, nil)
+	// Who ran a test is no cause of a difference: a row, not a change.
+	str("run by", func(r *Report) string { return orUnknown(r.Provenance.Runner) })
 	str("measurement", func(r *Report) string {
 		if d := r.Provenance.Prober.Distorted; len(d) > 0 {
 			return "possibly distorted: " + joinAnd(d)
@@ -204,7 +207,6 @@ func Compare(a, b *Report) *Comparison {
 		change("test configuration", strings.Join(only(la, lb), "; "), strings.Join(only(lb, la), "; "))
 	}
 	change("sloprober version", a.Provenance.Version, b.Provenance.Version)
-	change("run by", orUnknown(a.Provenance.Runner), orUnknown(b.Provenance.Runner))
 	change("prober validity thresholds", validityText(a.Provenance.Validity), validityText(b.Provenance.Validity))
 	change("canary beside the test", canaryText(a), canaryText(b))
 	return c
@@ -229,7 +231,7 @@ func capacityNoise(a, b *Report) string {
 		return fmt.Sprintf("[%.3g, -)", c.VerifiedRate)
 	}
 	if ca.VerifiedRate < hi(cb) && cb.VerifiedRate < hi(ca) {
-		return fmt.Sprintf("within noise: the capacity lies in %s and in %s, which overlap", rng(ca), rng(cb))
+		return fmt.Sprintf("not told apart: the capacity lies in %s and in %s, which overlap", rng(ca), rng(cb))
 	}
 	return fmt.Sprintf("beyond noise: %s and %s do not overlap", rng(ca), rng(cb))
 }
@@ -245,7 +247,7 @@ func attainmentNoise(a, b *Report) string {
 		return fmt.Sprintf("[%.1f, %.1f] of %d", 100*i.Lower, 100*i.Upper, i.N)
 	}
 	if ia.Lower <= ib.Upper && ib.Lower <= ia.Upper {
-		return "within noise: 95% intervals " + iv(ia) + " and " + iv(ib) + " overlap"
+		return "not told apart: 95% intervals " + iv(ia) + " and " + iv(ib) + " overlap"
 	}
 	return "beyond noise: 95% intervals " + iv(ia) + " and " + iv(ib) + " do not overlap"
 }
@@ -261,7 +263,7 @@ func goodputNoise(a, b *Report) string {
 	sd := func(l *Level) float64 { return math.Sqrt(l.Goodput*l.WindowSeconds) / l.WindowSeconds }
 	lim := 2 * math.Hypot(sd(la), sd(lb))
 	if math.Abs(la.Goodput-lb.Goodput) <= lim {
-		return fmt.Sprintf("within noise: +-%.2g req/s (Poisson, 2 sd)", lim)
+		return fmt.Sprintf("not told apart: within +-%.2g req/s (Poisson, 2 sd)", lim)
 	}
 	return fmt.Sprintf("beyond noise: +-%.2g req/s (Poisson, 2 sd)", lim)
 }

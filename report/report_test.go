@@ -154,7 +154,7 @@ func TestCompareTrusted(t *testing.T) {
 	var md bytes.Buffer
 	require.NoError(t, report.WriteComparison(&md, c))
 	require.Contains(t, md.String(), "Nothing changed in the test object, the load model or how the runs were measured")
-	require.Contains(t, md.String(), "| capacity, req/s (verified open loop) | 8.88 | 8.88 | +0% | within noise: the capacity lies in")
+	require.Contains(t, md.String(), "| capacity, req/s (verified open loop) | 8.88 | 8.88 | +0% | not told apart: the capacity lies in")
 	require.Contains(t, md.String(), "| attainment at capacity, % | 96.6 | 96.6 | +0.0 pt |")
 	row := func(c *report.Comparison, name string) report.CompareRow {
 		for _, r := range c.Rows {
@@ -168,7 +168,7 @@ func TestCompareTrusted(t *testing.T) {
 	require.Contains(t, row(c, "TTFT P99 at capacity, ms").Noise, "low confidence: P99 of 89 and 89 samples")
 	// 86 good requests in 10 s: 8.6 +- 0.93 req/s each; twice their
 	// combined deviation is 2.6.
-	require.Equal(t, "within noise: +-2.6 req/s (Poisson, 2 sd)", row(c, "goodput at capacity, req/s").Noise)
+	require.Equal(t, "not told apart: within +-2.6 req/s (Poisson, 2 sd)", row(c, "goodput at capacity, req/s").Noise)
 
 	d := report.Build(withID(measured("40123", `{"slots":4}`, "daemon", 0.03), "d"))
 	c = report.Compare(a, d)
@@ -176,8 +176,9 @@ func TestCompareTrusted(t *testing.T) {
 	for _, ch := range c.Changed {
 		what = append(what, ch.What)
 	}
-	require.Equal(t, []string{"simulator configuration", "run by", "prober validity thresholds"}, what)
-	require.Contains(t, c.Changed[2].B, "send lag 30 ms")
+	require.Equal(t, []string{"simulator configuration", "prober validity thresholds"}, what)
+	require.Contains(t, c.Changed[1].B, "send lag 30 ms")
+	require.Equal(t, report.CompareRow{Name: "run by", A: "cli", B: "daemon"}, row(c, "run by"), "who ran it is stated, not a cause")
 
 	// A simulator on another host is another target: compared by its URL.
 	e := measured("40123", `{"slots":8}`, "cli", 0.01)
