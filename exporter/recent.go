@@ -66,7 +66,7 @@ func (r *Recent) Observe(info prober.LoadInfo) prober.Observer {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.loads[info.Key] == nil {
-		r.loads[info.Key] = &recentLoad{trend: trend{rnd: 0x9e3779b97f4a7c15}}
+		r.loads[info.Key] = &recentLoad{trend: newTrend()}
 	}
 	return recentObserver{r: r, key: info.Key}
 }
@@ -125,8 +125,10 @@ func (r *Recent) add(k config.Key, res *prober.Result, m *prober.Measurement) {
 		return
 	}
 	l.total++
-	// By the minute it was sent: the load offered it then.
-	l.trend.add(res.Sent, res.Outcome, m.Good, m.TTFT, m.HasTTFT)
+	// In the minute it finished, as a counter counts it: the minute
+	// before now is then whole (a request sent in it and still in
+	// flight is not missing from it).
+	l.trend.add(time.Now(), res.Outcome, m.Good, m.TTFT, m.HasTTFT)
 	push := func(ring []RecentResult, n *int) []RecentResult {
 		if len(ring) < r.size {
 			ring = append(ring, rr)
@@ -160,12 +162,14 @@ func (r *Recent) Snapshot(k config.Key) (all, failed []RecentResult, total, good
 // first (nil for a load it does not keep).
 func (r *Recent) TrendAt(k config.Key, now time.Time) []TrendPoint {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	l := r.loads[k]
 	if l == nil {
+		r.mu.Unlock()
 		return nil
 	}
-	return l.trend.points(now)
+	buckets := l.trend.snapshot()
+	r.mu.Unlock()
+	return points(buckets, now) // the sorting outside the lock the loads' results take
 }
 
 func newestFirst(ring []RecentResult, n, size int) []RecentResult {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html/template"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -33,8 +34,10 @@ type minuteBucket struct {
 // trend is a load's last hour, one bucket a minute, in a ring.
 type trend struct {
 	buckets [trendMinutes]minuteBucket
-	rnd     uint64 // xorshift state, for the sample
+	rnd     *rand.Rand // for the sample
 }
+
+func newTrend() trend { return trend{rnd: rand.New(rand.NewPCG(1, 2))} }
 
 // add records a finished request. Cancelled and shutdown requests leave the
 // attainment's denominator, as in the metrics.
@@ -44,7 +47,10 @@ func (t *trend) add(at time.Time, o prober.Outcome, good bool, ttft time.Duratio
 	}
 	m := at.Unix() / 60
 	b := &t.buckets[m%trendMinutes]
-	if b.minute != m {
+	switch {
+	case b.minute > m:
+		return // older than the hour the ring holds
+	case b.minute < m:
 		*b = minuteBucket{minute: m, ttfts: b.ttfts[:0]}
 	}
 	b.counted++
@@ -61,10 +67,7 @@ func (t *trend) add(at time.Time, o prober.Outcome, good bool, ttft time.Duratio
 	default:
 		// Reservoir sampling: each TTFT stays with probability
 		// trendSamples/seen.
-		t.rnd ^= t.rnd << 13
-		t.rnd ^= t.rnd >> 7
-		t.rnd ^= t.rnd << 17
-		if i := int(t.rnd % uint64(b.seen)); i < trendSamples {
+		if i := t.rnd.IntN(b.seen); i < trendSamples {
 			b.ttfts[i] = ttft
 		}
 	}
@@ -80,22 +83,33 @@ type TrendPoint struct {
 	HasTTFT    bool
 }
 
-// points returns the hour before now, a point a minute, oldest first; the
-// minute under way is left out (it is not over).
-func (t *trend) points(now time.Time) []TrendPoint {
+// snapshot copies the buckets, for points to compute from without the
+// lock that add takes.
+func (t *trend) snapshot() []minuteBucket {
+	out := make([]minuteBucket, len(t.buckets))
+	for i, b := range t.buckets {
+		b.ttfts = slices.Clone(b.ttfts)
+		out[i] = b
+	}
+	return out
+}
+
+// points returns the hour before now, a point a minute, oldest first, from
+// a snapshot; the minute under way is left out (it is not over). A request
+// counts in the minute it finished, as a counter's increase does.
+func points(buckets []minuteBucket, now time.Time) []TrendPoint {
 	cur := now.Unix() / 60
 	out := make([]TrendPoint, 0, trendMinutes-1)
 	for m := cur - trendMinutes + 1; m < cur; m++ {
 		p := TrendPoint{Start: time.Unix(m*60, 0).UTC(), Attainment: math.NaN()}
-		if b := &t.buckets[m%trendMinutes]; b.minute == m {
+		if b := &buckets[m%trendMinutes]; b.minute == m {
 			p.Goodput = float64(b.good) / 60
 			if b.counted > 0 {
 				p.Attainment = float64(b.good) / float64(b.counted)
 			}
 			if n := len(b.ttfts); n > 0 {
-				s := slices.Clone(b.ttfts)
-				slices.Sort(s)
-				p.TTFTP99, p.HasTTFT = s[int(math.Ceil(0.99*float64(n)))-1], true // nearest rank
+				slices.Sort(b.ttfts)
+				p.TTFTP99, p.HasTTFT = b.ttfts[int(math.Ceil(0.99*float64(n)))-1], true // nearest rank
 			}
 		}
 		out = append(out, p)

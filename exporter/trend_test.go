@@ -16,7 +16,7 @@ import (
 // cancelled requests outside the denominator; a bucket an hour old reused;
 // at most trendSamples TTFTs kept a minute.
 func TestTrend(t *testing.T) {
-	tr := trend{rnd: 1}
+	tr := newTrend()
 	base := time.Unix(1_800_000_000, 0).Truncate(time.Minute) // a minute's start
 	// Minute 0: 100 requests, 90 good, TTFTs 1..100 ms; a cancelled one.
 	for i := 1; i <= 100; i++ {
@@ -28,7 +28,7 @@ func TestTrend(t *testing.T) {
 	// Minute 3, under way at now.
 	tr.add(base.Add(3*time.Minute), prober.OutcomeOK, true, time.Millisecond, true)
 
-	ps := tr.points(base.Add(3*time.Minute + 10*time.Second))
+	ps := points(tr.snapshot(), base.Add(3*time.Minute+10*time.Second))
 	require.Len(t, ps, trendMinutes-1)
 	last3 := ps[len(ps)-3:]
 	require.Equal(t, base.UTC(), last3[0].Start)
@@ -42,11 +42,17 @@ func TestTrend(t *testing.T) {
 
 	// An hour later the ring reuses minute 0's bucket.
 	tr.add(base.Add(time.Hour), prober.OutcomeOK, true, 5*time.Millisecond, true)
-	ps = tr.points(base.Add(time.Hour + time.Minute))
+	ps = points(tr.snapshot(), base.Add(time.Hour+time.Minute))
 	p := ps[len(ps)-1]
 	require.Equal(t, base.Add(time.Hour).UTC(), p.Start)
 	require.InDelta(t, 1.0, p.Attainment, 1e-9)
 	require.Equal(t, 5*time.Millisecond, p.TTFTP99)
+
+	// A result of a minute older than the hour the ring holds is dropped,
+	// not made the bucket's minute.
+	tr.add(base.Add(time.Minute/2), prober.OutcomeOK, false, time.Millisecond, true)
+	ps = points(tr.snapshot(), base.Add(time.Hour+time.Minute))
+	require.InDelta(t, 1.0, ps[len(ps)-1].Attainment, 1e-9, "the newer minute kept")
 
 	// A busy minute keeps a bounded sample.
 	for i := range 5000 {
