@@ -96,7 +96,11 @@ func levelTable(levels []tableLevel, soak, queue, decisionColumn bool) (lines, f
 	}
 	tw.Flush()
 	rows := strings.Split(strings.TrimSuffix(cells.String(), "\n"), "\n")
-	lines = append(lines, rows[0]+" note")
+	head = strings.TrimRight(rows[0], " ")
+	if len(head)+len(" note") <= TableWidth {
+		head += " note"
+	}
+	lines = append(lines, head)
 	for i, l := range levels {
 		line, parts := rows[i+1], notes[i]
 		ref := fmt.Sprintf(" [%d]", len(footnotes)+1)
@@ -108,8 +112,12 @@ func levelTable(levels []tableLevel, soak, queue, decisionColumn bool) (lines, f
 			line, parts = line+" "+parts[0], parts[1:]
 		}
 		if len(parts) > 0 {
+			// The footnote names its row; the row refers to it where it
+			// has room.
 			footnotes = append(footnotes, fmt.Sprintf("[%d] %s: %s", len(footnotes)+1, l.name(), strings.Join(parts, "; ")))
-			line += ref
+			if len(strings.TrimRight(line, " "))+len(ref) <= TableWidth {
+				line = strings.TrimRight(line, " ") + ref
+			}
 		}
 		lines = append(lines, strings.TrimRight(line, " "))
 	}
