@@ -46,6 +46,7 @@ var (
 	distType     = reflect.TypeFor[workload.Distribution]()
 	windowType   = reflect.TypeFor[WindowConfig]()
 	urlType      = reflect.TypeFor[commoncfg.URL]()
+	tlsVersion   = reflect.TypeFor[commoncfg.TLSVersion]()
 )
 
 // of is the schema of a value of type t.
@@ -53,7 +54,7 @@ func (g *schemaGen) of(t reflect.Type) map[string]any {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	duration := map[string]any{"type": "string", "pattern": durationPattern}
+	duration := map[string]any{"type": "string", "pattern": durationPattern, "minLength": 1}
 	switch t {
 	case durationType:
 		return duration
@@ -65,6 +66,8 @@ func (g *schemaGen) of(t reflect.Type) map[string]any {
 		return map[string]any{"anyOf": []any{duration, g.ref(t)}}
 	case urlType:
 		return map[string]any{"type": "string", "format": "uri"}
+	case tlsVersion: // a uint16 read from its name
+		return map[string]any{"enum": []any{"TLS10", "TLS11", "TLS12", "TLS13"}}
 	}
 	switch t.Kind() {
 	case reflect.Struct:

@@ -106,11 +106,16 @@ func TestJSONSchema(t *testing.T) {
 
 	base := "targets: [{name: a, url: \"http://127.0.0.1:1/v1\", model: m}]\nscenarios: [{name: s}]\ncanary: [{target: a, scenario: s, rate: 1}]\n"
 	require.NoError(t, sch.Validate(asJSON([]byte(base))))
+	tls := strings.Replace(base, "model: m", "model: m, tls_config: {min_version: TLS12}", 1)
+	_, err = Load([]byte(tls), false)
+	require.NoError(t, err)
+	require.NoError(t, sch.Validate(asJSON([]byte(tls))), "a TLS version by name")
 	for _, bad := range []string{
 		strings.Replace(base, "model: m", "model: m, timout: 5s", 1),
 		strings.Replace(base, "rate: 1", "rate: fast", 1),
 		strings.Replace(base, "{name: s}", "{name: s, input_tokens: abc}", 1),
 		base + "tests: [{name: t, kind: step, target: a, scenario: s, window: {steady: soon}}]\n",
+		strings.Replace(base, "model: m", "model: m, timeout: ''", 1),
 	} {
 		require.Error(t, sch.Validate(asJSON([]byte(bad))), bad)
 	}
