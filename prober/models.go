@@ -72,11 +72,10 @@ const maxSimulatorConfigBytes = 64 << 10
 // the embedded simulator, whose port changes every run, are compared by
 // it. Only a target configured as a simulator is asked.
 func (c *Client) SimulatorConfig(ctx context.Context) (string, error) {
-	base := strings.TrimRight(c.target.URL, "/")
-	if i := strings.LastIndex(base, "/"); i > len("http://") {
-		base = base[:i]
-	}
-	url := base + "/sim/config"
+	url := editPath(c.target.URL, func(p string) string {
+		p = strings.TrimRight(p, "/")
+		return p[:max(strings.LastIndex(p, "/"), 0)] + "/sim/config" // the base URL's last element is the API version
+	})
 	b, err := c.call(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return "", err

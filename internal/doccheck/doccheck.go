@@ -18,7 +18,10 @@ import (
 // are not links and are skipped.
 var links = regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
 
-var codeSpan = regexp.MustCompile("`[^`]*`")
+var (
+	codeSpan    = regexp.MustCompile("`[^`]*`")
+	headingLink = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`)
+)
 
 // headings are ATX headings.
 var headings = regexp.MustCompile(`(?m)^#{1,6}\s+(.+?)\s*#*\s*$`)
@@ -45,7 +48,7 @@ func Anchors(md string) map[string]bool {
 func Slug(heading string) string {
 	// Inline code and emphasis marks are dropped with the punctuation;
 	// a link keeps its text.
-	heading = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`).ReplaceAllString(heading, "$1")
+	heading = headingLink.ReplaceAllString(heading, "$1")
 	var b strings.Builder
 	for _, r := range strings.ToLower(heading) {
 		switch {
