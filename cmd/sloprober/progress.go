@@ -7,19 +7,23 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sloprober/sloprober/capacity"
 )
 
-// progressWidth bounds the updating line: one wider than the terminal
-// wraps, and a carriage return then rewrites only its last row.
-const progressWidth = 119
+// progressWidth bounds the updating line where the terminal's width is
+// not known: one wider than the terminal wraps, and a carriage return
+// then rewrites only its last row.
+const progressWidth = 79
 
 // progress shows a running test's progress: on a terminal one line,
 // rewritten every second with the elapsed time and the estimate left; to
 // a pipe or a file (a CI log), a plain line a level.
 type progress struct {
-	w   io.Writer
-	tty bool
+	w     io.Writer
+	tty   bool
+	width func() int // the terminal's columns, 0 when not known
 
 	mu       sync.Mutex
 	last     *capacity.Progress
@@ -36,12 +40,27 @@ func isTerminal(w io.Writer) bool {
 	if !ok || os.Getenv("TERM") == "dumb" {
 		return false
 	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	_, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ) // a terminal answers; /dev/null does not
+	return err == nil
+}
+
+// terminalWidth returns w's columns, 0 when w is no terminal.
+func terminalWidth(w io.Writer) func() int {
+	return func() int {
+		f, ok := w.(*os.File)
+		if !ok {
+			return 0
+		}
+		ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+		if err != nil {
+			return 0
+		}
+		return int(ws.Col)
+	}
 }
 
 func newProgress(w io.Writer, tty bool) *progress {
-	p := &progress{w: w, tty: tty, stop: make(chan struct{}), done: make(chan struct{})}
+	p := &progress{w: w, tty: tty, width: terminalWidth(w), stop: make(chan struct{}), done: make(chan struct{})}
 	if !tty {
 		close(p.done)
 		return p
@@ -96,8 +115,12 @@ func (p *progress) redraw() {
 	pr.Elapsed += since
 	pr.Remaining = max(0, pr.Remaining-since)
 	line := progressLine(pr)
-	if len(line) > progressWidth {
-		line = line[:progressWidth]
+	width := progressWidth
+	if cols := p.width(); cols > 1 {
+		width = cols - 1 // the last column would wrap on some terminals
+	}
+	if len(line) > width {
+		line = line[:width]
 	}
 	fmt.Fprint(p.w, "\r\x1b[K"+line)
 	p.shown = true

@@ -18,6 +18,7 @@ func TestProgressTerminal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var out output
 		p := newProgress(&out, true)
+		p.width = func() int { return 100 } // a terminal of 100 columns
 		p.println("Running a plan")
 		p.update(capacity.Progress{Level: 2, Levels: 9, Stage: "sweep", Concurrency: 4, Elapsed: 10 * time.Second, Remaining: time.Minute, Goodput: 3})
 		time.Sleep(2500 * time.Millisecond)
@@ -44,4 +45,18 @@ func TestProgressPlain(t *testing.T) {
 		"level 1 of about 9: baseline, 1 client; elapsed 0s, about 0s left\n"+
 		"level 2 of about 9: sweep, 2 clients; elapsed 0s, about 0s left; last goodput 3 good req/s\n", out.String())
 	require.False(t, isTerminal(&out))
+}
+
+// TestProgressNarrowTerminal: on a terminal narrower than the line, the
+// line is cut to its width, so that it never wraps (a carriage return
+// would rewrite only its last row).
+func TestProgressNarrowTerminal(t *testing.T) {
+	var out output
+	p := newProgress(&out, true)
+	p.width = func() int { return 40 }
+	p.update(capacity.Progress{Level: 2, Levels: 9, Stage: "sweep", Concurrency: 4, Elapsed: 10 * time.Second, Remaining: time.Minute, Goodput: 3})
+	p.close()
+	line := strings.TrimPrefix(strings.Split(out.String(), "\r\x1b[K")[1], "")
+	require.Len(t, line, 39)
+	require.Equal(t, "level 2 of about 9: sweep, 4 clients; e", line)
 }
