@@ -313,12 +313,16 @@ canary:
   - {target: %s, scenario: %s, rate: 0.1}
 tests:
   # sloprober test run %s: the knee of a closed-loop sweep, then the
-  # open-loop rate the target keeps the objective at (2.5 min a level).
+  # open-loop rate the target keeps the objective at. A first look: 40 s
+  # a level, up to 100 s where a level's interval cannot decide; for a
+  # number to sign, lengthen window.steady (the default is 2m).
   - name: %s
     kind: step
     target: %s
     scenario: %s
-    sweep: {concurrency: [1, 2, 4, 8, 16, 32]}
+    sweep: {concurrency: [1, 2, 4, 8, 16, 32], refine: 1}
+    window: {warmup: 10s, steady: 30s, min_requests: 50}
+    verify: {max_levels: 3}
 `, starterScenario, name, starterScenario, starterTest, starterTest, name, starterScenario)
 	return b.String()
 }
