@@ -37,6 +37,15 @@ type Progress struct {
 	Goodput float64
 }
 
+// LoadName names the level's load: "6.25 req/s" open loop, "4 clients"
+// closed loop.
+func (p Progress) LoadName() string {
+	if p.Rate > 0 {
+		return fmt.Sprintf("%.3g req/s", p.Rate)
+	}
+	return clients(p.Concurrency)
+}
+
 // Step runs a step test: the seed's steps 2 to 5.
 type Step struct {
 	Manager  *prober.Manager

@@ -71,7 +71,7 @@ func levelTable(levels []tableLevel, soak, queue, decisionColumn bool) (lines, f
 	for i, l := range levels {
 		row := []string{l.Stage}
 		if !soak {
-			row = append(row, levelLoadText(l.Level))
+			row = append(row, l.LoadName())
 		}
 		_, _, offered := levelLoad(l.Level)
 		row = append(row, offered, fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.Goodput), attainedShort(l.Level),
@@ -122,20 +122,6 @@ func levelTable(levels []tableLevel, soak, queue, decisionColumn bool) (lines, f
 		lines = append(lines, strings.TrimRight(line, " "))
 	}
 	return lines, footnotes
-}
-
-// levelLoadText is a level's load: "8 clients" closed loop, "5.55 req/s"
-// open loop.
-func levelLoadText(l *Level) string {
-	switch {
-	case l.IntendedRate > 0:
-		return fmt.Sprintf("%.3g req/s", l.IntendedRate)
-	case l.Concurrency == 1:
-		return "1 client"
-	case l.Concurrency > 0:
-		return fmt.Sprintf("%d clients", l.Concurrency)
-	}
-	return "-"
 }
 
 // WriteMarkdown writes a run as Markdown (a CI job's summary, a pull
@@ -236,7 +222,7 @@ func (t tableLevel) name() string {
 	if t.window != nil {
 		return fmt.Sprintf("%s window %d", t.Stage, t.index)
 	}
-	return t.Stage + " at " + levelLoadText(t.Level)
+	return t.Stage + " at " + t.LoadName()
 }
 
 // tableLevels are a run's levels in the order they ran, then a soak's

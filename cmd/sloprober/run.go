@@ -566,14 +566,8 @@ func testLinks(tests []testrun.TestStatus) []exporter.TestLink {
 	for _, t := range tests {
 		l := exporter.TestLink{Name: t.Name, Kind: t.Kind, Target: t.Target, Schedule: t.Schedule, Next: t.Next, Running: string(t.Running)}
 		if p := t.Progress; p != nil {
-			what := fmt.Sprintf("%d clients", p.Clients)
-			if p.Clients == 1 {
-				what = "1 client"
-			}
-			if p.Rate > 0 {
-				what = fmt.Sprintf("%.3g req/s", p.Rate)
-			}
-			l.Progress = fmt.Sprintf("level %d of about %d, %s at %s; %s elapsed, about %s left", p.Level, p.Levels, p.Stage, what,
+			load := capacity.Progress{Concurrency: p.Clients, Rate: p.Rate}.LoadName()
+			l.Progress = fmt.Sprintf("level %d of about %d, %s at %s; %s elapsed, about %s left", p.Level, p.Levels, p.Stage, load,
 				(time.Duration(p.ElapsedSeconds) * time.Second).Round(time.Second), (time.Duration(p.RemainingSeconds) * time.Second).Round(time.Second))
 		} else if t.Running != "" {
 			l.Progress = "starting"

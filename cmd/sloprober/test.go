@@ -212,14 +212,7 @@ func writeRun(w io.Writer, run *capacity.Run, format string) error {
 
 // progressLine is one line of a running test's progress.
 func progressLine(p capacity.Progress) string {
-	what := fmt.Sprintf("%d clients", p.Concurrency)
-	if p.Concurrency == 1 {
-		what = "1 client"
-	}
-	if p.Rate > 0 {
-		what = fmt.Sprintf("%.3g req/s", p.Rate)
-	}
-	line := fmt.Sprintf("level %d of about %d: %s, %s; elapsed %s, about %s left", p.Level, p.Levels, p.Stage, what,
+	line := fmt.Sprintf("level %d of about %d: %s, %s; elapsed %s, about %s left", p.Level, p.Levels, p.Stage, p.LoadName(),
 		p.Elapsed.Round(time.Second), p.Remaining.Round(time.Second))
 	if p.Level > 1 {
 		line += fmt.Sprintf("; last goodput %.3g good req/s", p.Goodput)
