@@ -441,21 +441,10 @@ func WriteComparisonHTML(w io.Writer, c *Comparison) error {
 	}
 	var b strings.Builder
 	title := fmt.Sprintf("Comparison of %s (A) and %s (B)", idOr(c.A), idOr(c.B))
-	fmt.Fprintf(&b, `<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="%s">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>%s</title>
-<style>%s
+	pageHead(&b, title, "", `
 .pair { display: grid; grid-template-columns: 1fr 1fr; gap: 16px; }
 .pair figure { margin: .5em 0; }
-</style>
-</head>
-<body>
-<main>
-`, CSP, html.EscapeString(title), css)
+`)
 	renderMarkdown(&b, md.String(), "verdict-unknown", func(string) {})
 	// Charts by id, A's order first; a chart one run has and the other not
 	// (a soak beside a step test) stands alone.

@@ -33,19 +33,7 @@ func WriteHTML(w io.Writer, r *Report) error {
 	}
 	var b strings.Builder
 	title := fmt.Sprintf("Capacity report: %s (%s): %s", r.Test, r.Kind, strings.ToUpper(r.Verdict))
-	fmt.Fprintf(&b, `<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="%s">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="generator" content="sloprober %s">
-<title>%s</title>
-<style>%s</style>
-</head>
-<body>
-<main>
-`, CSP, html.EscapeString(r.Provenance.Version), html.EscapeString(title), css)
+	pageHead(&b, title, `<meta name="generator" content="sloprober `+html.EscapeString(r.Provenance.Version)+`">`+"\n", "")
 	verdictClass := "verdict-unknown"
 	if slices.Contains([]string{"pass", "fail", "infeasible", "aborted", "inconclusive", "running"}, r.Verdict) {
 		verdictClass = "verdict-" + r.Verdict
@@ -58,6 +46,24 @@ func WriteHTML(w io.Writer, r *Report) error {
 	b.WriteString("</main>\n</body>\n</html>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// pageHead writes a page's start, up to its <main>: the policy, title and
+// style every HTML page of a report or a comparison has; meta is written
+// after the viewport, extraCSS after the style.
+func pageHead(b *strings.Builder, title, meta, extraCSS string) {
+	fmt.Fprintf(b, `<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="%s">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+%s<title>%s</title>
+<style>%s%s</style>
+</head>
+<body>
+<main>
+`, CSP, meta, html.EscapeString(title), css, extraCSS)
 }
 
 // CSP is the HTML report's Content-Security-Policy: no fetch, no script;
