@@ -149,6 +149,14 @@ func attainmentInterval(outcomes []outcome, start time.Time, batch time.Duration
 	return iv
 }
 
+// Percent is the interval in percent, rounded outward to a tenth: the
+// interval shown holds the interval computed, so that a lower end of
+// 94.96% against an objective of 95% reads 94.9, not 95.0, beside its
+// "inconclusive".
+func (iv *Interval) Percent() (lower, upper float64) {
+	return math.Floor(1000*iv.Lower+1e-9) / 10, math.Ceil(1000*iv.Upper-1e-9) / 10
+}
+
 // batchCount is the requests of one batch and the good ones among them.
 type batchCount struct{ n, good int }
 
@@ -226,3 +234,7 @@ func quantileInterval(sorted []float64, q float64) (lower, upper float64, ok boo
 	}
 	return sorted[lo-1], sorted[hi-1], true
 }
+
+// lower and upper are an interval's ends in percent, rounded outward.
+func lower(iv *Interval) float64 { l, _ := iv.Percent(); return l }
+func upper(iv *Interval) float64 { _, u := iv.Percent(); return u }

@@ -369,6 +369,12 @@ type Level struct {
 	// first while its decision was inconclusive: the level's window is
 	// all of them.
 	Extensions int `json:"extensions,omitempty"`
+	// ImpliedBy is the concurrency of the sweep level that met the
+	// objectives above this one when this one stayed inconclusive with
+	// nothing against it (every request good, too few to show it): its
+	// decision stays inconclusive, and the capacity's level implies it,
+	// attainment not rising with load. 0: not implied.
+	ImpliedBy int `json:"implied_by,omitempty"`
 	// Remeasured says, for each measurement of the level that was thrown
 	// away because the prober was the limit, why and what the diagnosis
 	// was; the level is the next measurement.

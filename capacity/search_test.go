@@ -331,3 +331,86 @@ func TestSearchForecast(t *testing.T) {
 
 // verifiedAt is a verified rate.
 func verifiedAt(v float64) *float64 { return &v }
+
+// TestSearchShortRates: a configured rate left short of requests (every
+// request good, too few) is not extended while a higher rate follows; it
+// is measured again, with its extensions, only when nothing above it
+// verified.
+func TestSearchShortRates(t *testing.T) {
+	defaults := config.VerifyConfig{Rates: []float64{0.5, 0.8, 1.0}, Resolution: 0.05}
+	for _, tc := range []struct {
+		name string
+		// at5 is the 5 req/s level's decisions, first and measured
+		// again; the other rates are below(8.5, 0)'s.
+		at5      []string
+		path     string
+		calls    int
+		verified *float64
+		verdict  string
+	}{
+		{
+			name: "a higher rate verifies: not measured again", at5: []string{allGood},
+			path: "5 inconclusive, 8 met, 10 missed, 9 missed, 8.5 inconclusive", calls: 1,
+			verified: verifiedAt(8), verdict: VerdictPass,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			run, verdict, reason := search(t, defaults, func(rate float64) (float64, string, bool) {
+				if rate == 5 {
+					calls++
+					return rate, tc.at5[min(calls, len(tc.at5))-1], false
+				}
+				return below(8.5, 0)(rate)
+			}, nil, 1)
+			require.Equal(t, tc.path, path(run))
+			require.Equal(t, tc.calls, calls, "the 5 req/s level's measurements")
+			require.Equal(t, tc.verdict, verdict, reason)
+			if tc.verified != nil {
+				v, ok := run.Capacity.Verified()
+				require.True(t, ok)
+				require.InDelta(t, *tc.verified, v, 1e-9)
+			}
+		})
+	}
+	// Nothing above it verifies: measured again, and it meets.
+	calls := 0
+	run, verdict, reason := search(t, defaults, func(rate float64) (float64, string, bool) {
+		if rate == 5 {
+			calls++
+			if calls == 1 {
+				return rate, allGood, false
+			}
+			return rate, DecisionMet, false
+		}
+		return rate, DecisionMissed, false
+	}, nil, 1)
+	require.Equal(t, 2, calls, "measured again")
+	require.Equal(t, VerdictPass, verdict, reason)
+	require.Contains(t, run.Verify[0].Note, "measured again to decide it (first: attained 100.0%")
+	require.Equal(t, "5 met, 8 missed, 6.5 missed, 5.75 missed, 5.38 missed", path(run))
+}
+
+// TestSearchShortRatesHighest: of two configured rates short of requests
+// below a miss, the higher is measured again: if it meets, it implies
+// the lower, which is not measured again.
+func TestSearchShortRatesHighest(t *testing.T) {
+	calls := map[float64]int{}
+	run, verdict, reason := search(t, config.VerifyConfig{Rates: []float64{0.5, 0.8, 1.0}, Resolution: 0.05, MaxLevels: 3},
+		func(rate float64) (float64, string, bool) {
+			calls[rate]++
+			switch {
+			case rate == 8 && calls[rate] > 1:
+				return rate, DecisionMet, false
+			case rate < 9:
+				return rate, allGood, false
+			}
+			return rate, DecisionMissed, false
+		}, nil, 1)
+	require.Equal(t, VerdictPass, verdict, reason)
+	require.Equal(t, map[float64]int{5: 1, 8: 2, 10: 1}, calls)
+	require.Equal(t, "5 inconclusive, 8 met, 10 missed", path(run))
+	v, ok := run.Capacity.Verified()
+	require.True(t, ok)
+	require.InDelta(t, 8, v, 1e-9)
+}

@@ -342,7 +342,7 @@ func searchText(verify []Level) string {
 // 98.6]"; a schema-1 level's without one.
 func attained(l *Level) string {
 	if iv := l.Interval; iv != nil {
-		return fmt.Sprintf("%.1f%% [%.1f, %.1f]", 100*l.Attainment, 100*iv.Lower, 100*iv.Upper)
+		return fmt.Sprintf("%.1f%% [%.1f, %.1f]", 100*l.Attainment, lower(iv), upper(iv))
 	}
 	return fmt.Sprintf("%.1f%%", 100*l.Attainment)
 }
@@ -363,6 +363,9 @@ func levelDecision(l *Level) string {
 // extensions and retries, then the rest; the engine's queue if queue.
 func levelNotes(l *Level, queue bool) []string {
 	var notes []string
+	if l.ImpliedBy > 0 {
+		notes = append(notes, fmt.Sprintf("too few requests to decide; implied by %s, which met", clients(l.ImpliedBy)))
+	}
 	if l.Extensions > 0 {
 		notes = append(notes, fmt.Sprintf("window extended %dx", l.Extensions))
 	}
@@ -407,7 +410,7 @@ func levelNotes(l *Level, queue bool) []string {
 // table: "97.3%[95.1,98.6]".
 func attainedShort(l *Level) string {
 	if iv := l.Interval; iv != nil {
-		return fmt.Sprintf("%.1f%%[%.1f,%.1f]", 100*l.Attainment, 100*iv.Lower, 100*iv.Upper)
+		return fmt.Sprintf("%.1f%%[%.1f,%.1f]", 100*l.Attainment, lower(iv), upper(iv))
 	}
 	return fmt.Sprintf("%.1f%%", 100*l.Attainment)
 }

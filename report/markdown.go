@@ -226,7 +226,7 @@ func (m *mdWriter) capacity(r *Report) {
 	switch iv := c.VerifiedInterval; {
 	case c.VerifiedRate > 0 && iv != nil:
 		m.P("**Sustainable: %.3g req/s** open loop (Poisson; the rate its window offered), attaining %.1f%% [%.1f, %.1f] (95%% interval) over %d requests, %.3g good req/s; %.3g req/s and %.3g clients per replica (%s, assumes linear scaling).",
-			c.VerifiedRate, 100*c.VerifiedAttainment, 100*iv.Lower, 100*iv.Upper, iv.N, c.VerifiedGoodput, c.RatePerReplica, c.ConcurrencyPerReplica, plural(c.Replicas, "replica"))
+			c.VerifiedRate, 100*c.VerifiedAttainment, lower(iv), upper(iv), iv.N, c.VerifiedGoodput, c.RatePerReplica, c.ConcurrencyPerReplica, plural(c.Replicas, "replica"))
 		if c.Bound > 0 {
 			m.P("The capacity lies between %.3g req/s and %.3g req/s, the lowest rate above it not verified (%s).", c.VerifiedRate, c.Bound, c.BoundDecision)
 		}
@@ -478,6 +478,9 @@ func (m *mdWriter) levels(r *Report) {
 		if l.Insufficient {
 			note = strings.TrimSpace("(few) " + note)
 		}
+		if l.ImpliedBy > 0 {
+			note = strings.TrimSpace(note + fmt.Sprintf(" (too few requests to decide; implied by %d clients, which met)", l.ImpliedBy))
+		}
 		if l.Extensions > 0 {
 			note = strings.TrimSpace(note + fmt.Sprintf(" window extended %dx", l.Extensions))
 		}
@@ -498,7 +501,7 @@ func (m *mdWriter) levels(r *Report) {
 		}
 		attained := fmt.Sprintf("%.1f%%", 100*l.Attainment)
 		if iv := l.Interval; iv != nil {
-			attained += fmt.Sprintf(" [%.1f, %.1f]", 100*iv.Lower, 100*iv.Upper)
+			attained += fmt.Sprintf(" [%.1f, %.1f]", lower(iv), upper(iv))
 		}
 		m.Row(l.Stage, clients, rate, fmt.Sprintf("%.3g", l.OfferedRate), fmtSeconds(l.WindowSeconds), fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.CompletedRate),
 			fmt.Sprintf("%.3g", l.Goodput), fmt.Sprintf("%.4g", l.InputRate), fmt.Sprintf("%.4g", l.OutputRate), attained,
@@ -564,3 +567,7 @@ func money(v float64) string {
 	digits := max(0, 2-int(math.Floor(math.Log10(math.Abs(v)))))
 	return strconv.FormatFloat(v, 'f', digits, 64)
 }
+
+// lower and upper are an interval's ends in percent, rounded outward.
+func lower(iv *capacity.Interval) float64 { l, _ := iv.Percent(); return l }
+func upper(iv *capacity.Interval) float64 { _, u := iv.Percent(); return u }

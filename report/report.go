@@ -210,14 +210,16 @@ type Level struct {
 	Attainment    float64 `json:"attainment"`
 	Met           bool    `json:"met"`
 	Insufficient  bool    `json:"insufficient,omitempty"`
-	// Decision, Interval, Extensions, Remeasured and Why are the level's
-	// as the run has them (schema-2 runs): its decision on the interval
-	// of its attainment, the windows that extended it, the measurements
+	// Decision, Interval, Extensions, ImpliedBy, Remeasured and Why are
+	// the level's as the run has them (schema-2 runs): its decision on
+	// the interval of its attainment, the windows that extended it, the
+	// sweep level that implies it, the measurements
 	// thrown away because the prober was the limit, and what an
 	// open-loop level of the search was for.
 	Decision   string             `json:"decision,omitempty"`
 	Interval   *capacity.Interval `json:"interval,omitempty"`
 	Extensions int                `json:"extensions,omitempty"`
+	ImpliedBy  int                `json:"implied_by,omitempty"`
 	Remeasured []string           `json:"remeasured,omitempty"`
 	Why        string             `json:"why,omitempty"`
 
@@ -427,7 +429,7 @@ func level(run *capacity.Run, l *capacity.Level) Level {
 		InputRate: l.InputTokensRate, OutputRate: l.OutputTokensRate, Attainment: l.Attainment, Met: l.Met, Insufficient: l.Insufficient,
 		TTFT: l.TTFT, TPOT: l.TPOT, ITL: l.ITL, E2E: l.E2E, Outcomes: l.Outcomes, DrainSeconds: l.DrainSeconds, Note: l.Note,
 		Server: l.Server, EngineQueue: l.EngineQueue, Prober: l.Prober,
-		Decision: l.Decision, Interval: l.Interval, Extensions: l.Extensions, Remeasured: l.Remeasured, Why: l.Why,
+		Decision: l.Decision, Interval: l.Interval, Extensions: l.Extensions, ImpliedBy: l.ImpliedBy, Remeasured: l.Remeasured, Why: l.Why,
 	}
 	if !l.Start.IsZero() && !run.Start.IsZero() {
 		out.StartSeconds = l.Start.Sub(run.Start).Seconds()

@@ -312,17 +312,18 @@ canary:
   # A low open-loop load, day and night (sloprober run): one request in 10 s.
   - {target: %s, scenario: %s, rate: 0.1}
 tests:
-  # sloprober test run %s: the knee of a closed-loop sweep, then the
-  # open-loop rate the target keeps the objective at. A first look: 40 s
-  # a level, up to 100 s where a level's interval cannot decide; for a
-  # number to sign, lengthen window.steady (the default is 2m).
+  # sloprober test run %s: one request at a time, the knee of a closed-loop
+  # sweep, then the open-loop rate kept at the objective (0.6x, 0.8x, one
+  # bisection). A first look: 35 s a level (95 s to decide); for a number
+  # to sign, lengthen window.steady (default 2m) and drop verify.
   - name: %s
     kind: step
     target: %s
     scenario: %s
-    sweep: {concurrency: [1, 2, 4, 8, 16, 32], refine: 1}
-    window: {warmup: 10s, steady: 30s, min_requests: 50}
-    verify: {max_levels: 3}
+    baseline: {requests: 10}
+    sweep: {concurrency: [2, 4, 8, 16, 32], refine: 1}
+    window: {warmup: 5s, steady: 30s, min_requests: 50}
+    verify: {rates: [0.6, 0.8], max_levels: 3}
 `, starterScenario, name, starterScenario, starterTest, starterTest, name, starterScenario)
 	return b.String()
 }

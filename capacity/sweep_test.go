@@ -1,0 +1,231 @@
+package capacity
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/config"
+)
+
+// sweepOf runs the closed-loop sweep, refinement and confirmation of a
+// step test on synthetic levels (decisions by concurrency, as the
+// search's synthetic levels: met, missed, allGood, leaningMissed; "a/b"
+// is a when first measured, b when measured again) and returns the run
+// with the sweep's bounds.
+func sweepOf(t *testing.T, concurrency []int, refine int, levels map[int]string) (*Step, int, int) {
+	t.Helper()
+	tc := &config.TestConfig{Name: "s", Kind: config.TestStep, Sweep: config.SweepConfig{Concurrency: concurrency, Refine: refine}}
+	s := &Step{Test: tc, MaxRate: 1000, run: &Run{}}
+	calls := map[int]int{}
+	s.closedSweep = func(_ context.Context, stage string, c int) (*Level, error) {
+		decisions, ok := levels[c]
+		require.True(t, ok, "no synthetic level at %d clients", c)
+		// "a/b": a when first measured, b when measured again.
+		all := strings.Split(decisions, "/")
+		decision := all[min(calls[c], len(all)-1)]
+		calls[c]++
+		// An objective of 90%, as the search's levels.
+		attainment := 0.97
+		switch decision {
+		case DecisionMissed:
+			attainment = 0.8
+		case leaningMissed:
+			decision, attainment = DecisionInconclusive, 0.88
+		case allGood:
+			decision, attainment = DecisionInconclusive, 1
+		}
+		return &Level{Stage: stage, Concurrency: c, Decision: decision, Met: decision == DecisionMet,
+			Prober: &ProberHealth{}, Counted: 30, Attainment: attainment, CompletedRate: float64(c),
+			Scenarios: []ScenarioResult{{Scenario: "s", Counted: 30, Good: int(30 * attainment), Attainment: attainment, Objective: 0.9, Decision: decision}},
+			Interval:  &Interval{Lower: attainment - 0.1, Upper: min(attainment+0.02, 1), N: 30, NEff: 30}}, nil
+	}
+	_, err := s.sweep(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, s.refine(t.Context()))
+	require.NoError(t, s.confirm(t.Context()))
+	good, bad := s.bounds()
+	s.implied(good)
+	return s, good, bad
+}
+
+// TestSweepImplied: a sweep level left undecided with every request good
+// (a client or two of a slow target, too few requests to show the
+// objective) neither ends the sweep nor breaks the run of levels below a
+// higher one that met: attainment does not rise with load, and the
+// higher level implies it. A level undecided below the objective counts
+// against the levels above it, as a missed one.
+func TestSweepImplied(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		concurrency []int
+		refine      int
+		levels      map[int]string
+		// ran: the levels the sweep and refinement measured and how
+		// each stands ("2 met", "1 implied by 4").
+		ran       string
+		good, bad int
+	}{
+		{
+			name:        "the lowest level too short to decide, implied by the capacity's",
+			concurrency: []int{1, 2, 4, 8, 16},
+			levels:      map[int]string{1: allGood, 2: DecisionMet, 4: DecisionMet, 8: DecisionMissed, 16: DecisionMissed},
+			ran:         "1 implied by 4, 2 met, 4 met, 8 missed, 16 missed",
+			good:        4, bad: 8,
+		},
+		{
+			name:        "two undecided levels in a row do not end the sweep",
+			concurrency: []int{1, 2, 4, 8, 16},
+			levels:      map[int]string{1: allGood, 2: allGood, 4: DecisionMet, 8: DecisionMissed, 16: DecisionMissed},
+			ran:         "1 implied by 4, 2 implied by 4, 4 met, 8 missed, 16 missed",
+			good:        4, bad: 8,
+		},
+		{
+			name:        "an undecided level between met ones",
+			concurrency: []int{1, 2, 4, 8, 16},
+			levels:      map[int]string{1: DecisionMet, 2: allGood, 4: DecisionMet, 8: DecisionMissed, 16: DecisionMissed},
+			ran:         "1 met, 2 implied by 4, 4 met, 8 missed, 16 missed",
+			good:        4, bad: 8,
+		},
+		{
+			name:        "the refinement above a level short of requests meets: it implies that level",
+			concurrency: []int{2, 8, 16},
+			refine:      1,
+			levels:      map[int]string{2: DecisionMet, 8: allGood, 12: DecisionMet, 16: DecisionMissed},
+			ran:         "2 met, 8 implied by 12, 12 met, 16 missed",
+			good:        12, bad: 16,
+		},
+		{
+			name:        "the refinement above a level short of requests misses: that level is measured again",
+			concurrency: []int{2, 8, 16},
+			refine:      1,
+			levels:      map[int]string{2: DecisionMet, 8: allGood + "/" + DecisionMet, 12: DecisionMissed, 16: DecisionMissed},
+			ran:         "2 met, 8 met (again), 12 missed, 16 missed",
+			good:        8, bad: 12,
+		},
+		{
+			name:        "measured again, still short of requests: the capacity stays below it",
+			concurrency: []int{2, 8, 16},
+			refine:      1,
+			levels:      map[int]string{2: DecisionMet, 8: allGood, 12: DecisionMissed, 16: DecisionMissed},
+			ran:         "2 met, 8 inconclusive (again), 12 missed, 16 missed",
+			good:        2, bad: 8,
+		},
+		{
+			name:        "the highest level short of requests below a miss is measured again, and met",
+			concurrency: []int{1, 2, 4, 8, 16},
+			levels:      map[int]string{1: allGood, 2: allGood, 4: allGood + "/" + DecisionMet, 8: DecisionMissed, 16: DecisionMissed},
+			ran:         "1 implied by 4, 2 implied by 4, 4 met (again), 8 missed, 16 missed",
+			good:        4, bad: 8,
+		},
+		{
+			name:        "measured again, it missed: the next lower level is",
+			concurrency: []int{1, 2, 4, 8, 16},
+			levels:      map[int]string{1: allGood, 2: allGood + "/" + DecisionMet, 4: allGood + "/" + DecisionMissed, 8: DecisionMissed, 16: DecisionMissed},
+			ran:         "1 implied by 2, 2 met (again), 4 missed (again), 8 missed, 16 missed",
+			good:        2, bad: 4,
+		},
+		{
+			name:        "measured again, still short of requests: no capacity",
+			concurrency: []int{1, 2, 4, 8},
+			levels:      map[int]string{1: allGood, 2: allGood, 4: DecisionMissed, 8: DecisionMissed},
+			ran:         "1 inconclusive, 2 inconclusive (again), 4 missed, 8 missed",
+			good:        0, bad: 1,
+		},
+		{
+			name:        "the last level of the sweep had its extensions: not measured again",
+			concurrency: []int{1, 2},
+			levels:      map[int]string{1: DecisionMet, 2: allGood + "/" + DecisionMet},
+			ran:         "1 met, 2 inconclusive",
+			good:        1, bad: 2,
+		},
+		{
+			name:        "a refinement level undecided with misses above a level short of requests: that level is measured again",
+			concurrency: []int{2, 8, 16},
+			refine:      1,
+			levels:      map[int]string{2: allGood, 8: allGood + "/" + DecisionMet, 12: DecisionInconclusive, 16: DecisionMissed},
+			ran:         "2 implied by 8, 8 met (again), 12 inconclusive, 16 missed",
+			good:        8, bad: 12,
+		},
+		{
+			name:        "undecided below the objective counts against the levels above it",
+			concurrency: []int{1, 2, 4, 8},
+			levels:      map[int]string{1: leaningMissed, 2: DecisionMet, 4: DecisionMet, 8: DecisionMissed},
+			ran:         "1 inconclusive, 2 met, 4 met, 8 missed",
+			good:        0, bad: 1,
+		},
+		{
+			name:        "two levels in a row against the objectives end the sweep",
+			concurrency: []int{1, 2, 4, 8},
+			levels:      map[int]string{1: DecisionMet, 2: leaningMissed, 4: DecisionMissed, 8: DecisionMet},
+			ran:         "1 met, 2 inconclusive, 4 missed",
+			good:        1, bad: 2,
+		},
+		{
+			name:        "nothing met: no capacity, the lowest level undecided",
+			concurrency: []int{1, 2, 4},
+			levels:      map[int]string{1: allGood, 2: DecisionMissed, 4: DecisionMissed},
+			ran:         "1 inconclusive (again), 2 missed, 4 missed",
+			good:        0, bad: 1,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, good, bad := sweepOf(t, tc.concurrency, tc.refine, tc.levels)
+			var ran []string
+			for _, l := range s.run.Sweep {
+				if l.ImpliedBy > 0 {
+					ran = append(ran, fmt.Sprintf("%d implied by %d", l.Concurrency, l.ImpliedBy))
+					continue
+				}
+				again := ""
+				if strings.Contains(l.Note, "measured again") {
+					again = " (again)"
+				}
+				ran = append(ran, fmt.Sprintf("%d %s%s", l.Concurrency, l.Decided(), again))
+			}
+			require.Equal(t, tc.ran, strings.Join(ran, ", "))
+			require.Equal(t, tc.good, good, "the capacity's level")
+			require.Equal(t, tc.bad, bad, "the lowest level above it that did not meet")
+			if good == 0 {
+				verdict, reason := s.noCapacity("", "")
+				require.Equal(t, VerdictInconclusive, verdict, reason)
+				require.Contains(t, reason, "not concluded: no sweep level was decided")
+			}
+		})
+	}
+}
+
+// TestUndecidable: a level undecided for want of requests is extended
+// only when the requests its windows draw by window.max_steady, at the
+// rate they came, can decide it; one with a miss always is.
+func TestUndecidable(t *testing.T) {
+	level := func(counted, good int) *Level {
+		return &Level{Decision: DecisionInconclusive, Counted: counted,
+			Scenarios: []ScenarioResult{{Counted: counted, Good: good, Objective: 0.95, Decision: DecisionInconclusive}}}
+	}
+	for _, tc := range []struct {
+		name           string
+		l              *Level
+		windows, looks int
+		undecidable    bool
+	}{
+		// Three looks: q = 2.394, q^2 = 5.73.
+		{"23 all good in the first of three windows: 69 are [92.3%, 100%]", level(23, 23), 1, 3, true},
+		{"45 all good in the first of three: 135 are [95.9%, 100%]", level(45, 45), 1, 3, false},
+		{"70 all good in two of three: 105 are [94.8%, 100%]", level(70, 70), 2, 3, true},
+		{"a miss: more requests may decide either way", level(23, 22), 1, 3, false},
+		{"a level decided is not undecidable", &Level{Decision: DecisionMet, Counted: 23}, 1, 3, false},
+		{"nothing counted", level(0, 0), 1, 3, false},
+		{"a scenario decided and one short of requests", &Level{Decision: DecisionInconclusive, Counted: 300, Scenarios: []ScenarioResult{
+			{Counted: 290, Good: 290, Objective: 0.95, Decision: DecisionMet},
+			{Counted: 10, Good: 10, Objective: 0.95, Decision: DecisionInconclusive},
+		}}, 1, 3, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.undecidable, undecidable(tc.l, tc.windows, tc.looks))
+		})
+	}
+}
