@@ -62,6 +62,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer, exit 
 	case benchCmd.cmd.FullCommand():
 		return benchCmd.run(ctx, logger, stdout, stderr)
 	case testCmd.cmd.FullCommand():
+		testCmd.logConfig = logConfig
 		return testCmd.run(ctx, logger, stdout, stderr)
 	case reportCmd.show.FullCommand():
 		return reportCmd.runShow(stdout, stderr)

@@ -104,6 +104,17 @@ func (p *progress) println(line string) {
 	p.redraw()
 }
 
+// Write writes log lines above the updating line, which is redrawn
+// under them: a log line written over it would break it in two.
+func (p *progress) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.clear()
+	n, err := p.w.Write(b)
+	p.redraw()
+	return n, err
+}
+
 // redraw rewrites the updating line, its times moved on by the time since
 // the level started. p.mu is held.
 func (p *progress) redraw() {

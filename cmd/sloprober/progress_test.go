@@ -6,6 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/common/promslog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sloprober/sloprober/capacity"
@@ -31,6 +32,29 @@ func TestProgressTerminal(t *testing.T) {
 		require.True(t, strings.HasSuffix(got, "\r\x1b[K"), "cleared at the end: %q", got)
 		require.Equal(t, 1, strings.Count(got, "a line of its own"))
 		require.Equal(t, 2, strings.Count(got, "\n"), "no line of progress ends: %q", got)
+	})
+}
+
+// TestProgressLogLines: a log line written through the progress (test
+// run's logger on a terminal) goes above the updating line, which is
+// redrawn under it, never broken in two.
+func TestProgressLogLines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var out output
+		p := newProgress(&out, true)
+		p.width = func() int { return 100 }
+		logger := promslog.New(&promslog.Config{Writer: p})
+		p.update(capacity.Progress{Level: 2, Levels: 9, Stage: "sweep", Concurrency: 4, Elapsed: 10 * time.Second, Remaining: time.Minute})
+		logger.Info("Measuring a level again", "level", "4 clients")
+		p.close()
+		got := out.String()
+		i := strings.Index(got, "level=INFO")
+		require.Positive(t, i, "%q", got)
+		start := strings.LastIndex(got[:i], "time=")
+		require.True(t, strings.HasSuffix(got[:start], "good req/s\r\x1b[K"), "the progress line cleared before the log line: %q", got)
+		end := start + strings.Index(got[start:], "\n") + 1
+		require.Contains(t, got[start:end], `msg="Measuring a level again"`)
+		require.True(t, strings.HasPrefix(got[end:], "\r\x1b[Klevel 2 of about 9"), "redrawn under it: %q", got)
 	})
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/promslog"
 
 	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/config"
@@ -45,6 +46,10 @@ type testCommand struct {
 	simArg   *string
 	storage  *string
 	validity validity.Config
+	// logConfig is the command line's logging (main sets it), written
+	// through prog on a terminal.
+	logConfig *promslog.Config
+	prog      *progress
 }
 
 func newTestCommand(app *kingpin.Application) *testCommand {
@@ -70,6 +75,14 @@ func (c *testCommand) run(ctx context.Context, logger *slog.Logger, stdout, stde
 	}
 	if err := c.validity.Validate(); err != nil {
 		return fail(fmt.Errorf("bad --validity flags: %w", err))
+	}
+	c.prog = newProgress(stderr, isTerminal(stderr))
+	defer c.prog.close()
+	if c.prog.tty && c.logConfig != nil {
+		// Log lines are written above the updating line, not over it.
+		lc := *c.logConfig
+		lc.Writer = c.prog
+		logger = promslog.New(&lc)
 	}
 	var cfg *config.Config
 	switch {
@@ -144,7 +157,7 @@ func (c *testCommand) run(ctx context.Context, logger *slog.Logger, stdout, stde
 	if err := engines.Apply(cfg); err != nil {
 		return fail(err)
 	}
-	prog := newProgress(stderr, isTerminal(stderr))
+	prog := c.prog
 	defer prog.close()
 	env := capacity.Env{Manager: m, Recorder: rec, Logger: logger, MaxRate: maxRate, ConfigHash: cfg.Hash(), Runner: "cli",
 		Queue: engineQueue(cfg, engines)(t.Target), Validity: &c.validity,
