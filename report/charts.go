@@ -28,6 +28,10 @@ func charts(r *Report) []namedChart {
 		x := func(l Level) float64 { return l.CompletedRate }
 		lat := &chart.Chart{ID: "latency-throughput", Title: "TTFT against throughput (closed-loop levels)", XLabel: "completed req/s", YLabel: "TTFT, ms", YLog: true}
 		lat.Series = percentileSeries(closed, x, func(l Level) capacity.Percentiles { return l.TTFT })
+		// The P99 of the levels whose decision does not stand, marked.
+		if s, ok := notJudged(closed, x, func(l Level) float64 { return 1e3 * l.TTFT.P99 }); ok {
+			lat.Series = append(lat.Series, s)
+		}
 		if slo > 0 && sloName == "ttft" {
 			lat.HLines = append(lat.HLines, chart.Marker{Value: 1e3 * slo, Label: fmt.Sprintf("SLO: TTFT <= %s", fmtSeconds(slo))})
 		}

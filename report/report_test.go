@@ -272,6 +272,10 @@ func TestChartsSayWhatWasFound(t *testing.T) {
 	att := page[strings.Index(page, `<figure id="fig-attainment-load">`):]
 	att = att[:strings.Index(att, "</figure>")]
 	require.Contains(t, att, "not judged (prober-bound or inconclusive)")
+	for _, fig := range []string{"latency-throughput", "goodput-load"} {
+		f := page[strings.Index(page, `<figure id="fig-`+fig+`">`):]
+		require.Contains(t, f[:strings.Index(f, "</figure>")], "not judged (prober-bound or inconclusive)", fig)
+	}
 	require.Contains(t, page, "goodput stops growing at the knee.")
 
 	run.Knee = nil
