@@ -759,6 +759,19 @@ func (s *Store) List(test string) []Summary {
 	return out
 }
 
+// Latest returns a test's newest stored run, without copying the others
+// (the landing page asks for every test's on each view).
+func (s *Store) Latest(test string) (Summary, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, e := range slices.Backward(s.order) {
+		if e.Test == test {
+			return Summary{Summary: e.Summary, StorageError: e.storageErr}, true
+		}
+	}
+	return Summary{}, false
+}
+
 // Get reads a run. An id that is not a run ID is ErrInvalidID; one not
 // stored ErrNotFound.
 func (s *Store) Get(id ID) (*capacity.Run, error) {

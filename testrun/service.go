@@ -431,8 +431,8 @@ func (s *Service) Tests() []TestStatus {
 	}
 	s.mu.Unlock()
 	for i := range out {
-		if runs := s.store.List(out[i].Name); len(runs) > 0 {
-			out[i].Last = &runs[0]
+		if last, ok := s.store.Latest(out[i].Name); ok {
+			out[i].Last = &last
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
