@@ -288,8 +288,17 @@ func TestEmbeddedDefault(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
+	// A stream stalled: the simulator counts the stall as it begins
+	// (requests in flight alone may be a reply sent before the fault,
+	// which ends within the grace period).
 	require.Eventually(t, func() bool {
-		return p.metric(t, `sloprober_requests_in_flight{scenario="chat",target="sim",test="canary"}`) > 0
+		resp, err := http.Get(sim[1] + "/sim/stats")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var st simulator.Stats
+		return json.NewDecoder(resp.Body).Decode(&st) == nil && st.FaultsInjected["stall"] > 0
 	}, 10*time.Second, 50*time.Millisecond)
 
 	signalled := time.Now()
