@@ -51,7 +51,7 @@ func newReportCommand(app *kingpin.Application) *reportCommand {
 	c.storage = rep.Flag("storage.path", "Directory of the stored runs (the daemon's --storage.path), for runs given by id.").Default("data/").String()
 	c.show = rep.Command("show", "Write the report of one run.")
 	c.run = c.show.Arg("run", "A run's id in --storage.path (see /api/v1/runs), or a run file written by `test run --json`.").Required().String()
-	c.compare = rep.Command("compare", "Set the reports of two runs side by side: their numbers, and what changed in the test object and the load model (md or json).")
+	c.compare = rep.Command("compare", "Set the reports of two runs side by side: their numbers, and what changed in the test object and the load model (md, json, or html with the charts side by side).")
 	c.a = c.compare.Arg("a", "The first run (the baseline): an id or a file.").Required().String()
 	c.b = c.compare.Arg("b", "The second run: an id or a file.").Required().String()
 	c.canary = rep.Command("canary", "A canary SLO report from Prometheus: what the always-on canary (test=\"canary\") of each target and scenario sent and attained over a window, summed over every sloprober instance and shard, and whether every shard reported (md or json).")
