@@ -23,7 +23,7 @@ PROMTOOL         := $(TOOLS)/promtool
 # separate tools/ module, so its dependencies do not move sloprober's.
 JAEGER           := $(TOOLS)/jaeger
 
-.PHONY: all build test test-busy fmt-check vet unit fuzz run sim tools prometheus chromium jaeger bench bench-long bench-capacity clean
+.PHONY: all build test test-busy fmt-check vet unit fuzz run sim tools prometheus chromium jaeger bench bench-long bench-capacity dashboard-pictures clean
 
 all: build
 
@@ -69,6 +69,12 @@ unit: $(PROMTOOL) $(JAEGER) prometheus chromium
 FUZZTIME ?= 20000x
 fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
+
+## dashboard-pictures: draw docs/images/dashboard-*.png: sloprober on its embedded default for 8 minutes (DASHBOARD_MINUTES), scraped every 2 s by a real Prometheus, its step test run and a minute and a half of errors, then both dashboards drawn by sloprober's own charts (Grafana cannot run here) and shown in Chromium
+DASHBOARD_MINUTES ?= 8
+dashboard-pictures: prometheus chromium
+	SLOPROBER_DASHBOARD_PICTURES=$(CURDIR)/docs/images SLOPROBER_DASHBOARD_MINUTES=$(DASHBOARD_MINUTES) \
+		$(GO) test -count=1 -timeout 30m -run 'TestDashboardPictures$$' -v ./rules/
 
 ## tools: install the tools the tests need: promtool 3.x and Jaeger v2 into .tools/bin, Prometheus 2.42, Chromium
 tools: $(PROMTOOL) $(JAEGER) prometheus chromium

@@ -50,6 +50,11 @@ func TestEndToEnd(t *testing.T) {
 		require.Eventually(t, func() bool { return api.nonEmpty(q) }, 30*time.Second, 500*time.Millisecond,
 			"dashboard query returns nothing: %s", q)
 	}
+	// The dashboards as internal/dashrender draws them for the
+	// documentation: every panel draws something, and Chromium shows
+	// each page without an error.
+	drawDashboards(t, api, 2*time.Minute, 2*time.Second, "")
+
 	// Where did TTFT go: the simulator reports its queue and prefill, the
 	// client measures the network; the phases before the first token add
 	// up to the mean TTFT (within 1%), and decode has its own mean.
