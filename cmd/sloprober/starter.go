@@ -314,15 +314,15 @@ canary:
 tests:
   # sloprober test run %s: one request at a time, the knee of a closed-loop
   # sweep, then the open-loop rate kept at the objective (0.6x, 0.8x, one
-  # bisection). A first look: 35 s a level (95 s to decide); for a number
-  # to sign, lengthen window.steady (default 2m) and drop verify.
+  # bisection). A first look: 35 s a level (65 s to decide); for a number
+  # to sign, drop baseline, window and verify (2 min a level), refine: 2.
   - name: %s
     kind: step
     target: %s
     scenario: %s
     baseline: {requests: 10}
-    sweep: {concurrency: [2, 4, 8, 16, 32], refine: 1}
-    window: {warmup: 5s, steady: 30s, min_requests: 50}
+    sweep: {concurrency: [2, 4, 8, 16, 32], refine: 0}
+    window: {warmup: 5s, steady: 30s, max_steady: 60s, min_requests: 50}
     verify: {rates: [0.6, 0.8], max_levels: 3}
 `, starterScenario, name, starterScenario, starterTest, starterTest, name, starterScenario)
 	return b.String()
