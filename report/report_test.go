@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -179,6 +180,26 @@ func TestCompareTrusted(t *testing.T) {
 	require.Equal(t, []string{"simulator configuration", "prober validity thresholds"}, what)
 	require.Contains(t, c.Changed[1].B, "send lag 30 ms")
 	require.Equal(t, report.CompareRow{Name: "run by", A: "cli", B: "daemon"}, row(c, "run by"), "who ran it is stated, not a cause")
+
+	// Without a bound, a sweep that reached its knee bounds the capacity
+	// by the closed loop's peak: a verified rate above the other run's
+	// peak is beyond noise.
+	unbounded := func(verified float64) *report.Report {
+		run := measured("40123", `{"slots":8}`, "cli", 0.01)
+		run.Capacity.Bound, run.Capacity.VerifiedRate = 0, &verified
+		require.True(t, run.Knee.Reached)
+		return report.Build(withID(run, fmt.Sprintf("v%g", verified)))
+	}
+	lowRun := unbounded(8.88)
+	peak := 0.0
+	for _, l := range lowRun.Levels {
+		if l.Concurrency > 0 {
+			peak = max(peak, l.CompletedRate)
+		}
+	}
+	c = report.Compare(lowRun, unbounded(2*peak))
+	require.Equal(t, fmt.Sprintf("beyond noise: [8.88, %.3g] (up to the closed loop's peak) and [%.3g, -) do not overlap", peak, 2*peak),
+		row(c, "capacity, req/s (verified open loop)").Noise)
 
 	// A simulator on another host is another target: compared by its URL.
 	e := measured("40123", `{"slots":8}`, "cli", 0.01)
