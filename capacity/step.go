@@ -91,14 +91,14 @@ type Step struct {
 	// above: a higher sweep level follows the one measured (enough);
 	// short: the sweep levels measured while one did, which confirm
 	// may measure again.
-	above bool
-	short map[int]bool
-	drainNote   string // what the last drain left for its level's note
-	run         *Run
-	start       time.Time
-	level       int
-	levels      int
-	goodput     float64
+	above     bool
+	short     map[int]bool
+	drainNote string // what the last drain left for its level's note
+	run       *Run
+	start     time.Time
+	level     int
+	levels    int
+	goodput   float64
 }
 
 // QueueProbe tells how many requests wait in a target's own queue, e.g.
