@@ -217,7 +217,8 @@ type Knee struct {
 // Capacity is the step test's conclusion.
 type Capacity struct {
 	// Concurrency is the highest closed-loop level at which every
-	// scenario met its objective, every lower level too; Rate is its
+	// scenario met its objective, with no lower level against it (a
+	// lower one short of requests is implied by it); Rate is its
 	// completed rate and Goodput its good requests, per second.
 	Concurrency int     `json:"concurrency"`
 	Rate        float64 `json:"rate"`

@@ -74,9 +74,9 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 			break
 		}
 		s.above = i < len(v.Rates)-1
-		short[len(s.run.Verify)] = s.above
+		at := len(s.run.Verify)
 		l, err := run(rate, fractionWhy(f))
-		s.above = false
+		short[at], s.above = s.leftShort, false
 		if err != nil {
 			return nil, VerdictAborted, abortReason(ctx, err)
 		}
@@ -101,14 +101,23 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 		if errors.Is(err, errStopRule) && ctx.Err() == nil {
 			err = nil
 		}
-		if l != nil {
+		switch {
+		case l != nil && (l.Prober == nil || l.ProberBound()):
+			// Not run (the caps), or it measured the prober: the
+			// first measurement stands.
+			why := strings.TrimPrefix(l.Note, "not run: ")
+			if l.ProberBound() {
+				why = "prober-bound: " + proberBoundReason(l)
+			}
+			hi.Note = addNote(hi.Note, "measured again, "+why)
+		case l != nil:
 			l.Note = addNote(l.Note, "measured again to decide it (first: "+first+")")
 			*hi = *l
 		}
 		if err != nil {
 			return nil, VerdictAborted, abortReason(ctx, err)
 		}
-		if !against(hi) {
+		if l == nil || l.Prober == nil || l.ProberBound() || !against(hi) {
 			break
 		}
 	}

@@ -26,6 +26,9 @@ func search(t *testing.T, verify config.VerifyConfig, target synthetic, forecast
 	s.Load.Target.Forecast, s.Load.Target.Replicas = forecast, replicas
 	s.openVerify = func(_ context.Context, stage string, rate float64, why string) (*Level, error) {
 		offered, decision, bound := target(rate)
+		// As enough: a rate short of requests is left so while a
+		// higher configured rate follows.
+		s.leftShort = decision == allGood && s.above
 		// An objective of 90%: met and undecided levels attain 97%
 		// (undecided: too few requests), missed ones 80%, and
 		// undecided ones leaning to a miss ("inconclusive-") 88%.
@@ -413,4 +416,24 @@ func TestSearchShortRatesHighest(t *testing.T) {
 	v, ok := run.Capacity.Verified()
 	require.True(t, ok)
 	require.InDelta(t, 8, v, 1e-9)
+}
+
+// TestSearchShortRateRemeasuredProberBound: a rate measured again while
+// the prober was the limit keeps its first measurement, which the
+// prober-bound one says nothing against.
+func TestSearchShortRateRemeasuredProberBound(t *testing.T) {
+	calls := 0
+	run, verdict, reason := search(t, config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.05, MaxLevels: 2},
+		func(rate float64) (float64, string, bool) {
+			if rate == 5 {
+				calls++
+				return rate, allGood, calls > 1
+			}
+			return rate, DecisionMissed, false
+		}, nil, 1)
+	require.Equal(t, 2, calls)
+	require.Equal(t, VerdictInconclusive, verdict, reason)
+	require.Equal(t, "5 inconclusive, 8 missed", path(run))
+	require.False(t, run.Verify[0].ProberBound(), "the first measurement stands")
+	require.Contains(t, run.Verify[0].Note, "measured again, prober-bound: ")
 }

@@ -89,9 +89,11 @@ type Step struct {
 	openVerify  func(ctx context.Context, stage string, rate float64, why string) (*Level, error)
 	closedSweep func(ctx context.Context, stage string, c int) (*Level, error)
 	// above: a higher sweep level follows the one measured (enough);
-	// short: the sweep levels measured while one did, which confirm
-	// may measure again.
+	// leftShort: enough ended the last level's windows short of requests
+	// because of above alone (more windows could have decided it);
+	// short: the sweep levels so ended, which confirm may measure again.
 	above     bool
+	leftShort bool
 	short     map[int]bool
 	drainNote string // what the last drain left for its level's note
 	run       *Run
@@ -236,8 +238,8 @@ type sweepEnd struct {
 
 // sweep runs the closed-loop levels (the seed's step 3), in order of
 // concurrency, into the run's Sweep. It ends after two levels in a row
-// missed (goodput has stopped growing by then, and more load only
-// overloads the target), at a level a stop rule ended (a missed one: the
+// against the objectives (goodput has stopped growing by then, and more
+// load only overloads the target), at a level a stop rule ended (a missed one: the
 // capacity below it stands), at a level the global caps refuse, at one
 // the prober limited (more load would measure the prober), or at one
 // whose clients reached the test's max_rate (goodput flattening there is
@@ -251,8 +253,8 @@ func (s *Step) sweep(ctx context.Context) (sweepEnd, error) {
 		if s.short == nil {
 			s.short = map[int]bool{}
 		}
-		s.short[c] = s.above
 		l, err := s.closedLevel(ctx, "sweep", c)
+		s.short[c] = s.leftShort
 		if errors.Is(err, errCapped) {
 			end.capped = err.Error()
 			return end, nil
@@ -283,7 +285,8 @@ func (s *Step) sweep(ctx context.Context) (sweepEnd, error) {
 		// undecided below them) end the sweep. A level undecided with
 		// its attainment at or above them, for want of requests (a
 		// client or two of a slow target: 23 requests all good in 30 s
-		// are [80.4%, 100%]), does not: the levels above it decide.
+		// are [80.0%, 100%] at three looks), does not: the levels above
+		// it decide.
 		if missedInRow = 0; against(l) {
 			missedInRow = 1
 			if n := len(s.run.Sweep); n >= 2 && against(&s.run.Sweep[n-2]) {
@@ -305,9 +308,10 @@ func (s *Step) sweep(ctx context.Context) (sweepEnd, error) {
 // level that meets implies every one below it. One that comes out
 // against the objectives leaves the next lower one to confirm; one still
 // short of requests ends it (a lower level draws fewer requests in the
-// same windows). Worked numbers: 1, 2 and 4 clients all good and
-// undecided, 8 missed, 16 missed: 4 clients are measured again, 90
-// requests then 180, met; the capacity is 4 clients, 1 and 2 implied.
+// same windows). Worked numbers, without refinement: 1, 2 and 4 clients
+// all good and undecided, 8 missed, 16 missed: 4 clients are measured
+// again, 90 requests then 180, met; the capacity is 4 clients, 1 and 2
+// implied.
 func (s *Step) confirm(ctx context.Context) error {
 	for {
 		top := s.unconfirmed()
@@ -320,7 +324,11 @@ func (s *Step) confirm(ctx context.Context) error {
 		if errors.Is(err, errCapped) {
 			return nil
 		}
-		if l != nil {
+		switch {
+		case l != nil && l.ProberBound():
+			// It measured the prober: the first measurement stands.
+			top.Note = addNote(top.Note, "measured again, prober-bound: "+proberBoundReason(l))
+		case l != nil:
 			l.Note = addNote(l.Note, "measured again to decide it (first: "+first+")")
 			*top = *l
 		}
@@ -413,7 +421,7 @@ func (s *Step) burst(ctx context.Context, verified *Level) (string, string, bool
 }
 
 // noCapacity is the verdict of a sweep and refinement in which no level
-// met the objectives with every level below it meeting them too: fail
+// met the objectives with no level below it against them: fail
 // when the lowest level the prober measured validly missed; inconclusive
 // when it was undecided, or every level was prober-bound after its
 // retries.
@@ -455,24 +463,39 @@ func (s *Step) keep(l *Level) {
 // bounds returns the highest concurrency that met the objectives with no
 // level below it against them (missed, or undecided below them), and the
 // lowest level above it that did not meet (0: none). A level undecided
-// with nothing against it (every request good, too few to show it) does
-// not break the run of levels below a higher one that met: attainment
-// does not rise with load, the assumption the sweep's bisection and the
-// open-loop search make too (searchBounds). Worked numbers: 1 client
-// attained 100% [80.4, 100] of 23, 2 clients 100% [96.1, 100] of 147,
-// 4 clients missed: good is 2 and bad 4; 1 client's result stands as
-// measured, its level implied by 2's (Level.ImpliedBy).
+// with nothing against it (every request good, too few to show it; or
+// misses, its attainment still at or above the objectives) does not break
+// the run of levels below a higher one that met: attainment does not rise
+// with load, the assumption the sweep's bisection and the open-loop
+// search make too (searchBounds). Worked numbers: 1 client attained 100%
+// [80.0, 100] of 23, 2 clients 100% [96.2, 100] of 147, 4 clients missed:
+// good is 2 and bad 4; 1 client's result stands as measured, its level
+// implied by 2's (Level.ImpliedBy).
 func (s *Step) bounds() (good, bad int) {
-	for _, l := range s.run.Sweep {
+	return s.boundsWith(func(l *Level) bool { return l.Decided() == DecisionMet })
+}
+
+// refineBounds are bounds with a level short of requests (every one good)
+// taken as one that met: the refinement bisects above it, and a
+// refinement level that meets implies it (8 clients short, 16 missed:
+// 12 clients).
+func (s *Step) refineBounds() (good, bad int) {
+	return s.boundsWith(func(l *Level) bool { return l.Decided() == DecisionMet || shortOfRequests(l) })
+}
+
+// boundsWith is bounds with met telling the levels that count as met.
+func (s *Step) boundsWith(met func(*Level) bool) (good, bad int) {
+	for i := range s.run.Sweep {
+		l := &s.run.Sweep[i]
 		switch {
 		case l.ProberBound():
 			continue // it tells nothing of the target
-		case against(&l):
+		case against(l):
 			if bad == 0 {
 				bad = l.Concurrency
 			}
 			return good, bad
-		case l.Decided() == DecisionMet:
+		case met(l):
 			good, bad = l.Concurrency, 0
 		case bad == 0:
 			bad = l.Concurrency
@@ -481,28 +504,11 @@ func (s *Step) bounds() (good, bad int) {
 	return good, bad
 }
 
-// refineBounds returns the highest level of a run of levels that met or
-// were short of requests (every one good), from the lowest, and the
-// level after it (0: none), the refinement's bounds.
-func (s *Step) refineBounds() (good, bad int) {
-	for _, l := range s.run.Sweep {
-		switch {
-		case l.ProberBound():
-			continue
-		case l.Decided() == DecisionMet || shortOfRequests(&l):
-			good = l.Concurrency
-		default:
-			return good, l.Concurrency
-		}
-	}
-	return good, 0
-}
-
-// implied marks the levels below the capacity that stayed undecided with
-// nothing against them: the capacity's level implies them (bounds).
+// implied marks the levels below the capacity left short of requests
+// (every one good): the capacity's level implies them (bounds).
 func (s *Step) implied(good int) {
 	for i := range s.run.Sweep {
-		if l := &s.run.Sweep[i]; l.Concurrency < good && !l.ProberBound() && l.Decided() == DecisionInconclusive {
+		if l := &s.run.Sweep[i]; l.Concurrency < good && !l.ProberBound() && shortOfRequests(l) {
 			l.ImpliedBy = good
 		}
 	}
@@ -648,6 +654,7 @@ func (s *Step) measure(ctx context.Context, l *Level, run, stop config.LoadSpec)
 // measureOnce is one measurement of a level: see measure.
 func (s *Step) measureOnce(ctx context.Context, l *Level, stop config.LoadSpec) error {
 	s.col.ResetLevel()
+	s.leftShort = false
 	steady := time.Duration(s.Test.Window.Steady)
 	err := s.watch(ctx, time.Duration(s.Test.Window.Warmup), nil)
 	queue := sampleQueue(ctx, s.Queue)
@@ -711,7 +718,14 @@ func (s *Step) enough(ws []*Window) bool {
 	if l.Decision != DecisionInconclusive || l.ProberBound() {
 		return true
 	}
-	return shortOfRequests(&l) && (s.above || undecidable(&l, len(ws), looks))
+	if !shortOfRequests(&l) {
+		return false
+	}
+	if undecidable(&l, len(ws), looks) {
+		return true
+	}
+	s.leftShort = s.above
+	return s.above
 }
 
 // shortOfRequests reports whether an inconclusive level is so for want of

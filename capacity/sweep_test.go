@@ -28,6 +28,9 @@ func sweepOf(t *testing.T, concurrency []int, refine int, levels map[int]string)
 		all := strings.Split(decisions, "/")
 		decision := all[min(calls[c], len(all)-1)]
 		calls[c]++
+		// As enough: a level short of requests is left so while a
+		// higher sweep level follows.
+		s.leftShort = decision == allGood && s.above
 		// An objective of 90%, as the search's levels.
 		attainment := 0.97
 		switch decision {
@@ -149,6 +152,14 @@ func TestSweepImplied(t *testing.T) {
 			levels:      map[int]string{2: allGood, 8: allGood + "/" + DecisionMet, 12: DecisionInconclusive, 16: DecisionMissed},
 			ran:         "2 implied by 8, 8 met (again), 12 inconclusive, 16 missed",
 			good:        8, bad: 12,
+		},
+		{
+			name:        "a level undecided with misses at or above the objective neither stops the refinement nor is implied",
+			concurrency: []int{1, 4, 8, 16},
+			refine:      3,
+			levels:      map[int]string{1: DecisionMet, 4: DecisionInconclusive, 8: DecisionMet, 12: DecisionMet, 13: DecisionMet, 14: DecisionMissed, 16: DecisionMissed},
+			ran:         "1 met, 4 inconclusive, 8 met, 12 met, 13 met, 14 missed, 16 missed",
+			good:        13, bad: 14,
 		},
 		{
 			name:        "undecided below the objective counts against the levels above it",

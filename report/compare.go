@@ -215,8 +215,9 @@ func Compare(a, b *Report) *Comparison {
 // capacityNoise compares two verified capacities with what each search
 // could tell: the capacity lies at or above the verified rate and below
 // the bound (the lowest rate above it not verified). Without a bound, a
-// run whose sweep reached the knee is bounded by its closed loop's peak:
-// no level completed more, and arrivals above it queue without end
+// run whose sweep reached the knee (not the test's max_rate) is bounded
+// by its closed loop's peak: no level completed more, and arrivals above
+// it queue without end
 // (verified 2.77 req/s, closed-loop peak 3.67: [2.77, 3.67]). Ranges
 // that overlap cannot tell the two apart.
 func capacityNoise(a, b *Report) string {
@@ -224,7 +225,7 @@ func capacityNoise(a, b *Report) string {
 		if c := r.Capacity; c.Bound > 0 {
 			return c.Bound, fmt.Sprintf("[%.3g, %.3g)", c.VerifiedRate, c.Bound)
 		}
-		if k := r.Capacity.Knee; k != nil && k.Reached {
+		if k := r.Capacity.Knee; k != nil && k.Reached && r.Capacity.LimitedBy == "" {
 			peak := 0.0
 			for _, l := range r.Levels {
 				if l.Concurrency > 0 {
@@ -253,7 +254,7 @@ func attainmentNoise(a, b *Report) string {
 		return "no intervals (schema-1 run)"
 	}
 	iv := func(i *capacity.Interval) string {
-		return fmt.Sprintf("[%.1f, %.1f] of %d", 100*i.Lower, 100*i.Upper, i.N)
+		return fmt.Sprintf("[%.1f, %.1f] of %d", lower(i), upper(i), i.N)
 	}
 	if ia.Lower <= ib.Upper && ib.Lower <= ia.Upper {
 		return "not told apart: 95% intervals " + iv(ia) + " and " + iv(ib) + " overlap"
