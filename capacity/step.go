@@ -745,11 +745,11 @@ func shortOfRequests(l *Level) bool {
 
 // undecidable reports whether a level short of requests after windows of
 // its looks would still be by its last look, at the rate its requests
-// came. Worked numbers: a client of a slow target completes 23 requests
-// in a 30 s window, all good; three windows would hold 69, whose interval
-// at three looks is [92.3%, 100%], short of 95%: the level is not
-// extended. 45 requests in the first window would be 135 by the third,
-// [95.9%, 100%]: extended.
+// came (its upper end). Worked numbers: a client of a slow target
+// completes 23 requests in a 30 s window, all good; at most about 34 a
+// window, three windows would hold 101, whose interval at three looks is
+// [94.6%, 100%], short of 95%: the level is not extended. 45 requests in
+// the first window would be up to 178 by the third: extended.
 func undecidable(l *Level, windows, looks int) bool {
 	if !shortOfRequests(l) || windows <= 0 {
 		return false
@@ -759,8 +759,13 @@ func undecidable(l *Level, windows, looks int) bool {
 		if sc.Decision != DecisionInconclusive {
 			continue
 		}
-		// Every request good: Wilson's lower end is n / (n + q^2).
-		n := float64(sc.Counted) * float64(looks) / float64(windows)
+		// Every request good: Wilson's lower end is n / (n + q^2). The
+		// count to come is projected from the upper end of the count
+		// so far (Poisson, about two deviations): a short window that
+		// drew 4 arrivals where 8.5 were due must not decide that the
+		// level can never be shown.
+		c := float64(sc.Counted)
+		n := (c + 2*math.Sqrt(c) + 1) * float64(looks) / float64(windows)
 		if n/(n+q*q) >= sc.Objective {
 			return false
 		}

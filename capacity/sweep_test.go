@@ -223,10 +223,16 @@ func TestUndecidable(t *testing.T) {
 		windows, looks int
 		undecidable    bool
 	}{
-		// Three looks: q = 2.394, q^2 = 5.73.
-		{"23 all good in the first of three windows: 69 are [92.3%, 100%]", level(23, 23), 1, 3, true},
-		{"45 all good in the first of three: 135 are [95.9%, 100%]", level(45, 45), 1, 3, false},
-		{"70 all good in two of three: 105 are [94.8%, 100%]", level(70, 70), 2, 3, true},
+		// Three looks: q = 2.394, q^2 = 5.73. The count to come is
+		// projected from c + 2 sqrt(c) + 1 so far.
+		{"23 all good in the first of three windows: up to 101 are [94.6%, 100%]", level(23, 23), 1, 3, true},
+		{"45 all good in the first of three: up to 178 are [96.9%, 100%]", level(45, 45), 1, 3, false},
+		{"50 all good in two of three: up to 98 are [94.5%, 100%]", level(50, 50), 2, 3, true},
+		{"70 all good in two of three: up to 132 are [95.8%, 100%]", level(70, 70), 2, 3, false},
+		// Eight looks (3 s windows, max_steady 24 s): q^2 = 7.47; 4
+		// arrivals where 8.5 were due project up to 72, [90.6%, 100%],
+		// above an objective of 85%.
+		{"4 all good in the first of eight, objective 85%", func() *Level { l := level(4, 4); l.Scenarios[0].Objective = 0.85; return l }(), 1, 8, false},
 		{"a miss: more requests may decide either way", level(23, 22), 1, 3, false},
 		{"a level decided is not undecidable", &Level{Decision: DecisionMet, Counted: 23}, 1, 3, false},
 		{"nothing counted", level(0, 0), 1, 3, false},
