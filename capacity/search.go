@@ -96,24 +96,11 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 		}
 		short[i] = false
 		hi := &s.run.Verify[i]
-		first := attainmentText(hi)
 		l, err := open(ctx, "verify", hi.IntendedRate, hi.Why)
 		if errors.Is(err, errStopRule) && ctx.Err() == nil {
 			err = nil
 		}
-		switch {
-		case l != nil && (l.Prober == nil || l.ProberBound()):
-			// Not run (the caps), or it measured the prober: the
-			// first measurement stands.
-			why := strings.TrimPrefix(l.Note, "not run: ")
-			if l.ProberBound() {
-				why = "prober-bound: " + proberBoundReason(l)
-			}
-			hi.Note = addNote(hi.Note, "measured again, "+why)
-		case l != nil:
-			l.Note = addNote(l.Note, "measured again to decide it (first: "+first+")")
-			*hi = *l
-		}
+		remeasured(hi, l)
 		if err != nil {
 			return nil, VerdictAborted, abortReason(ctx, err)
 		}

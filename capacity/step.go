@@ -319,25 +319,34 @@ func (s *Step) confirm(ctx context.Context) error {
 			return nil // none, or measured with its extensions already
 		}
 		s.short[top.Concurrency] = false
-		first := attainmentText(top)
 		l, err := s.closedLevel(ctx, "sweep", top.Concurrency)
 		if errors.Is(err, errCapped) {
 			return nil
 		}
-		switch {
-		case l != nil && l.ProberBound():
-			// It measured the prober: the first measurement stands.
-			top.Note = addNote(top.Note, "measured again, prober-bound: "+proberBoundReason(l))
-		case l != nil:
-			l.Note = addNote(l.Note, "measured again to decide it (first: "+first+")")
-			*top = *l
-		}
+		remeasured(top, l)
 		if err != nil && (!errors.Is(err, errStopRule) || ctx.Err() != nil) {
 			return err
 		}
 		if l == nil || l.ProberBound() || shortOfRequests(l) {
 			return nil
 		}
+	}
+}
+
+// remeasured puts again, a level measured again to decide it, in the
+// place of first, and says so in its note; one that did not run (the
+// caps) or measured the prober leaves first as it was, with a note of
+// why (confirm, and the open-loop search's twin).
+func remeasured(first, again *Level) {
+	switch {
+	case again == nil:
+	case again.Prober == nil:
+		first.Note = addNote(first.Note, "measured again, "+strings.TrimPrefix(again.Note, "not run: "))
+	case again.ProberBound():
+		first.Note = addNote(first.Note, "measured again, prober-bound: "+proberBoundReason(again))
+	default:
+		again.Note = addNote(again.Note, "measured again to decide it (first: "+attainmentText(first)+")")
+		*first = *again
 	}
 }
 
