@@ -29,22 +29,8 @@ func search(t *testing.T, verify config.VerifyConfig, target synthetic, forecast
 		// As enough: a rate short of requests is left so while a
 		// higher configured rate follows.
 		s.leftShort = decision == allGood && s.above
-		// An objective of 90%: met and undecided levels attain 97%
-		// (undecided: too few requests), missed ones 80%, and
-		// undecided ones leaning to a miss ("inconclusive-") 88%.
-		attainment := 0.97
-		switch decision {
-		case DecisionMissed:
-			attainment = 0.8
-		case leaningMissed:
-			decision, attainment = DecisionInconclusive, 0.88
-		case allGood:
-			decision, attainment = DecisionInconclusive, 1
-		}
-		l := &Level{Stage: stage, IntendedRate: rate, OfferedRate: offered, Decision: decision, Met: decision == DecisionMet,
-			Why: why, Prober: &ProberHealth{}, Counted: 100, Attainment: attainment, Goodput: offered,
-			Scenarios: []ScenarioResult{{Scenario: "s", Counted: 100, Attainment: attainment, Objective: 0.9}},
-			Interval:  &Interval{Lower: attainment - 0.03, Upper: min(attainment+0.02, 1), N: 100, NEff: 100}}
+		l := syntheticLevel(decision, 100)
+		l.Stage, l.IntendedRate, l.OfferedRate, l.Goodput, l.Why = stage, rate, offered, offered, why
 		if bound {
 			l.Prober.Invalid, l.Prober.Diagnosis = []string{validity.ReasonSendLag}, "busy host: ..."
 		}
@@ -55,6 +41,26 @@ func search(t *testing.T, verify config.VerifyConfig, target synthetic, forecast
 		verdict = VerdictPass
 	}
 	return s.run, verdict, reason
+}
+
+// syntheticLevel is a level of counted requests decided as decision
+// (met, missed, allGood or leaningMissed) at an objective of 90%: met and
+// undecided levels attain 97%, missed ones 80%, undecided ones leaning to
+// a miss 88%, and allGood ones 100% (undecided: too few requests).
+func syntheticLevel(decision string, counted int) *Level {
+	attainment := 0.97
+	switch decision {
+	case DecisionMissed:
+		attainment = 0.8
+	case leaningMissed:
+		decision, attainment = DecisionInconclusive, 0.88
+	case allGood:
+		decision, attainment = DecisionInconclusive, 1
+	}
+	return &Level{Decision: decision, Met: decision == DecisionMet, Prober: &ProberHealth{}, Counted: counted, Attainment: attainment,
+		Scenarios: []ScenarioResult{{Scenario: "s", Counted: counted, Good: int(float64(counted) * attainment), Attainment: attainment,
+			Objective: 0.9, Decision: decision}},
+		Interval: &Interval{Lower: attainment - 0.03, Upper: min(attainment+0.02, 1), N: counted, NEff: float64(counted)}}
 }
 
 // leaningMissed is a synthetic level undecided with its attainment below

@@ -31,20 +31,9 @@ func sweepOf(t *testing.T, concurrency []int, refine int, levels map[int]string)
 		// As enough: a level short of requests is left so while a
 		// higher sweep level follows.
 		s.leftShort = decision == allGood && s.above
-		// An objective of 90%, as the search's levels.
-		attainment := 0.97
-		switch decision {
-		case DecisionMissed:
-			attainment = 0.8
-		case leaningMissed:
-			decision, attainment = DecisionInconclusive, 0.88
-		case allGood:
-			decision, attainment = DecisionInconclusive, 1
-		}
-		return &Level{Stage: stage, Concurrency: c, Decision: decision, Met: decision == DecisionMet,
-			Prober: &ProberHealth{}, Counted: 30, Attainment: attainment, CompletedRate: float64(c),
-			Scenarios: []ScenarioResult{{Scenario: "s", Counted: 30, Good: int(30 * attainment), Attainment: attainment, Objective: 0.9, Decision: decision}},
-			Interval:  &Interval{Lower: attainment - 0.1, Upper: min(attainment+0.02, 1), N: 30, NEff: 30}}, nil
+		l := syntheticLevel(decision, 30)
+		l.Stage, l.Concurrency, l.CompletedRate = stage, c, float64(c)
+		return l, nil
 	}
 	_, err := s.sweep(t.Context())
 	require.NoError(t, err)
