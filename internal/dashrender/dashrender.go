@@ -129,55 +129,49 @@ func (o Options) Query(expr string) (string, error) {
 type series struct {
 	name   string
 	labels model.Metric
-	t, v   []float64 // seconds relative to End; values
+	t, v   []float64 // minutes relative to End (at most 0); values
 }
 
-// rangeSeries runs a panel's targets as range queries.
-func (o Options) rangeSeries(ctx context.Context, p *Panel) ([]series, error) {
+// query runs a panel's targets: over the range, or as instant queries
+// at End (sorted by legend, as stats and tables show them).
+func (o Options) query(ctx context.Context, p *Panel, instant bool) ([]series, error) {
 	var out []series
 	for _, tg := range p.Targets {
 		q, err := o.Query(tg.Expr)
 		if err != nil {
 			return nil, err
 		}
-		v, _, _, err := o.API.QueryRange(ctx, q, v1.Range{Start: o.End.Add(-o.Range), End: o.End, Step: o.Step})
+		var v model.Value
+		if instant {
+			v, _, _, err = o.API.Query(ctx, q, o.End)
+		} else {
+			v, _, _, err = o.API.QueryRange(ctx, q, v1.Range{Start: o.End.Add(-o.Range), End: o.End, Step: o.Step})
+		}
 		if err != nil {
 			return nil, fmt.Errorf("panel %q: %s: %w", p.Title, q, err)
 		}
-		m, _ := v.(model.Matrix)
-		for _, s := range m {
-			sr := series{name: legend(tg.LegendFormat, s.Metric), labels: s.Metric}
-			for _, pt := range s.Values {
-				// At most 0: Prometheus's timestamps are milliseconds,
-				// and a last one a fraction over the end would widen
-				// the axis by a whole tick step.
-				sr.t = append(sr.t, min(pt.Timestamp.Time().Sub(o.End).Minutes(), 0))
-				sr.v = append(sr.v, float64(pt.Value))
+		switch v := v.(type) {
+		case model.Vector:
+			for _, s := range v {
+				out = append(out, series{name: legend(tg.LegendFormat, s.Metric), labels: s.Metric, v: []float64{float64(s.Value)}})
 			}
-			out = append(out, sr)
+		case model.Matrix:
+			for _, s := range v {
+				sr := series{name: legend(tg.LegendFormat, s.Metric), labels: s.Metric}
+				for _, pt := range s.Values {
+					// At most 0: Prometheus's timestamps are
+					// milliseconds, and a last one a fraction over
+					// the end would widen the axis by a tick step.
+					sr.t = append(sr.t, min(pt.Timestamp.Time().Sub(o.End).Minutes(), 0))
+					sr.v = append(sr.v, float64(pt.Value))
+				}
+				out = append(out, sr)
+			}
 		}
 	}
-	return out, nil
-}
-
-// instant runs a panel's targets as instant queries at End.
-func (o Options) instant(ctx context.Context, p *Panel) ([]series, error) {
-	var out []series
-	for _, tg := range p.Targets {
-		q, err := o.Query(tg.Expr)
-		if err != nil {
-			return nil, err
-		}
-		v, _, _, err := o.API.Query(ctx, q, o.End)
-		if err != nil {
-			return nil, fmt.Errorf("panel %q: %s: %w", p.Title, q, err)
-		}
-		vec, _ := v.(model.Vector)
-		for _, s := range vec {
-			out = append(out, series{name: legend(tg.LegendFormat, s.Metric), labels: s.Metric, v: []float64{float64(s.Value)}})
-		}
+	if instant {
+		slices.SortStableFunc(out, func(a, b series) int { return cmp.Compare(a.name, b.name) })
 	}
-	slices.SortStableFunc(out, func(a, b series) int { return cmp.Compare(a.name, b.name) })
 	return out, nil
 }
 
@@ -233,7 +227,7 @@ func (o Options) panel(ctx context.Context, p *Panel, i int) (template.HTML, int
 	unit := p.FieldConfig.Defaults.Unit
 	switch p.Type {
 	case "stat", "table":
-		ss, err := o.instant(ctx, p)
+		ss, err := o.query(ctx, p, true)
 		if err != nil {
 			return "", 0, err
 		}
@@ -242,7 +236,7 @@ func (o Options) panel(ctx context.Context, p *Panel, i int) (template.HTML, int
 		}
 		return stat(ss, p, o.End), len(ss), nil
 	}
-	ss, err := o.rangeSeries(ctx, p)
+	ss, err := o.query(ctx, p, false)
 	if err != nil {
 		return "", 0, err
 	}
