@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/faultaction"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/validity"
 )
@@ -42,6 +43,12 @@ type Env struct {
 	// Runner is what runs the test, for the run's provenance: "cli" or
 	// "daemon".
 	Runner string
+	// Faults runs the fault actions of a soak's fault plan (nil: a
+	// runner that refuses exec actions).
+	Faults *faultaction.Runner
+	// LastCapacity, if set, returns a target's last verified capacity, for
+	// a soak's computed remaining capacity after one replica is lost.
+	LastCapacity func(target string) *LastCapacity
 }
 
 // procedure is one kind of test: a step test (step.go), a soak test
@@ -69,7 +76,8 @@ func Execute(ctx context.Context, env Env, t *config.TestConfig, load config.Loa
 			Progress: env.Progress, Queue: env.Queue, ConfigHash: env.ConfigHash, Checkpoint: env.Checkpoint, Validity: env.Validity}
 	case config.TestSoak:
 		p = &Soak{Manager: env.Manager, Recorder: env.Recorder, Test: t, Load: load, Logger: env.Logger,
-			Progress: env.Progress, Queue: env.Queue, ConfigHash: env.ConfigHash, Checkpoint: env.Checkpoint, Validity: env.Validity}
+			Progress: env.Progress, Queue: env.Queue, ConfigHash: env.ConfigHash, Checkpoint: env.Checkpoint, Validity: env.Validity,
+			Faults: env.Faults, LastCapacity: env.LastCapacity}
 	default:
 		// config.Validate refuses it: a configuration built otherwise.
 		now := time.Now()

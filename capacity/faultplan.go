@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"strings"
@@ -13,72 +15,176 @@ import (
 	"time"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/faultaction"
 	"github.com/sloprober/sloprober/prober"
 )
 
-// faultPlan applies a soak's fault plan to its simulator target through
-// PUT /sim/faults, restoring the faults it had after each step.
+// faultPlan runs a soak's fault plan: a step with simulator faults sets
+// them through PUT /sim/faults and restores the faults it had at the
+// step's end; a step with a fault action runs it through a
+// faultaction.Runner, and its undo at the end.
 type faultPlan struct {
-	admin  string // the simulator's /sim/faults
+	admin  string // the simulator's /sim/faults; "" when no step sets faults
 	client *http.Client
+	runner *faultaction.Runner
+	logger *slog.Logger
 
 	mu     sync.Mutex
 	events []FaultEvent
+	// ran are the steps' times as they ran: start when the step was
+	// applied (its action sent), end when it was undone.
+	ran map[int]stepTimes
+}
+
+// stepTimes are when a step that took effect began and ended, and
+// whether it was a dry run (nothing was done).
+type stepTimes struct {
+	start, end time.Time
+	dryRun     bool
 }
 
 // newFaultPlan returns the plan's applier for a target's base URL
-// (http://host:port/v1): the simulator serves /sim/faults at its root.
-func newFaultPlan(target string) (*faultPlan, error) {
-	u, err := url.Parse(target)
-	if err != nil {
-		return nil, err
+// (http://host:port/v1: a simulator serves /sim/faults at its root) and
+// the runner of its fault actions. Exec actions the runner does not allow
+// are refused here, when the soak starts, not hours in.
+func newFaultPlan(target string, steps []config.FaultStep, runner *faultaction.Runner, logger *slog.Logger) (*faultPlan, error) {
+	if runner == nil {
+		runner = &faultaction.Runner{}
 	}
-	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/v1") + "/sim/faults"
-	u.RawQuery, u.Fragment = "", ""
-	return &faultPlan{admin: u.String(), client: &http.Client{Timeout: 5 * time.Second}}, nil
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	p := &faultPlan{client: &http.Client{Timeout: 5 * time.Second}, runner: runner, logger: logger, ran: map[int]stepTimes{}}
+	for i := range steps {
+		st := &steps[i]
+		if st.Kind() != config.FaultSimulator {
+			if err := runner.Check(&st.Action); err != nil {
+				return nil, fmt.Errorf("step %d: %w", i, err)
+			}
+			continue
+		}
+		if p.admin != "" {
+			continue
+		}
+		u, err := url.Parse(target)
+		if err != nil {
+			return nil, err
+		}
+		u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/v1") + "/sim/faults"
+		u.RawQuery, u.Fragment = "", ""
+		p.admin = u.String()
+	}
+	return p, nil
 }
 
 // run applies the steps at their times from start until ctx is done; it
-// restores the faults of a step in force when ctx ends.
+// ends (restores or undoes) a step in force when ctx ends.
 func (p *faultPlan) run(ctx context.Context, start time.Time, steps []config.FaultStep) {
-	for _, st := range steps {
+	for i := range steps {
+		st := &steps[i]
 		if !prober.Sleep(ctx, time.Until(start.Add(time.Duration(st.At)))) {
 			return
 		}
-		before, err := p.get(ctx)
-		if err != nil {
-			p.record("set", "", err)
-			continue
+		var ok bool
+		if st.Kind() == config.FaultSimulator {
+			ok = p.runSimulator(ctx, i, start, st)
+		} else {
+			ok = p.runAction(ctx, i, start, st)
 		}
-		b, err := json.Marshal(stringKeys(st.Set))
-		if err == nil {
-			// The simulator puts the faults back by itself a little
-			// after the step should end: a prober that dies during the
-			// step (kill -9) must not leave it failing for good.
-			err = p.put(ctx, b, time.Duration(st.For)+faultExpirySlack)
-		}
-		p.record("set", string(b), err)
-		if err != nil {
-			continue
-		}
-		ok := prober.Sleep(ctx, time.Until(start.Add(time.Duration(st.At+st.For))))
-		// Restore even when the soak ends: the simulator must not keep
-		// failing after it.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		p.record("restored", compactJSON(before), p.put(rctx, before, 0))
-		cancel()
 		if !ok {
 			return
 		}
 	}
 }
 
-func (p *faultPlan) record(action, faults string, err error) {
+// runAction runs a step's fault action, and its undo at the step's end
+// (or when ctx ends first: a gateway must not keep a replica out after
+// the soak). It reports whether ctx is still live.
+func (p *faultPlan) runAction(ctx context.Context, i int, start time.Time, st *config.FaultStep) bool {
+	began := time.Now()
+	e := p.runner.Do(ctx, &st.Action)
+	p.recordEvent(i, e)
+	ok := prober.Sleep(ctx, time.Until(start.Add(time.Duration(st.At+st.For))))
+	ended := time.Now()
+	if st.Action.Undoable() {
+		// Even after a failed action (it may have half done its work)
+		// and when the soak ends: the runner bounds the undo by the
+		// action's own timeout.
+		p.recordEvent(i, p.runner.Undo(context.WithoutCancel(ctx), &st.Action))
+	}
+	if !e.Failed() {
+		// A step that failed did nothing to measure.
+		p.mu.Lock()
+		p.ran[i] = stepTimes{start: began, end: ended, dryRun: e.DryRun}
+		p.mu.Unlock()
+	}
+	return ok
+}
+
+// recordEvent keeps and logs what a fault action did.
+func (p *faultPlan) recordEvent(i int, e faultaction.Event) {
+	args := []any{"step", i, "kind", e.Kind, "action", e.Action, "description", e.Description, "seconds", e.Seconds}
+	if e.Error != "" {
+		p.logger.Warn("Fault action failed", append(args, "err", e.Error)...)
+	} else {
+		p.logger.Info("Fault action", append(args, "result", e.Result, "dry_run", e.DryRun)...)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	e := FaultEvent{At: time.Now(), Action: action, Faults: strings.TrimSpace(faults)}
+	p.events = append(p.events, FaultEvent{At: e.At, Step: i, Kind: e.Kind, Action: e.Action, Description: e.Description,
+		Result: e.Result, DryRun: e.DryRun, Error: e.Error, Seconds: e.Seconds})
+}
+
+// runSimulator sets a step's simulator faults and restores the faults the
+// simulator had at the step's end (or when ctx ends first). It reports
+// whether ctx is still live.
+func (p *faultPlan) runSimulator(ctx context.Context, i int, start time.Time, st *config.FaultStep) bool {
+	before, err := p.get(ctx)
+	if err != nil {
+		p.record(i, "set", "", err)
+		return true
+	}
+	b, err := json.Marshal(stringKeys(st.Set))
+	if err == nil {
+		// The simulator puts the faults back by itself a little
+		// after the step should end: a prober that dies during the
+		// step (kill -9) must not leave it failing for good.
+		err = p.put(ctx, b, time.Duration(st.For)+faultExpirySlack)
+	}
+	began := time.Now()
+	p.record(i, "set", string(b), err)
+	if err != nil {
+		return true
+	}
+	ok := prober.Sleep(ctx, time.Until(start.Add(time.Duration(st.At+st.For))))
+	ended := time.Now()
+	// Restore even when the soak ends: the simulator must not keep
+	// failing after it.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	p.record(i, "restored", compactJSON(before), p.put(rctx, before, 0))
+	cancel()
+	p.mu.Lock()
+	p.ran[i] = stepTimes{start: began, end: ended}
+	p.mu.Unlock()
+	return ok
+}
+
+// Ran returns the times of the steps that ran, by index.
+func (p *faultPlan) Ran() map[int]stepTimes {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.ran)
+}
+
+func (p *faultPlan) record(i int, action, faults string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := FaultEvent{At: time.Now(), Step: i, Kind: config.FaultSimulator, Action: action, Faults: strings.TrimSpace(faults)}
 	if err != nil {
 		e.Error = err.Error()
+		p.logger.Warn("Fault plan step failed", "step", i, "action", action, "err", err)
+	} else {
+		p.logger.Info("Fault plan step", "step", i, "action", action, "faults", e.Faults)
 	}
 	p.events = append(p.events, e)
 }
@@ -168,4 +274,13 @@ func stringKeys(v any) any {
 		return out
 	}
 	return v
+}
+
+// mustJSON is v in JSON, or its Go form if it has none.
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return []byte(fmt.Sprint(v))
+	}
+	return b
 }

@@ -115,6 +115,12 @@ func attainmentInterval(outcomes []outcome, start time.Time, batch time.Duration
 			good++
 		}
 	}
+	return batchInterval(batches, good, n, level)
+}
+
+// batchInterval is the interval at level of good of n requests counted in
+// batches (attainmentInterval); n is positive.
+func batchInterval(batches []batchCount, good, n int, level float64) *Interval {
 	p := float64(good) / float64(n)
 	iv := &Interval{N: n, NEff: float64(n), Confidence: level}
 	z := distuv.UnitNormal.Quantile(1 - (1-level)/2)

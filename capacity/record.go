@@ -167,11 +167,13 @@ func (nopObserver) Finished(*prober.Result, *prober.Measurement) {}
 // without the chunk offsets, whose gaps are pooled in the window.
 type Record struct {
 	Scenario string
-	Sent     time.Time
-	Outcome  prober.Outcome
-	Counted  bool
-	Good     bool
-	Missed   []string
+	// Tenant is the request's tenant, "" when its scenario has none.
+	Tenant  string
+	Sent    time.Time
+	Outcome prober.Outcome
+	Counted bool
+	Good    bool
+	Missed  []string
 
 	TTFT, TPOT, E2E time.Duration
 	HasTTFT         bool
@@ -298,6 +300,9 @@ type Collector struct {
 	// byScenario are the same per scenario of a mix (its scenarios are
 	// the configuration's, so the map is bounded).
 	byScenario map[string]*[2]lengthSample
+	// series, if tracked, counts the requests by their send time's
+	// bucket, for a soak's fault impacts.
+	series *series
 }
 
 // lengthSample is a uniform sample of lengths, at most maxWindowGaps.
@@ -484,6 +489,24 @@ func (c *Collector) windowAt(t time.Time) *Window {
 	return nil
 }
 
+// TrackSeries starts counting the requests sent from origin on by the
+// bucket of their send time (Series), buckets of bucket.
+func (c *Collector) TrackSeries(origin time.Time, bucket time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.series = &series{origin: origin, bucketD: bucket}
+}
+
+// Series returns a copy of the counts TrackSeries started, nil without.
+func (c *Collector) Series() *series {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.series == nil {
+		return nil
+	}
+	return c.series.clone()
+}
+
 // ResetLevel starts the stop rules' counts of a new level.
 func (c *Collector) ResetLevel() {
 	c.mu.Lock()
@@ -558,7 +581,7 @@ func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
 		defer o.c.inFlight.Add(-1)
 	}
 	rec := Record{
-		Scenario: o.scenario, Sent: r.Sent, Outcome: r.Outcome, Counted: m.Counted, Good: m.Good, Missed: m.Missed,
+		Scenario: o.scenario, Tenant: r.Tenant, Sent: r.Sent, Outcome: r.Outcome, Counted: m.Counted, Good: m.Good, Missed: m.Missed,
 		TTFT: m.TTFT, HasTTFT: m.HasTTFT, TPOT: m.TPOT, HasTPOT: m.HasTPOT, E2E: m.E2E, HasE2E: m.HasE2E,
 		MaxITL: m.MaxITL, HasMaxITL: m.HasMaxITL,
 		InputTokens: m.InputTokens, OutputTokens: m.OutputTokens,
@@ -590,6 +613,9 @@ func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
 	sent := r.Sent
 	if sent.IsZero() {
 		sent = r.Scheduled
+	}
+	if o.c.series != nil && !r.NotSent {
+		o.c.series.add(sent, m.Counted, m.Good, isFailed)
 	}
 	w := o.c.windowAt(sent)
 	if w == nil {

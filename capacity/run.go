@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/gpu"
 	"github.com/sloprober/sloprober/prober"
 )
 
@@ -184,6 +185,22 @@ type Run struct {
 	Capacity *Capacity `json:"capacity,omitempty"`
 	Verify   []Level   `json:"verify,omitempty"`
 	Burst    *Level    `json:"burst,omitempty"`
+	// HotTenant is verify.hot_tenant's level: the verified rate with one
+	// tenant sending more than its share (hottenant.go).
+	HotTenant *Level `json:"hot_tenant,omitempty"`
+
+	// Cache is the test's cache mode (config.TestConfig.Cache): empty in
+	// runs written before it existed, which were production.
+	Cache string `json:"cache,omitempty"`
+	// CachedShare is the share of the prompt tokens of the run's stages
+	// (above) that the server said it found in its prefix cache (usage's
+	// cached_tokens over prompt_tokens), nil when it said nothing.
+	CachedShare *float64 `json:"cached_share,omitempty"`
+	// Cold is the cold-cache pass of a cache: both step test: the same
+	// procedure, measured first, with every prompt salted so that nothing
+	// is shared. The stages above are then the production pass, whose
+	// verdict is the run's.
+	Cold *CachePass `json:"cold,omitempty"`
 
 	// Soak holds a soak test's windows and drift.
 	Soak *SoakRun `json:"soak,omitempty"`
@@ -203,6 +220,31 @@ type Run struct {
 	Lengths *Lengths `json:"lengths,omitempty"`
 	// ScenarioLengths are the same per scenario of a mix.
 	ScenarioLengths map[string]*Lengths `json:"scenario_lengths,omitempty"`
+}
+
+// CachePass is one pass of a step test's procedure under a cache mode:
+// its stages and its own verdict.
+type CachePass struct {
+	Cache       string    `json:"cache"`
+	Verdict     string    `json:"verdict"`
+	Reason      string    `json:"reason"`
+	Baseline    *Level    `json:"baseline,omitempty"`
+	Sweep       []Level   `json:"sweep,omitempty"`
+	Knee        *Knee     `json:"knee,omitempty"`
+	Capacity    *Capacity `json:"capacity,omitempty"`
+	Verify      []Level   `json:"verify,omitempty"`
+	Burst       *Level    `json:"burst,omitempty"`
+	HotTenant   *Level    `json:"hot_tenant,omitempty"`
+	CachedShare *float64  `json:"cached_share,omitempty"`
+}
+
+// VerifiedRate is the pass's verified open-loop rate, nil when it
+// verified none.
+func (p *CachePass) VerifiedRate() *float64 {
+	if p == nil || p.Capacity == nil {
+		return nil
+	}
+	return p.Capacity.VerifiedRate
 }
 
 // Knee is where goodput stops growing.
@@ -348,6 +390,12 @@ type Level struct {
 	// EngineQueue is the engine's own queue depth over the window, from
 	// its metrics (the target's server_metrics); nil without them.
 	EngineQueue *EngineQueue `json:"engine_queue,omitempty"`
+	// GPU is the target's GPUs over the level's windows (target.gpu); nil
+	// without a source: not measured.
+	GPU *gpu.Window `json:"gpu,omitempty"`
+	// HotTenant is the hot tenant's and the other tenants' requests apart,
+	// on a level with a hot tenant.
+	HotTenant *HotTenant `json:"hot_tenant,omitempty"`
 
 	// DrainSeconds is how long the requests in flight took to end after
 	// the window (the cooldown), or after a burst.
@@ -567,8 +615,16 @@ type SoakRun struct {
 	Rate    float64      `json:"rate"`
 	Windows []SoakWindow `json:"windows"`
 	Drift   *Drift       `json:"drift,omitempty"`
-	// Faults is what the soak's fault plan did to the simulator.
+	// Faults is what the soak's fault plan did.
 	Faults []FaultEvent `json:"faults,omitempty"`
+	// Impacts is what each step of the fault plan that ran did to the
+	// target, measured (impact.go).
+	Impacts []FaultImpact `json:"impacts,omitempty"`
+	// OneLost is the remaining capacity after one replica is lost: the
+	// computed one (the last verified capacity of the target, less a
+	// replica's share) beside what a step that took a replica away
+	// measured.
+	OneLost *ReplicaLoss `json:"one_lost,omitempty"`
 }
 
 // SoakWindow is one window of a soak: the level measured over it, and the
@@ -581,6 +637,9 @@ type SoakWindow struct {
 	ProberGoroutines int   `json:"prober_goroutines"`
 	// ErrorBurst: more than 10% of the window's requests failed.
 	ErrorBurst bool `json:"error_burst,omitempty"`
+	// Cache is the window's cache mode where the soak's is not production
+	// ("cold", or "production" in a soak that alternates).
+	Cache string `json:"cache,omitempty"`
 }
 
 // Drift compares the end of a soak with its first steady window.
@@ -621,14 +680,27 @@ type Drift struct {
 	ServerGrowth map[string]float64 `json:"server_growth,omitempty"`
 }
 
-// FaultEvent is one change of a simulator's faults by a soak's fault plan.
+// FaultEvent is one thing a soak's fault plan did: a change of a
+// simulator's faults, or a fault action (or its undo) against a real
+// deployment.
 type FaultEvent struct {
 	At time.Time `json:"at"`
+	// Step is the step's index in the plan (absent: the first); Kind is
+	// "simulator" or the action's kind ("http", "kubernetes", "exec");
+	// runs written before fault actions have neither.
+	Step int    `json:"step,omitempty"`
+	Kind string `json:"kind,omitempty"`
 	// Action is "set" (the plan's faults) or "restored" (the faults the
-	// simulator had before).
+	// simulator had before), or an action's "do" or "undo".
 	Action string `json:"action"`
-	Faults string `json:"faults"`
-	Error  string `json:"error,omitempty"`
+	Faults string `json:"faults,omitempty"`
+	// Description, Result, DryRun and Seconds are a fault action's: what
+	// it was, what happened, whether it was a dry run, how long it took.
+	Description string  `json:"description,omitempty"`
+	Result      string  `json:"result,omitempty"`
+	DryRun      bool    `json:"dry_run,omitempty"`
+	Seconds     float64 `json:"seconds,omitempty"`
+	Error       string  `json:"error,omitempty"`
 }
 
 // CanaryScenario is the canary of one scenario during a test.

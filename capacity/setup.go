@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/url"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v2"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/faultaction"
 	"github.com/sloprober/sloprober/prober"
 )
 
@@ -55,8 +57,55 @@ func newSetup(t *config.TestConfig, load *config.LoadSpec) *Setup {
 	if r := load.Replay; r != nil {
 		s.Replay = &TraceSetup{File: filepath.Base(r.File), Format: r.Format}
 	}
-	s.Test = flowYAML(t)
+	s.Test = flowYAML(redactedTest(t))
 	return s
+}
+
+// redactedTest is t as a run states it: its fault actions' URLs public
+// (PublicURL: no credentials or query), their bodies and exec commands
+// replaced by their size. A gateway's admin token may be in any of them,
+// and a run is served by the always-on GET /api/v1/runs/{id}; header
+// values are config secrets already.
+func redactedTest(t *config.TestConfig) *config.TestConfig {
+	if len(t.Faults) == 0 {
+		return t
+	}
+	c := *t
+	c.Faults = make([]config.FaultStep, len(t.Faults))
+	for i, f := range t.Faults {
+		if h := f.HTTP; h != nil {
+			hc := *h
+			hc.HTTPRequest = redactedRequest(h.HTTPRequest)
+			if h.Undo != nil {
+				u := redactedRequest(*h.Undo)
+				hc.Undo = &u
+			}
+			f.HTTP = &hc
+		}
+		if e := f.Exec; e != nil {
+			ec := *e
+			ec.Command, ec.Undo = redactedArgv(e.Command), redactedArgv(e.Undo)
+			f.Exec = &ec
+		}
+		c.Faults[i] = f
+	}
+	return &c
+}
+
+func redactedRequest(r faultaction.HTTPRequest) faultaction.HTTPRequest {
+	r.URL = PublicURL(r.URL)
+	if r.Body != "" {
+		r.Body = fmt.Sprintf("<%d bytes>", len(r.Body))
+	}
+	return r
+}
+
+// redactedArgv keeps a command's name and says how many arguments follow.
+func redactedArgv(argv []string) []string {
+	if len(argv) == 0 {
+		return nil
+	}
+	return []string{filepath.Base(argv[0]), fmt.Sprintf("<%d arguments>", len(argv)-1)}
 }
 
 // flowYAML renders v as YAML, trimmed ("" if it cannot).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/faultaction"
 	"github.com/sloprober/sloprober/internal/proc"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/validity"
@@ -55,12 +56,19 @@ type Soak struct {
 	// Step.Validity does a level's: a window measured while the prober was
 	// the limit is marked prober-bound.
 	Validity *validity.Config
+	// Faults runs the fault plan's actions (nil: a runner that refuses
+	// exec actions); LastCapacity, if set, returns the target's last
+	// verified capacity (Env.LastCapacity).
+	Faults       *faultaction.Runner
+	LastCapacity func(target string) *LastCapacity
 
 	// first and last are the per-request samples of the first window and
 	// of the last keepLast windows summarized, for the drift.
 	first    *requestSamples
 	last     []*requestSamples
 	keepLast int
+	// start is when the soak started, sendEnd when it stopped sending.
+	start, sendEnd time.Time
 }
 
 // plan implements procedure.
@@ -91,6 +99,8 @@ func (s *Soak) Run(ctx context.Context) *Run {
 		run.End = time.Now()
 	}()
 	spec := openLoop(s.Load, t.Rate)
+	run.Cache = t.Cache
+	spec.ColdCache = t.Cache == config.CacheCold || t.Cache == config.CacheAlternate
 	if err := s.Manager.Apply(t.Name, []config.LoadSpec{spec}); err != nil {
 		run.Verdict, run.Reason = VerdictAborted, err.Error()
 		return run
@@ -98,7 +108,7 @@ func (s *Soak) Run(ctx context.Context) *Run {
 	var plan *faultPlan
 	if len(t.Faults) > 0 {
 		var err error
-		plan, err = newFaultPlan(s.Load.Target.URL)
+		plan, err = newFaultPlan(s.Load.Target.URL, t.Faults, s.Faults, s.Logger)
 		if err != nil {
 			run.Verdict, run.Reason = VerdictAborted, fmt.Sprintf("fault plan: %v", err)
 			return run
@@ -113,16 +123,23 @@ func (s *Soak) Run(ctx context.Context) *Run {
 			stopPlan()
 			<-planned // a step in force is restored first
 			run.Soak.Faults = plan.Events()
+			s.impacts(run, col, plan)
 		}()
 	}
 	// A Step lends the soak its watch, drain and summaries; the stop rules
 	// are judged per window (below), not as requests end: an error burst
 	// the target recovers from is part of a soak, not a reason to stop.
-	st := &Step{Manager: s.Manager, Test: t, Load: s.Load, Queue: s.Queue, Validity: s.Validity, col: col, start: start, noStopRules: true}
+	st := &Step{Manager: s.Manager, Test: t, Load: s.Load, Queue: s.Queue, Validity: s.Validity, col: col, start: start, noStopRules: true,
+		gpus: newGPUSource(s.Load.Target, s.Logger)}
+	defer st.gpus.close()
 	warmup, steady := time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady)
 	end := start.Add(time.Duration(t.Duration))
 	n := int((time.Duration(t.Duration) - warmup) / steady)
 	s.keepLast = lastWindows(n)
+	// The series starts with the soak, warm-up included: a fault step
+	// may come at any time.
+	col.TrackSeries(start, impactBucket(steady, time.Duration(t.Duration)))
+	s.start = start
 	err := st.watch(ctx, warmup, nil)
 	var windows []*Window
 	done := map[int]bool{} // summarized windows
@@ -145,16 +162,30 @@ func (s *Soak) Run(ctx context.Context) *Run {
 			s.Progress(p)
 		}
 		col.ResetLevel()
+		if t.Cache == config.CacheAlternate && i > 0 {
+			// Cold windows and production ones in turn, cold first; the
+			// load changes in place, its schedule going on.
+			spec.ColdCache = i%2 == 0
+			if err = s.Manager.Apply(t.Name, []config.LoadSpec{spec}); err != nil {
+				break
+			}
+		}
 		// Windows follow each other without a gap: the next one opens
 		// at the instant the last one closed.
 		w := col.Open(now)
 		windows = append(windows, w)
-		queue := sampleQueue(ctx, s.Queue)
+		queue, gpus := sampleQueue(ctx, s.Queue), st.gpus.start(ctx)
 		err = st.watch(ctx, time.Until(now.Add(steady)), nil)
 		now = time.Now()
 		col.Close(w, now)
 		sw := SoakWindow{ProberRSSBytes: proc.RSS(), ProberGoroutines: runtime.NumGoroutine()}
-		sw.EngineQueue = queue.stop()
+		if t.Cache != config.CacheProduction {
+			sw.Cache = config.CacheProduction
+			if spec.ColdCache {
+				sw.Cache = config.CacheCold
+			}
+		}
+		sw.EngineQueue, sw.GPU = queue.stop(), gpus.Stop()
 		run.Soak.Windows = append(run.Soak.Windows, sw)
 		if serr := st.stopRule(); serr != nil && err == nil {
 			// Plainly broken for two windows in a row: not recovering.
@@ -172,6 +203,9 @@ func (s *Soak) Run(ctx context.Context) *Run {
 			s.Checkpoint(soakCheckpoint(run, done, plan))
 		}
 	}
+	// Sending ends here: the drain's empty buckets after it are no
+	// recovery of a fault.
+	s.sendEnd = time.Now()
 	stop := spec
 	stop.Paused = true
 	_, derr := st.drain(ctx, stop)
@@ -191,6 +225,68 @@ func (s *Soak) Run(ctx context.Context) *Run {
 		run.Verdict, run.Reason = s.judge(run.Soak)
 	}
 	return run
+}
+
+// impacts measures each step of the fault plan that ran (impact.go), and
+// the remaining capacity after one replica is lost where a step took one
+// away.
+func (s *Soak) impacts(run *Run, col *Collector, plan *faultPlan) {
+	ser := col.Series()
+	if ser == nil {
+		return
+	}
+	last := ser.bucket(s.sendEnd)
+	if s.sendEnd.IsZero() {
+		last = ser.bucket(time.Now())
+	}
+	ran := plan.Ran()
+	notBefore := 0
+	steps := s.Test.Faults
+	for i := range steps {
+		tm, ok := ran[i]
+		if !ok {
+			continue
+		}
+		st := &steps[i]
+		desc := st.Action.Describe()
+		if st.Kind() == config.FaultSimulator {
+			desc = "simulator faults " + compactJSON(mustJSON(stringKeys(st.Set)))
+		}
+		at := impactSpans{notBefore: notBefore, last: last}
+		if st.Kind() == config.FaultKubernetes {
+			// A pod's deletion has no end of its own: its failures may
+			// come after the step's for (grace period, endpoints), so
+			// it is judged up to the next step or the soak's end.
+			at.settle = last - impactSpan
+			if i+1 < len(steps) {
+				at.settle = ser.bucket(s.start.Add(time.Duration(steps[i+1].At))) - impactSpan
+			}
+		}
+		fi := ser.impactOf(i, st.Kind(), desc, tm.start, tm.end, at, s.Test.Drift.GoodputDrop)
+		fi.ReplicaLost, fi.DryRun = st.LosesReplica(), tm.dryRun
+		run.Soak.Impacts = append(run.Soak.Impacts, fi)
+		// The next step's reference begins after this one has ended
+		// and recovered.
+		notBefore = ser.bucket(tm.end)
+		if r := fi.RecoverySeconds; r != nil {
+			notBefore = max(notBefore, ser.bucket(tm.start.Add(time.Duration(*r*float64(time.Second))))+impactSpan)
+		}
+	}
+	var lc *LastCapacity
+	if s.LastCapacity != nil {
+		lc = s.LastCapacity(s.Load.Target.Name)
+	}
+	run.Soak.OneLost = replicaLoss(run.Soak.Impacts, s.Load.Target.Replicas, s.Test.Rate, objectiveOf(&s.Load), lc)
+}
+
+// objectiveOf is the objective a load's pooled attainment is judged
+// against: its scenarios' highest.
+func objectiveOf(load *config.LoadSpec) float64 {
+	o := 0.0
+	for _, sc := range load.Scenarios {
+		o = max(o, sc.Objective)
+	}
+	return o
 }
 
 // soakCheckpoint is what a running soak stores: its windows summarized so
@@ -216,7 +312,7 @@ func soakCheckpoint(run *Run, done map[int]bool, plan *faultPlan) *Run {
 // samples for the drift when it is the first or may be among the last.
 func (s *Soak) summarizeWindow(st *Step, run *Run, windows []*Window, i int) {
 	w := &run.Soak.Windows[i]
-	w.Level = Level{Stage: "soak", IntendedRate: s.Test.Rate, EngineQueue: w.EngineQueue}
+	w.Level = Level{Stage: "soak", IntendedRate: s.Test.Rate, EngineQueue: w.EngineQueue, GPU: w.GPU}
 	d := st.col.Data(windows[i])
 	summarize(&w.Level, &s.Load, d, s.Test.Window.MinRequests, s.batch(), confidence)
 	judgeProber(&w.Level, s.Validity, "its latencies include the prober's own delays")
@@ -228,9 +324,13 @@ func (s *Soak) summarizeWindow(st *Step, run *Run, windows []*Window, i int) {
 	}
 	w.ErrorBurst = w.Sent > 0 && float64(bad) > errorBurstRatio*float64(w.Sent)
 	samples := samplesOf(d.records, d.start)
-	if i == 0 {
+	switch {
+	case i == 0:
 		s.first = samples
-	} else {
+	case s.Test.Cache == config.CacheAlternate && i%2 == 1:
+		// The drift compares windows of one cache mode: the first
+		// (cold) with the last cold ones.
+	default:
 		s.last = append(s.last, samples)
 		if len(s.last) > s.keepLast {
 			s.last = s.last[1:]
@@ -262,6 +362,19 @@ func (s *Soak) judge(sr *SoakRun) (string, string) {
 	first := &ws[0]
 	k := lastWindows(len(ws))
 	last := ws[len(ws)-k:]
+	if t.Cache == config.CacheAlternate {
+		// The server's timings are compared between windows of one
+		// cache mode, the first's, as the latencies are.
+		var same []SoakWindow
+		for _, w := range last {
+			if w.Cache == first.Cache {
+				same = append(same, w)
+			}
+		}
+		if len(same) > 0 {
+			last = same
+		}
+	}
 	d := &Drift{P99Growth: map[string]float64{}, Percentile: map[string]string{}}
 	sr.Drift = d
 	var fails, notes []string

@@ -200,6 +200,9 @@ func summarize(l *Level, spec *config.LoadSpec, w windowData, minRequests int, b
 	l.Server = serverSignals(records)
 	l.Lengths, l.Longest = lengths(spec, records)
 	l.Prober = proberHealth(w)
+	if h := spec.HotTenant; h != nil {
+		l.HotTenant = hotTenantResult(spec, records, w.start, batch, level)
+	}
 }
 
 // countedOutcomes are the counted requests of records, of one scenario

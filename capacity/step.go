@@ -80,6 +80,7 @@ type Step struct {
 	Validity *validity.Config
 
 	col         *Collector
+	gpus        *gpuSource
 	noStopRules bool // a soak judges them per window
 	// judgeLevel, if set, replaces the judgement of the prober's health
 	// over a level (judgeProber by Validity); openVerify and closedSweep,
@@ -132,6 +133,8 @@ func (s *Step) Run(ctx context.Context) *Run {
 	s.col = s.Recorder.Start(t.Name)
 	defer s.Recorder.Stop(t.Name)
 	defer end(s.run, s.col)
+	s.gpus = newGPUSource(s.Load.Target, s.Logger)
+	defer s.gpus.close()
 	canary := s.Recorder.WatchCanary(s.Load.Target.Name)
 	defer func() {
 		s.run.Canary = canary.Results()
@@ -143,9 +146,83 @@ func (s *Step) Run(ctx context.Context) *Run {
 		}
 		s.run.End = time.Now()
 	}()
+	s.run.Cache = t.Cache
+	switch t.Cache {
+	case config.CacheCold:
+		s.Load.ColdCache = true
+	case config.CacheBoth:
+		// Cold first: a production pass first would leave the prefixes
+		// it shares in the cache (the cold pass salts them anyway, but
+		// its own requests then compete with nothing warm).
+		s.levels *= 2
+		s.Load.ColdCache = true
+		verdict, reason := s.steps(ctx)
+		s.run.Cold = s.takePass(config.CacheCold, verdict, reason)
+		if verdict == VerdictAborted {
+			s.run.Verdict, s.run.Reason = verdict, "cold-cache pass: "+reason
+			return s.run
+		}
+		s.Load.ColdCache = false
+	}
 	verdict, reason := s.steps(ctx)
+	s.run.CachedShare = passCachedShare(s.run.Baseline, s.run.Sweep, s.run.Verify, s.run.Burst)
+	if c := s.run.Cold; c != nil {
+		reason += "; cold cache: " + c.summary()
+	}
 	s.run.Verdict, s.run.Reason = verdict, reason
 	return s.run
+}
+
+// takePass moves the stages measured so far out of the run into a pass of
+// the cache mode, and resets the state the procedure keeps between its
+// stages, for the next pass.
+func (s *Step) takePass(cache, verdict, reason string) *CachePass {
+	r := s.run
+	p := &CachePass{Cache: cache, Verdict: verdict, Reason: reason,
+		Baseline: r.Baseline, Sweep: r.Sweep, Knee: r.Knee, Capacity: r.Capacity, Verify: r.Verify, Burst: r.Burst, HotTenant: r.HotTenant}
+	p.CachedShare = passCachedShare(r.Baseline, r.Sweep, r.Verify, r.Burst)
+	r.Baseline, r.Sweep, r.Knee, r.Capacity, r.Verify, r.Burst, r.HotTenant = nil, nil, nil, nil, nil, nil, nil
+	s.above, s.leftShort, s.short, s.drainNote, s.goodput = false, false, nil, "", 0
+	return p
+}
+
+// summary is the pass's outcome in a verdict's reason: "1.2 req/s verified
+// (fail)" or its verdict and reason.
+func (p *CachePass) summary() string {
+	share := ""
+	if p.CachedShare != nil {
+		share = fmt.Sprintf(", %.1f%% of prompt tokens cached", 100**p.CachedShare)
+	}
+	if v := p.VerifiedRate(); v != nil {
+		return fmt.Sprintf("%.3g req/s verified open loop (%s%s)", *v, p.Verdict, share)
+	}
+	return fmt.Sprintf("%s: %s%s", p.Verdict, p.Reason, share)
+}
+
+// passCachedShare is the share of the prompt tokens of a pass's levels
+// that the server reported cached, nil when no level's server reported
+// any: 3,000 of 40,000 tokens are 7.5%.
+func passCachedShare(base *Level, sweep, verify []Level, burst *Level) *float64 {
+	var cached, prompt int
+	add := func(l *Level) {
+		if l != nil && l.Server != nil && l.Server.CachedShare != nil {
+			cached += l.Server.CachedTokens
+			prompt += l.Server.PromptTokens
+		}
+	}
+	add(base)
+	for i := range sweep {
+		add(&sweep[i])
+	}
+	for i := range verify {
+		add(&verify[i])
+	}
+	add(burst)
+	if prompt == 0 {
+		return nil
+	}
+	share := float64(cached) / float64(prompt)
+	return &share
 }
 
 // steps runs the procedure (the seed's steps 2 to 5) and returns the
@@ -211,6 +288,11 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 	if verdict, reason, ok := s.burst(ctx, verified); !ok {
 		return verdict, reason
 	}
+	hot, err := s.hotTenant(ctx, verified)
+	s.run.HotTenant = hot
+	if err != nil {
+		return VerdictAborted, abortReason(ctx, err)
+	}
 	reason = fmt.Sprintf("%.3g req/s verified open loop (%s; %.3g good req/s)", verified.OfferedRate, attainmentText(verified), verified.Goodput)
 	if c := s.run.Capacity; c.Bound > 0 {
 		reason += fmt.Sprintf(", below %.3g req/s (%s)", c.Bound, c.BoundDecision)
@@ -221,6 +303,9 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 	}
 	if forecast != "" {
 		reason += "; " + forecast
+	}
+	if hot != nil && hot.HotTenant != nil {
+		reason += "; hot tenant: " + hot.HotTenant.text()
 	}
 	if fail {
 		return VerdictFail, forecast + "; " + strings.TrimPrefix(reason, forecast+"; ")
@@ -578,13 +663,13 @@ func (s *Step) baselineOnce(ctx context.Context) (*Level, error) {
 		s.col.Close(w, time.Now())
 		return l, err
 	}
-	queue := sampleQueue(ctx, s.Queue)
+	queue, gpus := sampleQueue(ctx, s.Queue), s.gpus.start(ctx)
 	err := s.watch(ctx, 0, func() bool {
 		finished, _, _ := s.col.Level()
 		return finished >= n
 	})
 	s.col.Close(w, time.Now())
-	l.EngineQueue = queue.stop()
+	l.EngineQueue, l.GPU = queue.stop(), gpus.Stop()
 	drain, derr := s.drain(ctx, s.closedSpec(0))
 	if err == nil {
 		err = derr
@@ -666,7 +751,7 @@ func (s *Step) measureOnce(ctx context.Context, l *Level, stop config.LoadSpec) 
 	s.leftShort = false
 	steady := time.Duration(s.Test.Window.Steady)
 	err := s.watch(ctx, time.Duration(s.Test.Window.Warmup), nil)
-	queue := sampleQueue(ctx, s.Queue)
+	queue, gpus := sampleQueue(ctx, s.Queue), s.gpus.start(ctx)
 	ws := []*Window{s.col.Open(time.Time{})}
 	if err == nil {
 		err = s.watch(ctx, steady, nil)
@@ -693,7 +778,7 @@ func (s *Step) measureOnce(ctx context.Context, l *Level, stop config.LoadSpec) 
 	if w := ws[len(ws)-1]; w.End.IsZero() {
 		s.col.Close(w, time.Now())
 	}
-	l.EngineQueue = queue.stop()
+	l.EngineQueue, l.GPU = queue.stop(), gpus.Stop()
 	drain, derr := s.drain(ctx, stop)
 	if err == nil {
 		err = derr

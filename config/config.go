@@ -11,6 +11,7 @@ import (
 	commoncfg "github.com/prometheus/common/config"
 	"github.com/prometheus/common/model"
 
+	"github.com/sloprober/sloprober/gpu"
 	"github.com/sloprober/sloprober/workload"
 )
 
@@ -176,6 +177,11 @@ type TargetConfig struct {
 	Timing *TimingConfig `yaml:"timing,omitempty"`
 	// ServerMetrics, when set, reads the engine's own /metrics.
 	ServerMetrics *ServerMetricsConfig `yaml:"server_metrics,omitempty"`
+	// GPU, when set, reads the target's GPUs' utilisation and memory
+	// (NVIDIA's DCGM exporter, directly or through a Prometheus) over each
+	// level and window of a test. Without it a report says "GPU: not
+	// measured".
+	GPU *gpu.Config `yaml:"gpu,omitempty"`
 
 	// HTTPClientConfig is prometheus/common's, with one default changed:
 	// follow_redirects is false. A probe must send what it says: net/http
@@ -236,6 +242,9 @@ type ScenarioConfig struct {
 	Conversation *ConversationConfig `yaml:"conversation,omitempty"`
 	// Cancel makes the client cancel a share of requests.
 	Cancel *CancelConfig `yaml:"cancel,omitempty"`
+	// Tenants makes every request one of several tenants' (see
+	// TenantsConfig).
+	Tenants *TenantsConfig `yaml:"tenants,omitempty"`
 	// IgnoreEOS sends ignore_eos: true (only when true: hosted APIs reject
 	// unknown keys).
 	IgnoreEOS bool      `yaml:"ignore_eos"`

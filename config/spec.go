@@ -55,6 +55,16 @@ type LoadSpec struct {
 	// the whole schedule that fall to it, and its rates (ScenarioRates,
 	// PeakRate) its share.
 	Shard Shard
+	// HotTenant, when set, makes one tenant of the scenarios with tenants
+	// send Factor times its share (see HotTenant: the caller raises Rate
+	// by HotRateFactor). It changes in place, as the rate does.
+	HotTenant *HotTenant
+	// ColdCache salts every prompt with a fresh draw, so that no prompt
+	// shares a prefix with another request of this load or of any earlier
+	// run: prefix groups and trace blocks become per-request text of the
+	// same length (a conversation's later turns still resend their own
+	// history). It changes in place, as the rate does.
+	ColdCache bool
 }
 
 // ScenarioSpec is one scenario of a load with its labels and weight.

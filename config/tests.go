@@ -6,6 +6,9 @@ import (
 
 	"github.com/prometheus/common/model"
 	"github.com/robfig/cron/v3"
+
+	"github.com/sloprober/sloprober/faultaction"
+	"github.com/sloprober/sloprober/workload"
 )
 
 // Test kinds.
@@ -50,6 +53,15 @@ type TestConfig struct {
 	// conclusion. Default 2.
 	Retries int `yaml:"retries"`
 
+	// Cache is how the test treats the target's prefix cache: CacheProduction
+	// (the default: the scenarios' prefix sharing, or a trace's blocks, as
+	// production shares them), CacheCold (every prompt salted, so nothing
+	// is shared and every prefill is paid in full), or CacheBoth (a step
+	// test measures its procedure twice, cold first, and the report shows
+	// both capacities). A soak may also CacheAlternate: its windows
+	// alternate cold and production, cold first.
+	Cache string `yaml:"cache,omitempty"`
+
 	// Window is a step test's level window, or a soak's result window
 	// (`window: 10m` is its steady duration).
 	Window WindowConfig `yaml:"window,omitempty"`
@@ -58,17 +70,70 @@ type TestConfig struct {
 	Rate     float64        `yaml:"rate,omitempty"`
 	Duration model.Duration `yaml:"duration,omitempty"`
 	Drift    DriftConfig    `yaml:"drift,omitempty"`
-	// Faults is a soak's fault plan, against a simulator target only.
+	// Faults is a soak's fault plan.
 	Faults []FaultStep `yaml:"faults,omitempty"`
 }
 
-// FaultStep sets a simulator's faults At into a soak, For a while, then
-// restores the faults it had: "failure and recovery" as part of the run.
+// Cache modes of a test (TestConfig.Cache).
+const (
+	CacheProduction = "production"
+	CacheCold       = "cold"
+	CacheBoth       = "both"
+	CacheAlternate  = "alternate"
+)
+
+// CacheModes lists the cache modes of a kind of test.
+func CacheModes(kind string) []string {
+	if kind == TestSoak {
+		return []string{CacheProduction, CacheCold, CacheAlternate}
+	}
+	return []string{CacheProduction, CacheCold, CacheBoth}
+}
+
+// FaultStep is one step of a soak's fault plan, "failure and recovery"
+// as part of the run: At into the soak it either sets a simulator's
+// faults (Set) and restores the faults it had For later, or runs a fault
+// action against a real deployment (an http request, the deletion of a
+// Kubernetes pod, a command) and its undo, if it has one, For later. The
+// soak measures each step: before, during, and the time to recover.
 type FaultStep struct {
 	At  model.Duration `yaml:"at"`
 	For model.Duration `yaml:"for"`
 	// Set is a faults block of the simulator (its `faults` keys).
-	Set map[string]any `yaml:"set"`
+	Set map[string]any `yaml:"set,omitempty"`
+	// The fault action, when Set is not given: exactly one of http,
+	// kubernetes and exec.
+	faultaction.Action `yaml:",inline"`
+	// ReplicaLost says the step takes a serving replica away, so that what
+	// the soak measures during it is the remaining capacity; default true
+	// for a kubernetes action, false otherwise.
+	ReplicaLost *bool `yaml:"replica_lost,omitempty"`
+}
+
+// Kind is the step's kind: "simulator" for Set, else its action's.
+func (f *FaultStep) Kind() string {
+	if len(f.Set) > 0 {
+		return FaultSimulator
+	}
+	return f.Action.Kind()
+}
+
+// Kinds of fault step (FaultStep.Kind).
+const (
+	// FaultSimulator sets a simulator's faults.
+	FaultSimulator  = "simulator"
+	FaultHTTP       = faultaction.KindHTTP
+	FaultKubernetes = faultaction.KindKubernetes
+	FaultExec       = faultaction.KindExec
+)
+
+// LosesReplica reports whether the step takes a serving replica away
+// (ReplicaLost, by default a kubernetes action).
+func (f *FaultStep) LosesReplica() bool {
+	if f.ReplicaLost != nil {
+		return *f.ReplicaLost
+	}
+	return f.Kubernetes != nil
 }
 
 // TestReplayConfig is a trace a test takes its requests from.
@@ -151,6 +216,25 @@ type VerifyConfig struct {
 	MaxLevels   int            `yaml:"max_levels,omitempty"`
 	Burst       BurstConfig    `yaml:"burst,omitempty"`
 	DrainWithin model.Duration `yaml:"drain_within,omitempty"`
+	// HotTenant, if set, ends the verification with one more level at the
+	// verified rate in which one tenant sends more than its share: the
+	// other tenants' attainment during it is the risk boundary of a
+	// single-tenant hot spot. The test's scenarios must have tenants.
+	HotTenant *HotTenantConfig `yaml:"hot_tenant,omitempty"`
+}
+
+// HotTenantConfig is the hot tenant of a verification: the most frequent
+// tenant (tenant-1) sends Factor times its share, with prompts of
+// InputTokens when given, for For. With 50 tenants drawn uniformly and a
+// factor of 10, tenant-1's share of 2% becomes 0.2/1.18 = 16.9% of the
+// requests, and 10 req/s verified become 11.8 req/s.
+type HotTenantConfig struct {
+	Factor float64 `yaml:"factor"`
+	// For is the hot level's steady window; 0: the test's window.steady.
+	For model.Duration `yaml:"for,omitempty"`
+	// InputTokens is the hot tenant's prompt length (long prompts); nil:
+	// the scenario's.
+	InputTokens *workload.Distribution `yaml:"input_tokens,omitempty"`
 }
 
 // DefaultVerifyLevels is the open-loop levels of a search without
@@ -283,11 +367,13 @@ func (t *TestConfig) UnmarshalYAML(unmarshal func(any) error) error {
 	*t = TestConfig{}
 	switch kind.Kind {
 	case TestStep:
+		t.Cache = CacheProduction
 		t.Baseline, t.Window, t.Verify, t.Stop = DefaultBaseline, DefaultWindow, DefaultVerify, DefaultStop
 		t.Sweep = SweepConfig{Concurrency: append([]int(nil), DefaultSweep.Concurrency...), Refine: DefaultSweep.Refine}
 		t.Verify.Rates = append([]float64(nil), DefaultVerify.Rates...)
 		t.Retries = DefaultRetries
 	case TestSoak:
+		t.Cache = CacheProduction
 		t.Window, t.Drift, t.Stop = DefaultSoakWindow, DefaultDrift, DefaultStop
 	}
 	type plain TestConfig

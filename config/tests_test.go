@@ -37,6 +37,7 @@ func TestTestsGood(t *testing.T) {
 		},
 		Stop:    StopConfig{ErrorRatio: 0.2, TTFTOver: model.Duration(30 * time.Second)},
 		Retries: DefaultRetries,
+		Cache:   CacheProduction,
 	}, full)
 	require.Equal(t, 8, full.Verify.Levels(), "verify.max_levels' default")
 	require.Equal(t, 3, full.Window.MaxSteadyWindows(), "window.max_steady's default: three steady windows")
@@ -80,6 +81,7 @@ func TestTestsGood(t *testing.T) {
 		Rate:     10,
 		Duration: model.Duration(48 * time.Hour),
 		Drift:    DriftConfig{P99Growth: 0.5, GoodputDrop: 0.1},
+		Cache:    CacheProduction,
 	}, weekend)
 
 	// A soak of its required keys and `window: 5m` takes the soak's
@@ -463,7 +465,21 @@ tests:
 	}{
 		{`  - {name: x, kind: soak, target: sim, scenario: s, rate: 1, duration: 1h, faults: [{at: 30m, for: 5m, set: {error_rate: {"503": 1}}}]}`, ""},
 		{`  - {name: x, kind: soak, target: prod, scenario: s, rate: 1, duration: 1h, faults: [{at: 30m, for: 5m, set: {error_rate: {"503": 1}}}]}`,
-			`tests[0].faults: a fault plan changes a simulator's faults: target "prod" is not marked simulator: true`},
+			`tests[0].faults[0].set: sets a simulator's faults: target "prod" is not marked simulator: true (use an http, kubernetes or exec action against a real target)`},
+		// Fault actions, against any target.
+		{`  - {name: x, kind: soak, target: prod, scenario: s, rate: 1, duration: 1h, faults: [{at: 30m, for: 5m, kubernetes: {namespace: serving, selector: app=vllm}}]}`, ""},
+		{`  - {name: x, kind: soak, target: prod, scenario: s, rate: 1, duration: 1h, faults: [{at: 30m, for: 5m, http: {url: "http://127.0.0.1:9001/admin/out", undo: {url: "http://127.0.0.1:9001/admin/in"}}, replica_lost: true}]}`, ""},
+		{`  - {name: x, kind: soak, target: prod, scenario: s, rate: 1, duration: 1h, faults: [{at: 30m, for: 5m, exec: {command: [kubectl, scale, deploy/vllm, --replicas=2]}}]}`, ""},
+		{`  - {name: x, kind: soak, target: prod, scenario: s, rate: 1, duration: 1h, faults: [{at: 30m, for: 5m, http: {url: "nope"}}]}`,
+			`tests[0].faults[0]: http.url: must be an absolute http(s) URL`},
+		{`  - {name: x, kind: soak, target: prod, scenario: s, rate: 1, duration: 1h, faults: [{at: 30m, for: 5m, kubernetes: {namespace: serving, selector: "app in (("}}]}`,
+			`tests[0].faults[0]: kubernetes.selector:`},
+		{`  - {name: x, kind: soak, target: sim, scenario: s, rate: 1, duration: 1h, faults: [{at: 30m, for: 5m, set: {reset_rate: 1}, http: {url: "http://127.0.0.1:9001/x"}}]}`,
+			`tests[0].faults[0]: must set either simulator faults (set) or one fault action (http, kubernetes, exec), not both`},
+		{`  - {name: x, kind: soak, target: sim, scenario: s, rate: 1, duration: 1h, faults: [{at: 30m, for: 5m}]}`,
+			`tests[0].faults[0]: must set simulator faults (set) or one fault action (http, kubernetes, exec)`},
+		{`  - {name: x, kind: soak, target: sim, scenario: s, rate: 1, duration: 1h, faults: [{at: 30m, for: 5m, http: {url: "http://127.0.0.1:9001/x"}, kubernetes: {namespace: a, selector: b=c}}]}`,
+			`tests[0].faults[0]: must set exactly one of http, kubernetes, exec; got http and kubernetes`},
 		{`  - {name: x, kind: soak, target: sim, scenario: s, rate: 1, duration: 1h, faults: [{at: 30m, for: 5m, set: {error_rate: {"503": 1}}}, {at: 32m, for: 1m, set: {reset_rate: 1}}]}`,
 			`tests[0].faults[1].at: must be at or after the end of the step before (35m), got 32m`},
 		{`  - {name: x, kind: soak, target: sim, scenario: s, rate: 1, duration: 1h, faults: [{at: 58m, for: 5m, set: {reset_rate: 1}}]}`,
@@ -511,5 +527,63 @@ tests: [`+tc.test+`]
 			continue
 		}
 		require.ErrorContains(t, err, tc.err)
+	}
+}
+
+// TestCacheAndHotTenantErrors: a test's cache mode is one of its kind's,
+// and a hot tenant needs a factor above 1 and scenarios with tenants.
+func TestCacheAndHotTenantErrors(t *testing.T) {
+	const base = `
+targets: [{name: sim, url: "http://127.0.0.1:8000/v1", model: m, simulator: true}]
+scenarios: [{name: s, tenants: {count: 50}}, {name: u}]
+tests:
+`
+	for _, tc := range []struct{ test, err string }{
+		{`  - {name: x, kind: step, target: sim, scenario: s, cache: both, verify: {hot_tenant: {factor: 10, for: 1m, input_tokens: 8000}}}`, ""},
+		{`  - {name: x, kind: soak, target: sim, scenario: s, rate: 1, duration: 1h, cache: alternate}`, ""},
+		{`  - {name: x, kind: step, target: sim, scenario: s, cache: alternate}`,
+			`tests[0].cache: must be one of production, cold, both for kind: step, got "alternate"`},
+		{`  - {name: x, kind: soak, target: sim, scenario: s, rate: 1, duration: 1h, cache: both}`,
+			`tests[0].cache: must be one of production, cold, alternate for kind: soak, got "both"`},
+		{`  - {name: x, kind: step, target: sim, scenario: s, verify: {hot_tenant: {factor: 1}}}`,
+			`tests[0].verify.hot_tenant.factor: must be above 1 and at most 100 (times the tenant's share), got 1`},
+		{`  - {name: x, kind: step, target: sim, scenario: u, verify: {hot_tenant: {factor: 5}}}`,
+			`tests[0].verify.hot_tenant: scenario "u" has no tenants: a hot tenant needs scenarios with tenants (scenarios[].tenants)`},
+		{`  - {name: x, kind: step, target: sim, scenario: s, verify: {hot_tenant: {factor: 5, for: 2h}}}`,
+			`tests[0].verify.hot_tenant.for: must be between 0 (window.steady) and`},
+	} {
+		_, err := Load([]byte(base+tc.test+"\n"), false)
+		if tc.err == "" {
+			require.NoError(t, err, tc.test)
+			continue
+		}
+		require.ErrorContains(t, err, tc.err, tc.test)
+	}
+}
+
+// TestGPUErrors: a target's gpu section is checked with the target, each
+// message under the target's key.
+func TestGPUErrors(t *testing.T) {
+	const base = `
+scenarios: [{name: s}]
+targets:
+  - name: sim
+    url: "http://127.0.0.1:8000/v1"
+    model: m
+`
+	for _, tc := range []struct{ gpu, err string }{
+		{`{exporter: {url: "http://127.0.0.1:9400/metrics"}}`, ""},
+		{`{prometheus: {url: "http://127.0.0.1:9090", selector: '{Hostname="gpu-node-1"}'}, interval: 10s}`, ""},
+		{`{}`, `targets[0].gpu: set exactly one of prometheus and exporter`},
+		{`{exporter: {url: "nope"}}`, `targets[0].gpu.exporter.url: `},
+		{`{prometheus: {url: "http://127.0.0.1:9090", selector: 'Hostname="x"'}}`, `targets[0].gpu.prometheus.selector: `},
+		{`{exporter: {url: "http://127.0.0.1:9400/metrics"}, names: {utilization: "not a name"}}`, `targets[0].gpu.names.utilization: must be a metric name`},
+	} {
+		_, err := Load([]byte(base+"    gpu: "+tc.gpu+"\n"), false)
+		if tc.err == "" {
+			require.NoError(t, err, tc.gpu)
+			continue
+		}
+		require.ErrorContains(t, err, tc.err, tc.gpu)
 	}
 }

@@ -169,6 +169,18 @@ func (v *validation) validateTarget(key string, t *TargetConfig) {
 	v.validateHeaderValues(key, &t.HTTPClientConfig)
 	v.validateTiming(key, t.Timing)
 	v.validateServerMetrics(key, t.ServerMetrics)
+	if t.GPU != nil {
+		if err := t.GPU.Validate(); err != nil {
+			// Each line is "gpu.<key>: <what is wrong>".
+			for _, line := range strings.Split(err.Error(), "\n") {
+				k, msg, ok := strings.Cut(line, ": ")
+				if !ok || !strings.HasPrefix(k, "gpu") || strings.ContainsAny(k, " \t") {
+					k, msg = "gpu", line
+				}
+				v.bad(key+"."+k, "%s", msg)
+			}
+		}
+	}
 }
 
 func (v *validation) validateScenarios(scenarios []*ScenarioConfig) {
@@ -213,6 +225,7 @@ func (v *validation) validateScenario(key string, s *ScenarioConfig) {
 			v.bad(key+".prefix.groups", "must be at least 1, got %d", p.Groups)
 		}
 	}
+	v.validateTenants(key, s.Tenants)
 	if cv := s.Conversation; cv != nil {
 		if cv.Turns < 1 || cv.Turns > MaxTurns {
 			v.bad(key+".conversation.turns", "must be between 1 and %d, got %d", MaxTurns, cv.Turns)
@@ -565,6 +578,9 @@ func (v *validation) validateTests(c *Config) {
 		} else if g := c.Global.MaxRate; g > 0 && t.MaxRate > g {
 			v.bad(key+".max_rate", "must be at most global.max_rate %g, got %g", g, t.MaxRate)
 		}
+		if modes := CacheModes(t.Kind); (t.Kind == TestStep || t.Kind == TestSoak) && !slices.Contains(modes, t.Cache) {
+			v.bad(key+".cache", "must be one of %s for kind: %s, got %q", strings.Join(modes, ", "), t.Kind, t.Cache)
+		}
 		switch t.Kind {
 		case TestStep:
 			v.validateStep(key, t, c.Global)
@@ -665,12 +681,41 @@ func (v *validation) validateStep(key string, t *TestConfig, g GlobalConfig) {
 	if n := t.Verify.MaxLevels; n != 0 && (n < len(t.Verify.Rates) || n > MaxTestLevels) {
 		v.bad(key+".verify.max_levels", "must be between the number of verify.rates (%d) and %d, got %d", len(t.Verify.Rates), MaxTestLevels, n)
 	}
+	if h := t.Verify.HotTenant; h != nil {
+		v.validateHotTenant(key+".verify.hot_tenant", t, h)
+	}
 	if r := t.Retries; r < 0 || r > MaxRetries {
 		v.bad(key+".retries", "must be between 0 and %d, got %d", MaxRetries, r)
 	}
 	v.validateStop(key+".stop", t.Stop)
 	for _, k := range soakKeys(t) {
 		v.bad(key+"."+k, "applies to kind: soak only")
+	}
+}
+
+// MaxHotTenantFactor bounds verify.hot_tenant.factor: a tenant at 100
+// times its share is already most of a load of 50 tenants (67%).
+const MaxHotTenantFactor = 100
+
+// validateHotTenant checks a step test's hot tenant: a factor above 1,
+// a window that is not negative, and scenarios that have tenants.
+func (v *validation) validateHotTenant(key string, t *TestConfig, h *HotTenantConfig) {
+	if !(h.Factor > 1 && h.Factor <= MaxHotTenantFactor) {
+		v.bad(key+".factor", "must be above 1 and at most %d (times the tenant's share), got %g", MaxHotTenantFactor, h.Factor)
+	}
+	if h.For < 0 || time.Duration(h.For) > MaxLevelSteady {
+		v.bad(key+".for", "must be between 0 (window.steady) and %s, got %s", model.Duration(MaxLevelSteady), h.For)
+	}
+	if h.InputTokens != nil {
+		if err := h.InputTokens.Validate(); err != nil {
+			v.bad(key+".input_tokens", "%v", err)
+		}
+	}
+	names, _ := t.Scenarios()
+	for _, n := range names {
+		if sc := v.scenarios[n]; sc != nil && sc.Tenants == nil {
+			v.bad(key, "scenario %q has no tenants: a hot tenant needs scenarios with tenants (scenarios[].tenants)", n)
+		}
 	}
 }
 
@@ -763,15 +808,12 @@ func (v *validation) validateTestReplay(key string, t *TestConfig) {
 // MaxFaultSteps bounds a soak's fault plan.
 const MaxFaultSteps = 64
 
-// validateFaultPlan checks a soak's fault plan: against a simulator
-// target only, steps in order within the soak, each a valid faults block
-// of the simulator.
+// validateFaultPlan checks a soak's fault plan: steps in order within the
+// soak, each either a valid faults block of a simulator target (set) or a
+// valid fault action.
 func (v *validation) validateFaultPlan(key string, t *TestConfig, durationOK bool) {
 	if len(t.Faults) == 0 {
 		return
-	}
-	if tg := v.targets[t.Target]; tg != nil && !tg.Simulator {
-		v.bad(key, "a fault plan changes a simulator's faults: target %q is not marked simulator: true", t.Target)
 	}
 	if len(t.Faults) > MaxFaultSteps {
 		v.bad(key, "must have at most %d steps, got %d", MaxFaultSteps, len(t.Faults))
@@ -792,9 +834,25 @@ func (v *validation) validateFaultPlan(key string, t *TestConfig, durationOK boo
 			v.bad(k, "ends at %s, after the soak's duration %s", f.At+f.For, t.Duration)
 		}
 		end = f.At + f.For
-		if len(f.Set) == 0 {
+		action := f.Action.Kind() != ""
+		switch {
+		case f.Set != nil && action:
+			v.bad(k, "must set either simulator faults (set) or one fault action (http, kubernetes, exec), not both")
+			continue
+		case action:
+			if err := f.Action.Validate(); err != nil {
+				v.bad(k, "%v", err)
+			}
+			continue
+		case f.Set == nil:
+			v.bad(k, "must set simulator faults (set) or one fault action (http, kubernetes, exec)")
+			continue
+		case len(f.Set) == 0:
 			v.bad(k+".set", "must set some faults")
 			continue
+		}
+		if tg := v.targets[t.Target]; tg != nil && !tg.Simulator {
+			v.bad(k+".set", "sets a simulator's faults: target %q is not marked simulator: true (use an http, kubernetes or exec action against a real target)", t.Target)
 		}
 		b, err := yaml.Marshal(f.Set)
 		if err == nil {
@@ -843,7 +901,7 @@ func stepKeys(t *TestConfig) []string {
 	if len(t.Sweep.Concurrency) > 0 || t.Sweep.Refine != 0 {
 		keys = append(keys, "sweep")
 	}
-	if len(t.Verify.Rates) > 0 || t.Verify.Burst != (BurstConfig{}) || t.Verify.DrainWithin != 0 || t.Verify.Resolution != 0 || t.Verify.MaxLevels != 0 {
+	if len(t.Verify.Rates) > 0 || t.Verify.Burst != (BurstConfig{}) || t.Verify.DrainWithin != 0 || t.Verify.Resolution != 0 || t.Verify.MaxLevels != 0 || t.Verify.HotTenant != nil {
 		keys = append(keys, "verify")
 	}
 	if t.Retries != 0 {

@@ -22,6 +22,7 @@ import (
 	"helm.sh/helm/v3/pkg/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
@@ -276,6 +277,32 @@ var helmCases = []struct {
 		},
 	},
 	{
+		name: "fault actions", release: "sloprober", values: "faultActions: {kubernetes: {enabled: true}}",
+		want: func(r *rendering) { r.faultActions, r.faultNamespace = true, helmNamespace },
+	},
+	{
+		name: "fault actions in the serving pods' namespace", release: "canary",
+		values: "faultActions: {kubernetes: {enabled: true, namespace: llm}}",
+		want: func(r *rendering) {
+			r.secret = "canary-sloprober-credentials"
+			r.faultActions, r.faultNamespace = true, "llm"
+		},
+		check: func(t *testing.T, r *rendering) {
+			for _, id := range []string{"ServiceAccount/canary-sloprober", "Role/canary-sloprober-fault-actions", "RoleBinding/canary-sloprober-fault-actions"} {
+				if !slices.ContainsFunc(r.objs, func(o object) bool { return o.String() == id }) {
+					t.Errorf("%s: no %s in %v", r.source, id, r.objs)
+				}
+			}
+			// The subject's namespace is written out: the binding's is
+			// another.
+			if s := only[rbacv1.RoleBinding](t, r, "RoleBinding").Subjects; len(s) != 1 || s[0].Namespace != helmNamespace {
+				t.Errorf("%s: subjects %+v, want the ServiceAccount in %s", r.source, s, helmNamespace)
+			}
+		},
+	},
+	// A namespace alone enables nothing.
+	{name: "fault actions off, a namespace set", release: "sloprober", values: "faultActions: {kubernetes: {namespace: llm}}"},
+	{
 		name: "another release", release: "canary",
 		values: `shards: 2
 extraArgs: [--web.enable-test-api, --shutdown.grace-period=60s]
@@ -381,6 +408,11 @@ func TestHelmTemplateRefuses(t *testing.T) {
 		// Durations the Prometheus Operator or sloprober would refuse.
 		{"serviceMonitor: {interval: 30 seconds}", "interval"},
 		{"shutdownLinger: 35", "shutdownLinger"},
+		// A namespace the API server would refuse; a misspelled switch; a
+		// string, which the template would take as true.
+		{"faultActions: {kubernetes: {enabled: true, namespace: LLM_serving}}", "namespace"},
+		{"faultActions: {kubernetes: {enable: true}}", "enable"},
+		{`faultActions: {kubernetes: {enabled: "false"}}`, "enabled"},
 		// A budget of none would block every node drain.
 		{"pdb: {maxUnavailable: 0}", "maxUnavailable"},
 		{`pdb: {maxUnavailable: "0%"}`, "maxUnavailable"},
@@ -456,7 +488,8 @@ func TestHelmLint(t *testing.T) {
 	}
 }
 
-// TestHelmNotes: NOTES.txt renders and says where to look.
+// TestHelmNotes: NOTES.txt renders and says where to look, and what the
+// kubernetes fault action may delete when it is enabled.
 func TestHelmNotes(t *testing.T) {
 	for _, values := range []string{"", "shards: 3\nserviceMonitor: {enabled: false}"} {
 		_, notes, err := helmRender("sloprober", values)
@@ -466,6 +499,16 @@ func TestHelmNotes(t *testing.T) {
 		if !strings.Contains(notes, "port-forward sloprober-0 9477") {
 			t.Errorf("NOTES.txt (values %q) says no port-forward:\n%s", values, notes)
 		}
+		if strings.Contains(notes, "fault actions") {
+			t.Errorf("NOTES.txt (values %q) speaks of fault actions, which are off:\n%s", values, notes)
+		}
+	}
+	_, notes, err := helmRender("sloprober", "faultActions: {kubernetes: {enabled: true, namespace: llm}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(notes, "may delete pods in namespace llm") {
+		t.Errorf("NOTES.txt with faultActions.kubernetes enabled does not say what it may delete, and where:\n%s", notes)
 	}
 }
 
@@ -481,6 +524,10 @@ func TestKustomizeHelmParity(t *testing.T) {
 	} {
 		t.Run(tc.dir, func(t *testing.T) { checkParity(t, tc.dir, tc.values) })
 	}
+	t.Run("components/fault-actions", func(t *testing.T) {
+		overlay, _ := faultActionsRecipe(t)
+		checkParity(t, faultActionsOverlay(t, overlay), "faultActions: {kubernetes: {enabled: true}}")
+	})
 }
 
 // checkParity compares kustomize build dir with the chart rendered with
@@ -523,7 +570,7 @@ func checkParity(t *testing.T, dir, values string) {
 	if diff := cmp.Diff(ids(k), ids(h)); diff != "" {
 		t.Fatalf("kinds and names differ (-%s +helm %q):\n%s", dir, values, diff)
 	}
-	for _, want := range []string{"StatefulSet/sloprober", "Service/sloprober", "ConfigMap/sloprober-config", "ServiceMonitor/sloprober", "PrometheusRule/sloprober", "PodDisruptionBudget/sloprober"} {
+	for _, want := range []string{"StatefulSet/sloprober", "ServiceAccount/sloprober", "Service/sloprober", "ConfigMap/sloprober-config", "ServiceMonitor/sloprober", "PrometheusRule/sloprober", "PodDisruptionBudget/sloprober"} {
 		if !slices.Contains(ids(k), want) {
 			t.Errorf("no %s", want)
 		}
@@ -555,7 +602,9 @@ func checkParity(t *testing.T, dir, values string) {
 }
 
 // normalize clears what the chart and kustomize may write differently:
-// labels but the selectors', annotations, namespaces.
+// labels but the selectors', annotations, namespaces (a RoleBinding's
+// subjects' too: the chart writes them out, kustomize's component leaves
+// them to default to the binding's).
 func normalize(obj any) any {
 	m, ok := obj.(metav1.Object)
 	if !ok {
@@ -576,6 +625,11 @@ func normalize(obj any) any {
 	if sts, ok := obj.(*appsv1.StatefulSet); ok {
 		sts.Spec.Template.Labels = keepOnly(sts.Spec.Template.Labels)
 		sts.Spec.Template.Annotations = nil
+	}
+	if rb, ok := obj.(*rbacv1.RoleBinding); ok {
+		for i := range rb.Subjects {
+			rb.Subjects[i].Namespace = ""
+		}
 	}
 	return obj
 }

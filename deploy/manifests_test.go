@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metavalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
@@ -38,14 +39,18 @@ func (o object) String() string { return o.Kind + "/" + o.Name }
 
 // kinds are the API types the manifests may hold, by apiVersion and kind.
 // Anything else is an error: a kind the tests know nothing about is a kind
-// they check nothing of, and a Secret would mean a credential is rendered.
+// they check nothing of, a Secret would mean a credential is rendered, and
+// a ClusterRole or ClusterRoleBinding rights beyond one namespace.
 var kinds = map[string]func() any{
-	"apps/v1 StatefulSet":                     func() any { return new(appsv1.StatefulSet) },
-	"v1 Service":                              func() any { return new(corev1.Service) },
-	"v1 ConfigMap":                            func() any { return new(corev1.ConfigMap) },
-	"policy/v1 PodDisruptionBudget":           func() any { return new(policyv1.PodDisruptionBudget) },
-	"monitoring.coreos.com/v1 ServiceMonitor": func() any { return new(monitoringv1.ServiceMonitor) },
-	"monitoring.coreos.com/v1 PrometheusRule": func() any { return new(monitoringv1.PrometheusRule) },
+	"apps/v1 StatefulSet":                      func() any { return new(appsv1.StatefulSet) },
+	"v1 Service":                               func() any { return new(corev1.Service) },
+	"v1 ConfigMap":                             func() any { return new(corev1.ConfigMap) },
+	"v1 ServiceAccount":                        func() any { return new(corev1.ServiceAccount) },
+	"rbac.authorization.k8s.io/v1 Role":        func() any { return new(rbacv1.Role) },
+	"rbac.authorization.k8s.io/v1 RoleBinding": func() any { return new(rbacv1.RoleBinding) },
+	"policy/v1 PodDisruptionBudget":            func() any { return new(policyv1.PodDisruptionBudget) },
+	"monitoring.coreos.com/v1 ServiceMonitor":  func() any { return new(monitoringv1.ServiceMonitor) },
+	"monitoring.coreos.com/v1 PrometheusRule":  func() any { return new(monitoringv1.PrometheusRule) },
 }
 
 // decodeManifests decodes a YAML stream of Kubernetes manifests (kustomize
@@ -172,6 +177,24 @@ func validateObject(obj any, size int) error {
 		selector(field.NewPath("spec", "selector"), o.Spec.Selector)
 	case *monitoringv1.ServiceMonitor:
 		selector(field.NewPath("spec", "selector"), &o.Spec.Selector)
+	case *rbacv1.RoleBinding:
+		// What the API server's RBAC validation refuses of a binding to
+		// a ServiceAccount.
+		if o.RoleRef.APIGroup != rbacv1.GroupName || o.RoleRef.Kind == "" || o.RoleRef.Name == "" {
+			errs = append(errs, field.Invalid(field.NewPath("roleRef"), o.RoleRef, "want apiGroup "+rbacv1.GroupName+", a kind and a name"))
+		}
+		for i, s := range o.Subjects {
+			p := field.NewPath("subjects").Index(i)
+			if s.Kind == rbacv1.ServiceAccountKind {
+				name(p.Child("name"), s.Name, validation.IsDNS1123Subdomain)
+				if s.APIGroup != "" {
+					errs = append(errs, field.NotSupported(p.Child("apiGroup"), s.APIGroup, []string{""}))
+				}
+			}
+			if s.Namespace != "" {
+				name(p.Child("namespace"), s.Namespace, validation.IsDNS1123Label)
+			}
+		}
 	}
 	if size > maxApplySize {
 		errs = append(errs, field.TooLong(field.NewPath(""), fmt.Sprintf("%d bytes", size), maxApplySize))
@@ -219,6 +242,8 @@ spec:
 		{"wrong type", strings.Replace(good, "readOnlyRootFilesystem: true", "readOnlyRootFilesystem: yes please", 1), "readOnlyRootFilesystem"},
 		{"unknown kind", strings.Replace(good, "kind: StatefulSet", "kind: Deployment", 1), `kind "Deployment" is none of the kinds`},
 		{"a Secret", "apiVersion: v1\nkind: Secret\nmetadata: {name: sloprober-credentials}\nstringData: {token: x}\n", `kind "Secret" is none of the kinds`},
+		{"a ClusterRole", "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: sloprober}\nrules: [{apiGroups: [\"\"], resources: [pods], verbs: [delete]}]\n", `kind "ClusterRole" is none of the kinds`},
+		{"invalid subject namespace", "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: b}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: r}\nsubjects: [{kind: ServiceAccount, name: sloprober, namespace: LLM}]\n", "subjects[0].namespace"},
 		{"misspelled field of a CRD", "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: s}\nspec:\n  selector: {}\n  endpoints: [{port: http, pth: /metrics}]\n", `unknown field "spec.endpoints[0].pth"`},
 		{"invalid label value", strings.Replace(good, "metadata:\n  name: sloprober\n", "metadata:\n  name: sloprober\n  labels: {app.kubernetes.io/version: 1.0+dirty}\n", 1), "metadata.labels"},
 		{"invalid selector", strings.Replace(good, "selector: {matchLabels: {app: sloprober}}", "selector: {matchLabels: {app: -sloprober}}", 1), "spec.selector.matchLabels"},

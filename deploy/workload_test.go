@@ -24,6 +24,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
@@ -60,6 +61,11 @@ type rendering struct {
 	prometheusRule    bool
 	dashboards        bool
 	pdb               bool
+	// faultActions: the Role and RoleBinding of a soak's kubernetes
+	// fault action are there, in faultNamespace, and the pods get the
+	// ServiceAccount's token.
+	faultActions   bool
+	faultNamespace string
 }
 
 // ofKind returns the objects of a kind.
@@ -240,8 +246,11 @@ func checkRendering(t *testing.T, r *rendering) {
 		if psc == nil || psc.FSGroup == nil || *psc.FSGroup != imageUser {
 			t.Errorf("%s: spec.template.spec.securityContext.fsGroup is not %d: the volume would not be the image user's", where, imageUser)
 		}
-		if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
-			t.Errorf("%s: automountServiceAccountToken is not false: sloprober needs no API token", where)
+		switch automount := pod.AutomountServiceAccountToken; {
+		case r.faultActions && (automount == nil || !*automount):
+			t.Errorf("%s: automountServiceAccountToken is not true: the kubernetes fault action would have no API token", where)
+		case !r.faultActions && (automount == nil || *automount):
+			t.Errorf("%s: automountServiceAccountToken is not false: without fault actions sloprober needs no API token", where)
 		}
 		for _, c := range slices.Concat(pod.InitContainers, pod.Containers) {
 			checkSecurityContext(t, where+": container "+c.Name, psc, c.SecurityContext)
@@ -512,6 +521,10 @@ func checkRendering(t *testing.T, r *rendering) {
 		checkDashboards(t, r.source, got)
 	})
 
+	t.Run("service account and fault actions", func(t *testing.T) {
+		checkFaultActions(t, r, sts)
+	})
+
 	t.Run("disruption budget", func(t *testing.T) {
 		pdbs := r.ofKind("PodDisruptionBudget")
 		if !r.pdb {
@@ -528,6 +541,71 @@ func checkRendering(t *testing.T, r *rendering) {
 			t.Errorf("%s: PodDisruptionBudget/%s does not select the pods", r.source, pdb.Name)
 		}
 	})
+}
+
+// faultActionRules are all a soak's kubernetes fault action may do: find
+// its target's pods by label selector and delete one.
+var faultActionRules = []rbacv1.PolicyRule{{
+	APIGroups: []string{""},
+	Resources: []string{"pods"},
+	Verbs:     []string{"get", "list", "delete"},
+}}
+
+// checkFaultActions checks the pods' ServiceAccount, and the Role and
+// RoleBinding of the kubernetes fault action: none unless r.faultActions;
+// then exactly faultActionRules, in r.faultNamespace, bound to that
+// ServiceAccount in sloprober's namespace.
+func checkFaultActions(t *testing.T, r *rendering, sts *appsv1.StatefulSet) {
+	t.Helper()
+	pod := &sts.Spec.Template.Spec
+	if pod.ServiceAccountName == "" || pod.DeprecatedServiceAccount != "" {
+		t.Fatalf("%s: StatefulSet/%s: serviceAccountName %q (serviceAccount %q): want sloprober's own, not the namespace's default", r.source, sts.Name, pod.ServiceAccountName, pod.DeprecatedServiceAccount)
+	}
+	o, ok := r.find("ServiceAccount", pod.ServiceAccountName)
+	if !ok {
+		t.Fatalf("%s: StatefulSet/%s runs as ServiceAccount %s, which is not rendered", r.source, sts.Name, pod.ServiceAccountName)
+	}
+	sa := o.Obj.(*corev1.ServiceAccount)
+	if sa.Namespace != sts.Namespace {
+		t.Errorf("%s: ServiceAccount/%s in namespace %q, the pods in %q", r.source, sa.Name, sa.Namespace, sts.Namespace)
+	}
+	if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
+		t.Errorf("%s: ServiceAccount/%s has no automountServiceAccountToken: false: its token would reach pods that do not ask for it", r.source, sa.Name)
+	}
+	roles, bindings := r.ofKind("Role"), r.ofKind("RoleBinding")
+	if !r.faultActions {
+		if len(roles)+len(bindings) > 0 {
+			t.Errorf("%s: %v and %v, though fault actions are off", r.source, roles, bindings)
+		}
+		return
+	}
+	role := only[rbacv1.Role](t, r, "Role")
+	rb := only[rbacv1.RoleBinding](t, r, "RoleBinding")
+	if role.Namespace != r.faultNamespace {
+		t.Errorf("%s: Role/%s in namespace %q, want the serving pods' %q", r.source, role.Name, role.Namespace, r.faultNamespace)
+	}
+	if diff := cmp.Diff(faultActionRules, role.Rules); diff != "" {
+		t.Errorf("%s: Role/%s grants other than pods get, list, delete (-want +got):\n%s", r.source, role.Name, diff)
+	}
+	if rb.Namespace != role.Namespace {
+		t.Errorf("%s: RoleBinding/%s in namespace %q, Role/%s in %q: a RoleBinding grants a Role of its own namespace only", r.source, rb.Name, rb.Namespace, role.Name, role.Namespace)
+	}
+	if want := (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}); rb.RoleRef != want {
+		t.Errorf("%s: RoleBinding/%s refers to %+v, want %+v", r.source, rb.Name, rb.RoleRef, want)
+	}
+	if len(rb.Subjects) != 1 {
+		t.Fatalf("%s: RoleBinding/%s binds %+v, want sloprober's ServiceAccount alone", r.source, rb.Name, rb.Subjects)
+	}
+	// A ServiceAccount subject without a namespace is in the binding's
+	// (the API server's RBAC authorizer defaults it so).
+	s := rb.Subjects[0]
+	ns := s.Namespace
+	if ns == "" {
+		ns = rb.Namespace
+	}
+	if s.Kind != rbacv1.ServiceAccountKind || s.APIGroup != "" || s.Name != sa.Name || ns != sa.Namespace {
+		t.Errorf("%s: RoleBinding/%s binds %s %s in namespace %q, want ServiceAccount %s in %q", r.source, rb.Name, s.Kind, s.Name, ns, sa.Name, sa.Namespace)
+	}
 }
 
 // checkSecurityContext checks a container's effective security context:

@@ -151,6 +151,11 @@ type Request struct {
 	// CutToContext: the workload asked for more input than the target's
 	// context holds with the output; the prompt was cut to fit.
 	CutToContext bool
+	// Tenant is the request's tenant (config.TenantsConfig), "" without
+	// tenants: sent in TenantHeader when set, else in the body (OpenAI's
+	// user field; the Messages API's metadata.user_id).
+	Tenant       string
+	TenantHeader string
 	// Check is the scenario's quality check of this request: its
 	// question follows the filler, its fields go in the body, and the
 	// reply is judged into Result.Check.
@@ -191,6 +196,13 @@ func (c *Client) body(req *Request) ([]byte, error) {
 	if req.IgnoreEOS {
 		b["ignore_eos"] = true
 	}
+	if req.Tenant != "" && req.TenantHeader == "" {
+		if c.target.API == "messages" {
+			b["metadata"] = map[string]any{"user_id": req.Tenant}
+		} else {
+			b["user"] = req.Tenant
+		}
+	}
 	// No HTML escaping: a reply full of <, > and & is resent in the next
 	// turn at its size, not six bytes a character.
 	var buf bytes.Buffer
@@ -210,6 +222,7 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 	r.RequestID = req.ID
 	r.InputTokens, r.OutputTokens, r.IgnoreEOS = req.InputTokens, req.OutputTokens, req.IgnoreEOS
 	r.InputBase, r.InputUnjudged = req.InputBase, req.inputUnjudged
+	r.Tenant = req.Tenant
 	defer func() {
 		r.Outcome = Classify(r)
 		r.Check = req.Check.Judge(r)
@@ -247,6 +260,9 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "text/event-stream")
 	hreq.Header.Set(RequestIDHeader, req.ID)
+	if req.Tenant != "" && req.TenantHeader != "" {
+		hreq.Header.Set(req.TenantHeader, req.Tenant)
+	}
 	if c.api.header != nil {
 		c.api.header(c.target, hreq.Header)
 	}

@@ -56,7 +56,15 @@ func (m *Manager) newLoad(owner string, spec config.LoadSpec, c *targetClient) *
 	for i, s := range spec.Scenarios {
 		l.scen = append(l.scen, newScenarioRun(s.ScenarioConfig, l.infos[i].Key))
 	}
+	l.setOpts()
 	return l
+}
+
+// setOpts gives the load's scenarios its hot tenant and cold cache.
+func (l *load) setOpts() {
+	for _, s := range l.scen {
+		s.setOpts(l.spec.HotTenant, l.spec.ColdCache)
+	}
 }
 
 // setInfos describes the load's label sets from its spec.
@@ -72,8 +80,9 @@ func (l *load) setInfos() {
 
 // sameLoad reports whether two specs describe the same load, maybe at
 // another rate or replay speed (open loop), with other clients, think time
-// or maximum rate (closed loop), or paused or resumed: a change the running
-// load takes in place.
+// or maximum rate (closed loop), another hot tenant or cold cache (they
+// change what later arrivals send, not the schedule), or paused or
+// resumed: a change the running load takes in place.
 func sameLoad(a, b *config.LoadSpec) bool {
 	x, y := *a, *b
 	if x.Replay != nil && y.Replay != nil {
@@ -88,6 +97,8 @@ func sameLoad(a, b *config.LoadSpec) bool {
 	x.ThinkTime, y.ThinkTime = 0, 0
 	x.MaxRate, y.MaxRate = 0, 0
 	x.Paused, y.Paused = false, false
+	x.HotTenant, y.HotTenant = nil, nil
+	x.ColdCache, y.ColdCache = false, false
 	return reflect.DeepEqual(x, y)
 }
 
@@ -139,6 +150,7 @@ func (l *load) arrivals(seed uint64, now time.Time) Arrivals {
 func (l *load) change(spec config.LoadSpec) {
 	l.spec = spec
 	l.setInfos()
+	l.setOpts()
 	switch run := l.run.(type) {
 	case nil: // started paused
 		l.start()

@@ -509,7 +509,7 @@ func (m *Manager) check(owner string, specs []config.LoadSpec, limits Limits) er
 	keys := map[config.Key]string{}
 	for i := range specs {
 		s := &specs[i]
-		if err := s.Validate(); err != nil {
+		if err := errors.Join(s.Validate(), s.ValidateTenancy()); err != nil {
 			errs = append(errs, err)
 			continue
 		}

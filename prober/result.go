@@ -125,6 +125,9 @@ type Result struct {
 	Target    string
 	Scenario  string
 	Test      string
+	// Tenant is the request's tenant (tenant-<n>), "" when its scenario
+	// has no tenants: attainment can be split by it.
+	Tenant string
 
 	// What was asked.
 	InputTokens int // the workload's estimate of the prompt length

@@ -3,8 +3,10 @@ package prober
 import (
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sloprober/sloprober/config"
@@ -24,6 +26,8 @@ type Conversation struct {
 	ID    uint64
 	Turns int
 
+	tenant int // its tenant, 1-based; 0 without tenants
+
 	mu       sync.Mutex
 	messages []Message
 	tokens   int // tokens of messages: the last prompt and its reply
@@ -41,6 +45,7 @@ const (
 	saltPrefix = iota + 1
 	saltGroup
 	saltCancel
+	saltTenant
 )
 
 // scenarioRun is a scenario as a load runs it: it turns arrivals into
@@ -57,6 +62,19 @@ type scenarioRun struct {
 	slos  []config.SLO // cfg.SLOs(), listed once
 	seed  uint64
 	check *checkExtra // what the scenario's check adds to a prompt, when it has one
+	// opts are what the load's spec adds to the scenario (a hot tenant,
+	// a cold cache): replaced whole when the load changes in place.
+	opts atomic.Pointer[runOpts]
+}
+
+// runOpts are a load's options for one of its scenarios.
+type runOpts struct {
+	// cold: every prompt is salted with a fresh draw (LoadSpec.ColdCache).
+	cold bool
+	hot  *config.HotTenant
+	// cum are the cumulative shares of the tenants (1..n), when the draw
+	// is not uniform: a zipf distribution, or a hot tenant.
+	cum []float64
 }
 
 func newScenarioRun(cfg config.ScenarioConfig, k config.Key) *scenarioRun {
@@ -64,7 +82,43 @@ func newScenarioRun(cfg config.ScenarioConfig, k config.Key) *scenarioRun {
 	if cfg.Check != nil {
 		s.check = &checkExtra{}
 	}
+	s.setOpts(nil, false)
 	return s
+}
+
+// setOpts sets the load's options of the scenario: its hot tenant (which
+// re-weights the tenant draw, see config.HotTenant) and cold cache.
+func (s *scenarioRun) setOpts(hot *config.HotTenant, cold bool) {
+	o := &runOpts{cold: cold}
+	if t := s.cfg.Tenants; t != nil {
+		if hot != nil && hot.Tenant >= 1 && hot.Tenant <= t.Count {
+			o.hot = hot
+		}
+		if t.Zipf() || o.hot != nil {
+			o.cum = make([]float64, t.Count)
+			sum := 0.0
+			for i := range o.cum {
+				sum += o.hot.TenantShare(t, i+1)
+				o.cum[i] = sum
+			}
+		}
+	}
+	s.opts.Store(o)
+}
+
+// tenant draws the tenant of a first turn (1-based), 0 without tenants:
+// seeded by the arrival, as every draw of a request.
+func (s *scenarioRun) tenant(o *runOpts, seq uint64) int {
+	t := s.cfg.Tenants
+	if t == nil || t.Count < 1 {
+		return 0
+	}
+	u := unitFloat(s.seed, seq, saltTenant)
+	if o.cum == nil {
+		return min(int(u*float64(t.Count)), t.Count-1) + 1
+	}
+	x := u * o.cum[len(o.cum)-1]
+	return min(sort.Search(len(o.cum), func(i int) bool { return o.cum[i] > x }), len(o.cum)-1) + 1
 }
 
 // turns returns the number of requests a conversation of the scenario makes.
@@ -79,6 +133,13 @@ func (s *scenarioRun) turns() int {
 // tokens: cal converts them to words of synthesized text.
 func (s *scenarioRun) request(a Arrival, cal *Calibrator) *Request {
 	rng := rand.New(rand.NewPCG(s.seed, a.Seq))
+	o := s.opts.Load()
+	tenant := 0
+	if a.Turn != nil {
+		tenant = a.Turn.Conv.tenant // a conversation keeps its tenant
+	} else {
+		tenant = s.tenant(o, a.Seq)
+	}
 	var in, out int
 	switch {
 	case a.Record != nil:
@@ -90,6 +151,9 @@ func (s *scenarioRun) request(a Arrival, cal *Calibrator) *Request {
 	default:
 		in, out = s.cfg.InputTokens.Sample(rng), s.cfg.OutputTokens.Sample(rng)
 	}
+	if h := o.hot; h != nil && tenant == h.Tenant && h.InputTokens != nil {
+		in = h.InputTokens.Sample(rng) // after the scenario's draws, which stay the same
+	}
 	in, out = min(max(in, 1), workload.MaxTokens), min(max(out, 1), workload.MaxTokens)
 
 	req := &Request{
@@ -99,11 +163,21 @@ func (s *scenarioRun) request(a Arrival, cal *Calibrator) *Request {
 		IgnoreEOS:    s.cfg.IgnoreEOS,
 		calibrated:   cal.Calibrated(),
 	}
+	if tenant > 0 {
+		req.Tenant, req.TenantHeader = s.cfg.Tenants.Name(tenant), s.cfg.Tenants.Header
+	}
+	// A cold cache salts the prompt with a fresh draw (not the load's
+	// seed, which is the same in every run of a test): its text, from the
+	// first word on, is no earlier request's.
+	seed := s.seed
+	if o.cold {
+		seed = rand.Uint64()
+	}
 	if c := s.cfg.Cancel; c != nil && unitFloat(s.seed, a.Seq, saltCancel) < c.Share {
 		req.CancelAfter = time.Duration(c.After)
 	}
 	if a.Turn != nil {
-		s.laterTurn(req, a, cal)
+		s.laterTurn(req, a, cal, seed)
 		return req
 	}
 
@@ -131,16 +205,24 @@ func (s *scenarioRun) request(a Arrival, cal *Calibrator) *Request {
 	}
 	switch p := s.cfg.Prefix; {
 	case a.Record != nil && len(a.Record.HashIDs) > 0:
-		req.Prompt = blockPrompt(a.Record.HashIDs, a.Pass, cal.BlockWords(workload.MooncakeBlockTokens), words)
+		bs := blockSeed(a.Pass)
+		if o.cold {
+			bs = seed // every block the request's own
+		}
+		req.Prompt = blockPromptSeeded(a.Record.HashIDs, bs, cal.BlockWords(workload.MooncakeBlockTokens), words)
 	case p != nil && unitFloat(s.seed, a.Seq, saltPrefix) < p.Share:
 		g := int(unitFloat(s.seed, a.Seq, saltGroup) * float64(p.Groups))
 		pw := min(cal.BlockWords(p.Tokens), words)
 		own := max(words-pw, 1)
-		req.Prompt = SynthesizePrompt(Seed("prefix", s.cfg.Name), uint64(g), pw) + " " + SynthesizePrompt(s.seed, a.Seq, own)
+		prefixSeed := Seed("prefix", s.cfg.Name)
+		if o.cold {
+			prefixSeed = seed + 1 // the group's prompt becomes the request's own text
+		}
+		req.Prompt = SynthesizePrompt(prefixSeed, uint64(g), pw) + " " + SynthesizePrompt(seed, a.Seq, own)
 		words = pw + own
 		req.InputTokens = max(req.InputTokens, p.Tokens+1)
 	default:
-		req.Prompt = SynthesizePrompt(s.seed, a.Seq, words)
+		req.Prompt = SynthesizePrompt(seed, a.Seq, words)
 	}
 	req.Words, req.calibrate = words, !req.CutToContext
 	if s.cfg.Check != nil {
@@ -148,7 +230,7 @@ func (s *scenarioRun) request(a Arrival, cal *Calibrator) *Request {
 		return req
 	}
 	if s.cfg.Conversation != nil {
-		conv := &Conversation{ID: a.Seq, Turns: s.cfg.Conversation.Turns}
+		conv := &Conversation{ID: a.Seq, Turns: s.cfg.Conversation.Turns, tenant: tenant}
 		req.Messages = []Message{{Role: "user", Content: req.Prompt}}
 		req.KeepReply = conv.Turns > 1
 		req.turn = &Turn{Conv: conv, N: 1}
@@ -216,8 +298,9 @@ func usableContext(ctx int) int {
 // reply, and the new text with the template's wrapping around a turn; only
 // the part after the previous prompt is judged. When the history leaves no
 // room in the context or the byte bound even for one word, the turn is not
-// sent: it ends cancelled (the conversation is over).
-func (s *scenarioRun) laterTurn(req *Request, a Arrival, cal *Calibrator) {
+// sent: it ends cancelled (the conversation is over). seed is the new
+// text's: the load's, or a cold cache's fresh one.
+func (s *scenarioRun) laterTurn(req *Request, a Arrival, cal *Calibrator, seed uint64) {
 	turn := a.Turn
 	c := turn.Conv
 	c.mu.Lock()
@@ -245,7 +328,7 @@ func (s *scenarioRun) laterTurn(req *Request, a Arrival, cal *Calibrator) {
 		return
 	}
 	req.Words = words
-	req.Prompt = SynthesizePrompt(s.seed, a.Seq, words)
+	req.Prompt = SynthesizePrompt(seed, a.Seq, words)
 	req.InputTokens = c.tokens + cal.TurnTokens(words)
 	req.Messages = append(append([]Message(nil), c.messages...), Message{Role: "user", Content: req.Prompt})
 	req.InputBase = c.prompt
@@ -303,9 +386,18 @@ func (s *scenarioRun) next(req *Request, r *Result, cal *Calibrator, now time.Ti
 // looping replay salts the ids, so a second pass does not hit what the
 // first one cached. The last block is cut to the prompt's length.
 func blockPrompt(ids []int, pass, blockWords, words int) string {
+	return blockPromptSeeded(ids, blockSeed(pass), blockWords, words)
+}
+
+// blockSeed is the seed of the blocks of a replay's pass.
+func blockSeed(pass int) uint64 { return Seed("block", fmt.Sprint(pass)) }
+
+// blockPromptSeeded is blockPrompt with the blocks' seed (salt) given: a
+// cold cache's fresh one makes every block the request's own, at the
+// same lengths.
+func blockPromptSeeded(ids []int, salt uint64, blockWords, words int) string {
 	var b strings.Builder
 	b.Grow(words * 4)
-	salt := Seed("block", fmt.Sprint(pass))
 	left := words
 	for _, id := range ids {
 		if left <= 0 {

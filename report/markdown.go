@@ -24,6 +24,9 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	m.loadModel(r)
 	m.slos(r)
 	m.capacity(r)
+	if r.Cache != nil {
+		m.cache(r)
+	}
 	m.risk(r)
 	m.scaling(r)
 	m.cost(r)
@@ -85,6 +88,7 @@ func (m *mdWriter) testObject(r *Report) {
 	for _, k := range slices.Sorted(maps.Keys(o.Metadata)) {
 		m.Row(free(k), free(o.Metadata[k]))
 	}
+	m.Row("GPUs", free(o.GPU.text()))
 	id := o.Identity
 	var listed []string
 	for _, sm := range id.Models {
@@ -169,6 +173,17 @@ func (m *mdWriter) loadModel(r *Report) {
 	}
 	if lm.Replay != "" {
 		m.P("Requests from the trace %s.", mdText(lm.Replay))
+	}
+	switch lm.Cache {
+	case "":
+	case "cold":
+		m.P("Cache: cold (every prompt salted): no two requests share a prefix, so the prefix cache finds nothing and the capacity is the uncached one.")
+	case "both":
+		m.P("Cache: both: a cold pass (every prompt salted) ran first, then the production pass (prompts as configured), whose verdict and capacity are the report's; the next sections compare them.")
+	case "production":
+		m.P("Cache: production (prompts as configured: the prefix cache finds what they share).")
+	default:
+		m.P("Cache: %s.", mdText(lm.Cache))
 	}
 	m.P("")
 	m.Table("Stage", "Loop", "Arrivals", "Levels")
@@ -257,6 +272,53 @@ func (m *mdWriter) capacity(r *Report) {
 	m.P("")
 }
 
+// cache writes a cache: both run's two passes side by side.
+func (m *mdWriter) cache(r *Report) {
+	c := r.Cache
+	m.section("Prefix cache: cold and production")
+	m.P("")
+	m.P("- **Production** (prompts as configured, the prefix cache at work): %s.", passText(c.Production))
+	m.P("- **Cold** (every prompt salted: the cache finds nothing): %s.", passText(c.Cold))
+	m.P("")
+	switch p, q := c.Production.VerifiedRate, c.Cold.VerifiedRate; {
+	case c.Difference != nil && *c.Difference >= 0:
+		m.P("Production caching adds %+.3g req/s (%+.0f%%) over cold.", *c.Difference, 100**c.DifferenceShare)
+	case c.Difference != nil:
+		m.P("Production caching changes the capacity by %+.3g req/s (%+.0f%%) against cold: the cache did not help here.", *c.Difference, 100**c.DifferenceShare)
+	case p == nil && q == nil:
+		m.P("No difference is stated: neither pass verified a rate.")
+	case q == nil:
+		m.P("No difference is stated: the cold pass verified no rate.")
+	default:
+		m.P("No difference is stated: the production pass verified no rate.")
+	}
+	m.P("Why it matters: prompts that all hit the prefix cache overstate the capacity (their prefill is skipped), prompts that never do understate it; production traffic lies between, by the prefixes it shares, and a change in it (a new system prompt, other users, a shorter cache life) moves the capacity within this range.")
+	m.P("")
+	m.P("The cold pass's levels, in the order they ran:")
+	m.P("")
+	m.levelTable(c.ColdLevels, r.TestObject.GPU.Measured)
+	m.P("")
+}
+
+// passText says a cache pass's verified capacity, or that it verified
+// none (never "0"), and its cached share.
+func passText(p CachePass) string {
+	cached := "the server did not report cached tokens"
+	if p.CachedShare != nil {
+		cached = fmt.Sprintf("%.1f%% of the prompt tokens cached", 100**p.CachedShare)
+	}
+	if p.VerifiedRate == nil {
+		return fmt.Sprintf("no rate verified (%s: %s); %s", p.Verdict, mdText(p.Reason), cached)
+	}
+	s := fmt.Sprintf("**%.3g req/s** verified open loop", *p.VerifiedRate)
+	if iv := p.VerifiedInterval; iv != nil {
+		s += fmt.Sprintf(", attaining %.1f%% [%.1f, %.1f] (95%% interval) over %d requests", 100*p.VerifiedAttainment, lower(iv), upper(iv), iv.N)
+	} else {
+		s += fmt.Sprintf(" at %.1f%% attainment", 100*p.VerifiedAttainment)
+	}
+	return s + fmt.Sprintf(", %.3g good req/s; %s", p.VerifiedGoodput, cached)
+}
+
 func (m *mdWriter) risk(r *Report) {
 	rk := r.Risk
 	m.section("Risk boundaries")
@@ -270,12 +332,11 @@ func (m *mdWriter) risk(r *Report) {
 			b.IntendedRate, fmtSeconds(b.ForSeconds), 100*b.Attainment, pct(b.TTFT), b.PeakInFlight, drained)
 	}
 	m.longest(rk.Longest)
+	for _, f := range rk.GPU {
+		m.P("- %s.", gpuLine(f))
+	}
 	for _, f := range rk.Faults {
-		line := fmt.Sprintf("- **Fault plan**: %s `%s` at %s", f.Action, codeSpan(f.Faults), f.At.UTC().Format(time.TimeOnly))
-		if f.Error != "" {
-			line += " (failed: " + mdText(f.Error) + ")"
-		}
-		m.P("%s.", line)
+		m.P("%s.", faultLine(f))
 	}
 	if len(rk.ErrorBursts) > 0 {
 		rec := "and recovered"
@@ -291,8 +352,112 @@ func (m *mdWriter) risk(r *Report) {
 		m.P("- **Canary** %s during the test: %.2f%% of %d requests good (objective %.2f%%); %.2f%% of its 30-day error budget.",
 			mdText(c.Scenario), 100*c.Attainment, c.Counted, 100*c.Objective, 100*c.BudgetConsumed)
 	}
-	m.P("- **Single-tenant hot spots**: %s.", rk.HotSpots)
+	m.P("- **Single-tenant hot spots**: %s.", mdText(rk.HotSpots))
 	m.P("")
+	if r.Soak != nil && len(r.Soak.Impacts) > 0 {
+		m.impacts(r.Soak.Impacts)
+	}
+}
+
+// gpuLine writes a GPU finding as a list item's text.
+func gpuLine(f GPUFinding) string {
+	switch f.Kind {
+	case GPUMemoryHeadroom:
+		return "**GPU memory headroom**: " + mdText(f.Text)
+	case GPUNearFull:
+		return fmt.Sprintf("**GPU** at %s: **memory within 5%% of full**: %s", mdText(f.Level), mdText(f.Text))
+	case GPUBusyQueueGrowing:
+		return fmt.Sprintf("**GPU** at %s: **busy GPU while the queue grows**: %s", mdText(f.Level), mdText(f.Text))
+	case GPUBusyQueueNotRead:
+		return fmt.Sprintf("**GPU** at %s: busy GPU (queue not read): %s", mdText(f.Level), mdText(f.Text))
+	case GPUBusySLOsHeld:
+		return fmt.Sprintf("**GPU** at %s: busy GPU, SLOs held: fine (%s)", mdText(f.Level), mdText(f.Text))
+	case GPUBusySLOsMissed:
+		return fmt.Sprintf("**GPU** at %s: busy GPU, objectives missed: %s", mdText(f.Level), mdText(f.Text))
+	}
+	return "**GPU readings**: " + mdText(f.Text)
+}
+
+// faultLine writes what a fault plan did: a simulator's faults set or
+// restored, or a fault action done or undone, with its result.
+func faultLine(f capacity.FaultEvent) string {
+	at := f.At.UTC().Format(time.TimeOnly)
+	if f.Action != "do" && f.Action != "undo" {
+		line := fmt.Sprintf("- **Fault plan**: %s `%s` at %s", f.Action, codeSpan(f.Faults), at)
+		if f.Error != "" {
+			line += " (failed: " + mdText(f.Error) + ")"
+		}
+		return line
+	}
+	line := fmt.Sprintf("- **Fault plan** step %d (%s): %s %s at %s", f.Step+1, mdText(f.Kind), f.Action, orNone(mdText(f.Description)), at)
+	if f.DryRun {
+		line += " (**dry run**: nothing was done)"
+	}
+	if f.Result != "" {
+		line += ": " + mdText(f.Result)
+	}
+	if f.Seconds > 0 {
+		line += fmt.Sprintf(" (took %s)", fmtSeconds(f.Seconds))
+	}
+	if f.Error != "" {
+		line += " (**failed**: " + mdText(f.Error) + ")"
+	}
+	return line
+}
+
+// impacts writes what each fault step did to the target: its requests
+// before, during and at the worst 30 s span, and the time to recover.
+func (m *mdWriter) impacts(fis []capacity.FaultImpact) {
+	m.P("**Failure and recovery**: each fault step's requests, by the time they were sent (before: as long as the step, at most 5 minutes; worst: the span of the lowest attainment from its start until recovery; recovered: two spans in a row back within the allowance, the attainment before less drift.goodput_drop of it).")
+	m.P("")
+	m.Table("Step", "Kind", "Description", "Before", "During", "Worst span", "Allowance", "Recovery")
+	for _, fi := range fis {
+		desc := free(fi.Description)
+		switch {
+		case fi.DryRun:
+			desc = strings.TrimSpace(desc + " (dry run: nothing taken away)")
+		case fi.ReplicaLost:
+			desc = strings.TrimSpace(desc + " (a replica lost)")
+		}
+		worst := "-"
+		if fi.Worst != nil {
+			worst = fmt.Sprintf("%s (%s from %s)", spanText(fi.Worst), fmtSeconds(fi.Worst.Seconds), fmtSeconds(fi.Worst.Start.Sub(fi.Start).Seconds()))
+		}
+		m.Row(fmt.Sprint(fi.Step+1), fi.Kind, desc, spanText(fi.Before), spanText(fi.During), worst, fmt.Sprintf("%.1f%%", 100*fi.Allowance), recoveryText(&fi))
+	}
+	m.P("")
+}
+
+// spanText is an impact span: "99.2% [97.1, 99.8] of 360, 5.9 good/s".
+func spanText(sp *capacity.ImpactSpan) string {
+	switch {
+	case sp == nil:
+		return "-"
+	case sp.Counted == 0:
+		return fmt.Sprintf("no request counted (%s)", fmtSeconds(sp.Seconds))
+	}
+	s := fmt.Sprintf("%.1f%%", 100*sp.Attainment)
+	if iv := sp.Interval; iv != nil {
+		s += fmt.Sprintf(" [%.1f, %.1f]", lower(iv), upper(iv))
+	}
+	s += fmt.Sprintf(" of %d, %.3g good/s", sp.Counted, sp.Goodput)
+	if sp.Failed > 0 {
+		s += fmt.Sprintf(", %d failed outright", sp.Failed)
+	}
+	return s
+}
+
+// recoveryText says whether and when a fault step's requests recovered.
+func recoveryText(fi *capacity.FaultImpact) string {
+	switch {
+	case !fi.Disrupted && fi.RecoverySeconds == nil:
+		return "not measured: the soak ended before the step could be judged"
+	case !fi.Disrupted:
+		return "not disrupted"
+	case fi.RecoverySeconds == nil:
+		return "**not recovered** by the soak's end"
+	}
+	return "recovered in " + fmtSeconds(*fi.RecoverySeconds)
 }
 
 // longest writes the longest inputs' TTFT per level, as a table; when
@@ -361,6 +526,8 @@ func (m *mdWriter) scaling(r *Report) {
 	case s != nil:
 		m.P("For a forecast peak of %.4g req/s with N+%d redundancy: %d replicas carry the peak at %.3g req/s each, so **%d replicas** are needed; after losing one, %d carry %.4g req/s, %+.0f%% against the peak. This %s.",
 			s.PeakRate, s.SpareReplicas, s.ReplicasForPeak, s.RatePerReplica, s.ReplicasNeeded, s.ReplicasNeeded-1, s.CapacityAfterLoss, 100*s.HeadroomAfterLoss, s.Assumption)
+	case r.Kind == "soak" && r.Soak != nil && r.Soak.OneLost != nil:
+		m.P("%s", oneLostText(r.Soak.OneLost))
 	case r.Kind == "soak":
 		m.P("Not computed: a soak test does not measure capacity (a step test's report has it).")
 	case r.Verdict == "running" || r.Verdict == "aborted":
@@ -371,6 +538,19 @@ func (m *mdWriter) scaling(r *Report) {
 		m.P("Not computed: the target has no `forecast` (peak_rate, spare_replicas) in the configuration.")
 	}
 	m.P("")
+}
+
+// oneLostText is a soak's remaining capacity after losing a replica:
+// computed from the last verified capacity beside measured.
+func oneLostText(ol *capacity.ReplicaLoss) string {
+	computed := "computed: not available (no step test verified a capacity on this target)"
+	switch {
+	case ol.Computed != nil && ol.VerifiedRate != nil:
+		computed = fmt.Sprintf("computed %.3g req/s (%.3g req/s verified in run `%s` x %d/%d)", *ol.Computed, *ol.VerifiedRate, codeSpan(ol.ComputedFrom), ol.Replicas-1, ol.Replicas)
+	case ol.Replicas <= 1:
+		computed = "computed: not available (one replica: none remains)"
+	}
+	return fmt.Sprintf("After losing one of %s (fault step %d, at %.3g req/s): %s; measured: %s.", plural(ol.Replicas, "replica"), ol.Step+1, ol.Offered, computed, mdText(ol.Measured))
 }
 
 func (m *mdWriter) cost(r *Report) {
@@ -403,17 +583,29 @@ func (m *mdWriter) soak(r *Report) {
 		}
 	}
 	m.P("")
-	m.Table("Window", "Start", "Sent", "Dropped", "Good/s", "Attained", "TTFT", "E2E", "Prober RSS", "Note")
+	gpus := r.TestObject.GPU.Measured
+	header := []string{"Window", "Start", "Sent", "Dropped", "Good/s", "Attained", "TTFT", "E2E", "Prober RSS"}
+	if gpus {
+		header = append(header, gpuHeader...)
+	}
+	m.Table(append(header, "Note")...)
 	for i, w := range s.Windows {
 		note := w.Note
 		if w.ErrorBurst {
 			note = strings.TrimSpace("error burst " + note)
 		}
+		if w.Cache != "" {
+			note = strings.TrimSpace("cache " + w.Cache + " " + note)
+		}
 		if q := w.EngineQueue; q != nil && q.Samples > 0 {
 			note = strings.TrimSpace(note + fmt.Sprintf(" engine queue: mean %.1f, max %d", q.Mean, q.Max))
 		}
-		m.Row(fmt.Sprint(i+1), fmt.Sprintf("%.0fs", w.StartSeconds), fmt.Sprint(w.Sent), fmt.Sprint(w.Dropped), fmt.Sprintf("%.3g", w.Goodput),
-			fmt.Sprintf("%.1f%%", 100*w.Attainment), pct(w.TTFT), pct(w.E2E), fmt.Sprintf("%d MiB", w.ProberRSSBytes>>20), note)
+		row := []string{fmt.Sprint(i + 1), fmt.Sprintf("%.0fs", w.StartSeconds), fmt.Sprint(w.Sent), fmt.Sprint(w.Dropped), fmt.Sprintf("%.3g", w.Goodput),
+			fmt.Sprintf("%.1f%%", 100*w.Attainment), pct(w.TTFT), pct(w.E2E), fmt.Sprintf("%d MiB", w.ProberRSSBytes>>20)}
+		if gpus {
+			row = append(row, gpuUtil(w.GPU), gpuMem(w.GPU))
+		}
+		m.Row(append(row, note)...)
 	}
 	m.P("")
 }
@@ -449,18 +641,38 @@ func (m *mdWriter) provenance(r *Report) {
 	}
 }
 
+// gpuHeader are the GPU columns of a table of levels.
+var gpuHeader = []string{"GPU util mean / max", "GPU mem max (of total)"}
+
 func (m *mdWriter) levels(r *Report) {
 	m.P("## Levels")
 	m.P("")
+	judged := m.levelTable(r.Levels, r.TestObject.GPU.Measured)
+	m.P("")
+	if judged {
+		m.P("%s", "`*`: over too few samples (P95 below 200, P99 below 1,000). [95% CI]: the attainment's interval (Wilson's, over the effective sample size the batch means give); a level is met when its lower end is at or above the objective, missed when its upper end is below, otherwise inconclusive.")
+		return
+	}
+	m.P("`*`: over too few samples (P95 below 200, P99 below 1,000).")
+}
+
+// levelTable writes a table of levels, with GPU columns when gpus; it
+// reports whether the levels were judged on intervals (schema 2).
+func (m *mdWriter) levelTable(levels []Level, gpus bool) bool {
 	// A schema-2 run's levels have decisions on intervals and offered
 	// rates; a schema-1 run's table is as it was.
-	judged := slices.ContainsFunc(r.Levels, func(l Level) bool { return l.Decision != "" })
+	judged := slices.ContainsFunc(levels, func(l Level) bool { return l.Decision != "" })
+	var header []string
 	if judged {
-		m.Table("Stage", "Clients", "Rate/s", "Offered/s", "Window", "Sent", "Ok/s", "Good/s", "In tok/s", "Out tok/s", "Attained [95% CI]", "TTFT", "TPOT P99", "E2E P99", "Drain", "Note")
+		header = []string{"Stage", "Clients", "Rate/s", "Offered/s", "Window", "Sent", "Ok/s", "Good/s", "In tok/s", "Out tok/s", "Attained [95% CI]", "TTFT", "TPOT P99", "E2E P99", "Drain"}
 	} else {
-		m.Table("Stage", "Clients", "Rate/s", "Window", "Sent", "Ok/s", "Good/s", "In tok/s", "Out tok/s", "Attained", "TTFT", "TPOT P99", "E2E P99", "Drain", "Note")
+		header = []string{"Stage", "Clients", "Rate/s", "Window", "Sent", "Ok/s", "Good/s", "In tok/s", "Out tok/s", "Attained", "TTFT", "TPOT P99", "E2E P99", "Drain"}
 	}
-	for _, l := range r.Levels {
+	if gpus {
+		header = append(header, gpuHeader...)
+	}
+	m.Table(append(header, "Note")...)
+	for _, l := range levels {
 		clients, rate := "-", "-"
 		if l.Concurrency > 0 {
 			clients = fmt.Sprint(l.Concurrency)
@@ -493,26 +705,26 @@ func (m *mdWriter) levels(r *Report) {
 		if q := l.EngineQueue; q != nil && q.Samples > 0 {
 			note = strings.TrimSpace(note + fmt.Sprintf(" engine queue: mean %.1f, max %d", q.Mean, q.Max))
 		}
+		var row []string
 		if !judged {
-			m.Row(l.Stage, clients, rate, fmtSeconds(l.WindowSeconds), fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.CompletedRate), fmt.Sprintf("%.3g", l.Goodput),
+			row = []string{l.Stage, clients, rate, fmtSeconds(l.WindowSeconds), fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.CompletedRate), fmt.Sprintf("%.3g", l.Goodput),
 				fmt.Sprintf("%.4g", l.InputRate), fmt.Sprintf("%.4g", l.OutputRate), fmt.Sprintf("%.1f%%", 100*l.Attainment),
-				pct(l.TTFT), p99(l.TPOT), p99(l.E2E), fmtSeconds(l.DrainSeconds), note)
-			continue
+				pct(l.TTFT), p99(l.TPOT), p99(l.E2E), fmtSeconds(l.DrainSeconds)}
+		} else {
+			attained := fmt.Sprintf("%.1f%%", 100*l.Attainment)
+			if iv := l.Interval; iv != nil {
+				attained += fmt.Sprintf(" [%.1f, %.1f]", lower(iv), upper(iv))
+			}
+			row = []string{l.Stage, clients, rate, fmt.Sprintf("%.3g", l.OfferedRate), fmtSeconds(l.WindowSeconds), fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.CompletedRate),
+				fmt.Sprintf("%.3g", l.Goodput), fmt.Sprintf("%.4g", l.InputRate), fmt.Sprintf("%.4g", l.OutputRate), attained,
+				pct(l.TTFT), p99(l.TPOT), p99(l.E2E), fmtSeconds(l.DrainSeconds)}
 		}
-		attained := fmt.Sprintf("%.1f%%", 100*l.Attainment)
-		if iv := l.Interval; iv != nil {
-			attained += fmt.Sprintf(" [%.1f, %.1f]", lower(iv), upper(iv))
+		if gpus {
+			row = append(row, gpuUtil(l.GPU), gpuMem(l.GPU))
 		}
-		m.Row(l.Stage, clients, rate, fmt.Sprintf("%.3g", l.OfferedRate), fmtSeconds(l.WindowSeconds), fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.CompletedRate),
-			fmt.Sprintf("%.3g", l.Goodput), fmt.Sprintf("%.4g", l.InputRate), fmt.Sprintf("%.4g", l.OutputRate), attained,
-			pct(l.TTFT), p99(l.TPOT), p99(l.E2E), fmtSeconds(l.DrainSeconds), note)
+		m.Row(append(row, note)...)
 	}
-	m.P("")
-	if judged {
-		m.P("`*`: over too few samples (P95 below 200, P99 below 1,000). [95% CI]: the attainment's interval (Wilson's, over the effective sample size the batch means give); a level is met when its lower end is at or above the objective, missed when its upper end is below, otherwise inconclusive.")
-		return
-	}
-	m.P("`*`: over too few samples (P95 below 200, P99 below 1,000).")
+	return judged
 }
 
 // searchPath is the open-loop search in the order it ran, each level's

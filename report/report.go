@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sloprober/sloprober/capacity"
+	"github.com/sloprober/sloprober/gpu"
 	"github.com/sloprober/sloprober/prober"
 )
 
@@ -41,18 +42,21 @@ type Report struct {
 	Start         time.Time `json:"start"`
 	End           time.Time `json:"end"`
 
-	Provenance Provenance        `json:"provenance"`
-	TestObject TestObject        `json:"test_object"`
-	LoadModel  LoadModel         `json:"load_model"`
-	SLOs       SLODefinitions    `json:"slos"`
-	Capacity   *CapacitySummary  `json:"capacity,omitempty"`
-	Levels     []Level           `json:"levels"`
-	Risk       Risk              `json:"risk"`
-	Scaling    *Scaling          `json:"scaling,omitempty"`
-	Cost       *Cost             `json:"cost,omitempty"`
-	Soak       *Soak             `json:"soak,omitempty"`
-	Warnings   []string          `json:"warnings,omitempty"`
-	Charts     map[string]string `json:"-"` // HTML only: inline SVG by name
+	Provenance Provenance       `json:"provenance"`
+	TestObject TestObject       `json:"test_object"`
+	LoadModel  LoadModel        `json:"load_model"`
+	SLOs       SLODefinitions   `json:"slos"`
+	Capacity   *CapacitySummary `json:"capacity,omitempty"`
+	// Cache is a cache: both step test's two passes side by side: the
+	// production pass (the run's capacity) and the cold one.
+	Cache    *CacheComparison  `json:"cache,omitempty"`
+	Levels   []Level           `json:"levels"`
+	Risk     Risk              `json:"risk"`
+	Scaling  *Scaling          `json:"scaling,omitempty"`
+	Cost     *Cost             `json:"cost,omitempty"`
+	Soak     *Soak             `json:"soak,omitempty"`
+	Warnings []string          `json:"warnings,omitempty"`
+	Charts   map[string]string `json:"-"` // HTML only: inline SVG by name
 }
 
 // Provenance says what produced the run and whether the prober could be
@@ -93,6 +97,26 @@ type TestObject struct {
 	Metadata    map[string]string `json:"metadata,omitempty"`
 	Identity    capacity.Identity `json:"identity"`
 	TimeoutSecs float64           `json:"timeout_seconds"`
+	// GPU is whether the target's GPUs were read (target.gpu) and what
+	// the readings saw of them.
+	GPU GPUObject `json:"gpu"`
+}
+
+// GPUObject is what a run read of its target's GPUs, over every level.
+type GPUObject struct {
+	// Measured: a level has a successful GPU reading. Without one the
+	// report says the GPUs were not measured, never zeros.
+	Measured bool `json:"measured"`
+	// Devices is the most devices in one reading; MissingDevices the
+	// most that dropped out of (or appeared in) one level's readings; MIG
+	// whether a reading had a MIG instance.
+	Devices        int  `json:"devices,omitempty"`
+	MissingDevices int  `json:"missing_devices,omitempty"`
+	MIG            bool `json:"mig,omitempty"`
+	// Errors counts the failed reads over every level, LastError the
+	// last one's error.
+	Errors    int    `json:"errors,omitempty"`
+	LastError string `json:"last_error,omitempty"`
 }
 
 // LoadModel is the load that was sent: the scenarios with the lengths
@@ -108,6 +132,10 @@ type LoadModel struct {
 	// CachedShare is the server's cached share of the prompt tokens,
 	// where it reported one.
 	CachedShare *float64 `json:"cached_share,omitempty"`
+	// Cache is the test's cache mode: production, cold (every prompt
+	// salted) or both (a cold pass, then the production one); empty in
+	// runs written before it existed, which were production.
+	Cache string `json:"cache,omitempty"`
 	// Test is the test's configuration with its defaults, as YAML.
 	Test string `json:"test"`
 }
@@ -236,6 +264,12 @@ type Level struct {
 	// metrics, server_metrics).
 	EngineQueue *capacity.EngineQueue  `json:"engine_queue,omitempty"`
 	Prober      *capacity.ProberHealth `json:"prober,omitempty"`
+	// GPU is the target's GPUs over the level's window (target.gpu); nil
+	// when not read.
+	GPU *gpu.Window `json:"gpu,omitempty"`
+	// HotTenant is the hot tenant's and the other tenants' requests
+	// apart, on the hot-tenant level.
+	HotTenant *capacity.HotTenant `json:"hot_tenant,omitempty"`
 }
 
 // Risk is where the capacity stops holding.
@@ -251,8 +285,44 @@ type Risk struct {
 	Recovered   *bool                 `json:"recovered,omitempty"`
 	// Canary is the canary on the target during the run.
 	Canary []capacity.CanaryScenario `json:"canary,omitempty"`
-	// HotSpots is what the run says about single-tenant hot spots.
-	HotSpots string `json:"hot_spots"`
+	// HotSpots is what the run says about single-tenant hot spots, and
+	// HotTenant the hot-tenant level's result where one ran.
+	HotSpots  string     `json:"hot_spots"`
+	HotTenant *HotTenant `json:"hot_tenant,omitempty"`
+	// GPU is what the GPU readings say of the risk: the memory headroom
+	// at the capacity, memory near full, a busy GPU and the engine's
+	// queue. Utilisation is a diagnostic, not a goal: a busy GPU whose
+	// level met its objectives is fine.
+	GPU []GPUFinding `json:"gpu,omitempty"`
+}
+
+// HotTenant is the hot-tenant level (verify.hot_tenant): the verified
+// rate with one tenant sending more than its share, the other tenants'
+// attainment apart from the hot one's.
+type HotTenant struct {
+	capacity.HotTenant
+	IntendedRate  float64 `json:"intended_rate"`
+	OfferedRate   float64 `json:"offered_rate"`
+	WindowSeconds float64 `json:"window_seconds"`
+}
+
+// GPU finding kinds.
+const (
+	GPUMemoryHeadroom   = "memory_headroom"     // the fullest GPU at a capacity level
+	GPUNearFull         = "memory_near_full"    // memory within 5% of full
+	GPUBusyQueueGrowing = "busy_queue_growing"  // busy GPU while the engine queue grows
+	GPUBusyQueueNotRead = "busy_queue_not_read" // busy GPU, the engine queue not read
+	GPUBusySLOsHeld     = "busy_slos_held"      // busy GPU, objectives met: fine
+	GPUBusySLOsMissed   = "busy_slos_missed"    // busy GPU, objectives missed, queue steady
+)
+
+// GPUFinding is one thing the GPU readings of a level say.
+type GPUFinding struct {
+	Kind string `json:"kind"`
+	// Level names the level ("verify 9.2 req/s", "cold sweep 16
+	// clients", "soak window 3"); Text says the finding.
+	Level string `json:"level"`
+	Text  string `json:"text"`
 }
 
 // Burst is what happened in the step test's burst.
@@ -309,6 +379,44 @@ type Soak struct {
 	Rate    float64         `json:"rate"`
 	Windows []SoakWindow    `json:"windows"`
 	Drift   *capacity.Drift `json:"drift,omitempty"`
+	// Impacts is what each step of the fault plan that ran did to the
+	// target, measured on 5 s buckets of the requests; OneLost the
+	// remaining capacity after one replica was lost, computed beside
+	// measured.
+	Impacts []capacity.FaultImpact `json:"impacts,omitempty"`
+	OneLost *capacity.ReplicaLoss  `json:"one_lost,omitempty"`
+}
+
+// CacheComparison is a cache: both step test's passes: production (the
+// run's capacity and verdict) and cold (every prompt salted, measured
+// first). Full cache hits overstate a capacity, none understates it.
+type CacheComparison struct {
+	Production CachePass `json:"production"`
+	Cold       CachePass `json:"cold"`
+	// Difference is production's verified rate less cold's, req/s, and
+	// DifferenceShare it over cold's; absent unless both verified a
+	// rate.
+	Difference      *float64 `json:"difference,omitempty"`
+	DifferenceShare *float64 `json:"difference_share,omitempty"`
+	// ColdLevels are the cold pass's levels in the order they ran.
+	ColdLevels []Level `json:"cold_levels"`
+}
+
+// CachePass is one pass of a cache: both step test.
+type CachePass struct {
+	Cache   string `json:"cache"`
+	Verdict string `json:"verdict"`
+	Reason  string `json:"reason"`
+	// VerifiedRate is the pass's verified open-loop rate, absent when it
+	// verified none; VerifiedGoodput, VerifiedAttainment and
+	// VerifiedInterval are its level's.
+	VerifiedRate       *float64           `json:"verified_rate,omitempty"`
+	VerifiedGoodput    float64            `json:"verified_goodput"`
+	VerifiedAttainment float64            `json:"verified_attainment"`
+	VerifiedInterval   *capacity.Interval `json:"verified_interval,omitempty"`
+	// CachedShare is the share of the pass's prompt tokens the server
+	// said it found in its prefix cache; absent when it said nothing.
+	CachedShare *float64 `json:"cached_share,omitempty"`
 }
 
 // SoakWindow is one window of a soak.
@@ -317,6 +425,9 @@ type SoakWindow struct {
 	ProberRSSBytes   int64 `json:"prober_rss_bytes"`
 	ProberGoroutines int   `json:"prober_goroutines"`
 	ErrorBurst       bool  `json:"error_burst,omitempty"`
+	// Cache is the window's cache mode where the soak's is not
+	// production.
+	Cache string `json:"cache,omitempty"`
 }
 
 // costExcludes is what the cost per good request leaves out.
@@ -353,6 +464,7 @@ func Build(run *capacity.Run) *Report {
 		r.Levels = append(r.Levels, level(run, l))
 	}
 	r.LoadModel = loadModel(run, setup, levels)
+	r.LoadModel.Cache = run.Cache
 	for _, s := range setup.Scenarios {
 		r.SLOs.Scenarios = append(r.SLOs.Scenarios, ScenarioSLOs{Scenario: s.Name, Objective: s.Objective, SLOs: s.SLOs})
 	}
@@ -374,48 +486,111 @@ func Build(run *capacity.Run) *Report {
 			Replicas: reps, RatePerReplica: rate / float64(reps), ConcurrencyPerReplica: float64(c.Concurrency) / float64(reps),
 			Knee: run.Knee, LimitedBy: c.LimitedBy, Bound: c.Bound, BoundDecision: c.BoundDecision, Forecast: c.Forecast,
 		}
-		for i := range run.Verify {
-			// The verified level: stated at its offered rate, or in a
-			// schema-1 run at its intended one.
-			v := &run.Verify[i]
-			if v.Met && (v.Decision == "" && v.IntendedRate == rate || v.Decision != "" && v.OfferedRate == rate) {
-				r.Capacity.VerifiedAttainment, r.Capacity.VerifiedInterval = v.Attainment, v.Interval
-			}
+		if v := verifiedOf(run.Verify, rate); v != nil {
+			r.Capacity.VerifiedAttainment, r.Capacity.VerifiedInterval = v.Attainment, v.Interval
 		}
 		r.Scaling = scaling(&tg, r.Capacity)
 	}
 	if concluded {
 		r.Cost = cost(&tg, run, r.Capacity)
 	}
+	if run.Cold != nil {
+		r.Cache = cacheComparison(run, r.Capacity)
+	}
 	r.Risk = risk(run, levels)
 	if run.Soak != nil {
-		r.Soak = &Soak{Rate: run.Soak.Rate, Drift: run.Soak.Drift}
+		r.Soak = &Soak{Rate: run.Soak.Rate, Drift: run.Soak.Drift, Impacts: run.Soak.Impacts, OneLost: run.Soak.OneLost}
 		for i := range run.Soak.Windows {
 			w := &run.Soak.Windows[i]
-			r.Soak.Windows = append(r.Soak.Windows, SoakWindow{Level: level(run, &w.Level), ProberRSSBytes: w.ProberRSSBytes, ProberGoroutines: w.ProberGoroutines, ErrorBurst: w.ErrorBurst})
+			r.Soak.Windows = append(r.Soak.Windows, SoakWindow{Level: level(run, &w.Level), ProberRSSBytes: w.ProberRSSBytes,
+				ProberGoroutines: w.ProberGoroutines, ErrorBurst: w.ErrorBurst, Cache: w.Cache})
 		}
 	}
+	r.TestObject.GPU = gpuObject(r)
+	r.Risk.GPU = gpuFindings(r)
 	return r
 }
 
-// measured returns the run's measured levels in the order they ran.
+// verifiedOf is the verification level at the verified rate: stated at
+// its offered rate, or in a schema-1 run at its intended one; nil when
+// none is.
+func verifiedOf(verify []capacity.Level, rate float64) *capacity.Level {
+	var out *capacity.Level
+	for i := range verify {
+		v := &verify[i]
+		if v.Met && (v.Decision == "" && v.IntendedRate == rate || v.Decision != "" && v.OfferedRate == rate) {
+			out = v
+		}
+	}
+	return out
+}
+
+// isConcluded reports whether a verdict concluded on a capacity.
+func isConcluded(verdict string) bool {
+	return verdict == capacity.VerdictPass || verdict == capacity.VerdictFail || verdict == capacity.VerdictInfeasible
+}
+
+// cacheComparison sets a cache: both run's production pass (the run's
+// capacity c, nil when it concluded none) beside its cold pass.
+func cacheComparison(run *capacity.Run, c *CapacitySummary) *CacheComparison {
+	cold := run.Cold
+	out := &CacheComparison{ColdLevels: []Level{},
+		Production: CachePass{Cache: "production", Verdict: run.Verdict, Reason: run.Reason, CachedShare: run.CachedShare},
+		Cold:       CachePass{Cache: cold.Cache, Verdict: cold.Verdict, Reason: cold.Reason, CachedShare: cold.CachedShare},
+	}
+	if out.Cold.Cache == "" {
+		out.Cold.Cache = "cold"
+	}
+	if c != nil && c.VerifiedRate > 0 {
+		rate := c.VerifiedRate
+		p := &out.Production
+		p.VerifiedRate, p.VerifiedGoodput, p.VerifiedAttainment, p.VerifiedInterval = &rate, c.VerifiedGoodput, c.VerifiedAttainment, c.VerifiedInterval
+	}
+	if rate, ok := cold.Capacity.Verified(); ok && rate > 0 && isConcluded(cold.Verdict) {
+		p := &out.Cold
+		p.VerifiedRate, p.VerifiedGoodput = &rate, cold.Capacity.VerifiedGoodput
+		if v := verifiedOf(cold.Verify, rate); v != nil {
+			p.VerifiedAttainment, p.VerifiedInterval = v.Attainment, v.Interval
+		}
+	}
+	for _, l := range passLevels(cold.Baseline, cold.Sweep, cold.Verify, cold.Burst, cold.HotTenant) {
+		out.ColdLevels = append(out.ColdLevels, level(run, l))
+	}
+	if p, q := out.Production.VerifiedRate, out.Cold.VerifiedRate; p != nil && q != nil {
+		d, share := *p-*q, (*p-*q) / *q
+		out.Difference, out.DifferenceShare = &d, &share
+	}
+	return out
+}
+
+// measured returns the run's measured levels in the order they ran (of a
+// cache: both run, the production pass's).
 func measured(run *capacity.Run) []*capacity.Level {
-	var out []*capacity.Level
-	if run.Baseline != nil {
-		out = append(out, run.Baseline)
-	}
-	for i := range run.Sweep {
-		out = append(out, &run.Sweep[i])
-	}
-	for i := range run.Verify {
-		out = append(out, &run.Verify[i])
-	}
-	if run.Burst != nil {
-		out = append(out, run.Burst)
-	}
+	out := passLevels(run.Baseline, run.Sweep, run.Verify, run.Burst, run.HotTenant)
 	if run.Soak != nil {
 		for i := range run.Soak.Windows {
 			out = append(out, &run.Soak.Windows[i].Level)
+		}
+		slices.SortStableFunc(out, func(a, b *capacity.Level) int { return a.Start.Compare(b.Start) })
+	}
+	return out
+}
+
+// passLevels returns a step test pass's levels in the order they ran.
+func passLevels(baseline *capacity.Level, sweep, verify []capacity.Level, burst, hot *capacity.Level) []*capacity.Level {
+	var out []*capacity.Level
+	if baseline != nil {
+		out = append(out, baseline)
+	}
+	for i := range sweep {
+		out = append(out, &sweep[i])
+	}
+	for i := range verify {
+		out = append(out, &verify[i])
+	}
+	for _, l := range []*capacity.Level{burst, hot} {
+		if l != nil {
+			out = append(out, l)
 		}
 	}
 	slices.SortStableFunc(out, func(a, b *capacity.Level) int { return a.Start.Compare(b.Start) })
@@ -428,7 +603,7 @@ func level(run *capacity.Run, l *capacity.Level) Level {
 		Sent: l.Sent, Counted: l.Counted, OfferedRate: l.OfferedRate, CompletedRate: l.CompletedRate, Goodput: l.Goodput,
 		InputRate: l.InputTokensRate, OutputRate: l.OutputTokensRate, Attainment: l.Attainment, Met: l.Met, Insufficient: l.Insufficient,
 		TTFT: l.TTFT, TPOT: l.TPOT, ITL: l.ITL, E2E: l.E2E, Outcomes: l.Outcomes, DrainSeconds: l.DrainSeconds, Note: l.Note,
-		Server: l.Server, EngineQueue: l.EngineQueue, Prober: l.Prober,
+		Server: l.Server, EngineQueue: l.EngineQueue, Prober: l.Prober, GPU: l.GPU, HotTenant: l.HotTenant,
 		Decision: l.Decision, Interval: l.Interval, Extensions: l.Extensions, ImpliedBy: l.ImpliedBy, Remeasured: l.Remeasured, Why: l.Why,
 	}
 	if !l.Start.IsZero() && !run.Start.IsZero() {
@@ -482,6 +657,11 @@ func loadModel(run *capacity.Run, setup *capacity.Setup, levels []*capacity.Leve
 	if prompt > 0 {
 		share := float64(cached) / float64(prompt)
 		m.CachedShare = &share
+	}
+	if run.CachedShare != nil {
+		// The run's own account of its stages (of a cache: both run, the
+		// production pass's).
+		m.CachedShare = run.CachedShare
 	}
 	return m
 }
@@ -570,6 +750,15 @@ func risk(run *capacity.Run, levels []*capacity.Level) Risk {
 		HotSpots: "not measured: the run's requests carry no tenant, so a single tenant's hot spot (one prefix, one long-context user) is not told apart"}
 	if s := run.Setup; s != nil && len(s.Scenarios) > 1 {
 		r.HotSpots = "per scenario of the mix only (each scenario's attainment is its own); a single tenant within a scenario is not told apart"
+	}
+	if l := run.HotTenant; l != nil {
+		switch h := l.HotTenant; {
+		case h != nil:
+			r.HotTenant = &HotTenant{HotTenant: *h, IntendedRate: l.IntendedRate, OfferedRate: l.OfferedRate, WindowSeconds: l.WindowSeconds}
+			r.HotSpots = r.HotTenant.text()
+		case l.Note != "":
+			r.HotSpots = "not measured: the hot-tenant level " + l.Note
+		}
 	}
 	for _, l := range levels {
 		if lg := l.Longest; lg != nil && l.Stage != "baseline" {

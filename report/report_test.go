@@ -57,7 +57,8 @@ func golden(t *testing.T, name string, got []byte) {
 
 // TestGolden: the Markdown and JSON reports of a fixed step and soak run.
 func TestGolden(t *testing.T) {
-	for _, tc := range []struct{ run, id string }{{"step-run.json", "knee-20261130T172029.946Z-0a1b2c3d"}, {"soak-run.json", ""}} {
+	for _, tc := range []struct{ run, id string }{{"step-run.json", "knee-20261130T172029.946Z-0a1b2c3d"}, {"soak-run.json", ""},
+		{"step-both-run.json", "chat-capacity-20261201T090000Z-4c2d"}, {"soak-faults-run.json", ""}} {
 		t.Run(tc.run, func(t *testing.T) {
 			r := report.Build(withID(load(t, tc.run), tc.id))
 			var md bytes.Buffer
@@ -80,7 +81,7 @@ func TestSchema(t *testing.T) {
 	c := jsonschema.NewCompiler()
 	sch, err := c.Compile(filepath.Join("schema", "report.json"))
 	require.NoError(t, err)
-	for _, name := range []string{"step-run.json", "soak-run.json"} {
+	for _, name := range []string{"step-run.json", "soak-run.json", "step-both-run.json", "soak-faults-run.json"} {
 		run := load(t, name)
 		// What newer runs record of how they were measured.
 		run.Provenance.Runner = "cli"

@@ -844,6 +844,34 @@ func (s *Store) LastWithCapacity(test string) (*capacity.Run, bool) {
 	})
 }
 
+// LastVerified returns the newest finished step run on target that
+// verified an open-loop rate (its VerifiedRate is set) and that accept
+// takes (nil: any): a soak's computed remaining capacity after one
+// replica is lost starts from it.
+func (s *Store) LastVerified(target string, accept func(*capacity.Run) bool) (*capacity.Run, bool) {
+	var ids []ID
+	s.mu.RLock()
+	for _, e := range slices.Backward(s.order) {
+		if e.Target == target && e.Kind == config.TestStep && !e.running() && e.VerifiedRate != nil && *e.VerifiedRate > 0 {
+			ids = append(ids, e.id())
+		}
+	}
+	s.mu.RUnlock()
+	for _, id := range ids {
+		run, err := s.Get(id)
+		if err != nil {
+			if !errors.Is(err, ErrNotFound) {
+				s.logger.Warn("Could not read a stored run", "id", id, "err", err)
+			}
+			continue
+		}
+		if accept == nil || accept(run) {
+			return run, true
+		}
+	}
+	return nil, false
+}
+
 // last reads the newest run that match accepts; a file that cannot be read
 // is logged and the next older run tried.
 func (s *Store) last(match func(*entry) bool) (*capacity.Run, bool) {

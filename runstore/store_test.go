@@ -729,3 +729,36 @@ func TestOpenRunsBeforeSchemaVersion(t *testing.T) {
 
 // rate is a verified rate.
 func rate(v float64) *float64 { return &v }
+
+// TestLastVerified: the newest finished step run on a target that
+// verified a rate and that the caller accepts: not a soak, not one that
+// verified nothing, not one of another target.
+func TestLastVerified(t *testing.T) {
+	s := open(t, t.TempDir(), runstore.Retention{})
+	put := func(test, kind, target, cache string, start time.Time, rate float64) runstore.ID {
+		run := &capacity.Run{Summary: capacity.Summary{Test: test, Kind: kind, Target: target, Start: start}, Cache: cache}
+		id, err := s.Begin(run)
+		require.NoError(t, err)
+		run.End, run.Verdict, run.Reason = start.Add(time.Minute), capacity.VerdictPass, "done"
+		if rate > 0 {
+			run.Capacity = &capacity.Capacity{VerifiedRate: &rate}
+		}
+		require.NoError(t, s.Finish(id, run))
+		return id
+	}
+	prod := put("knee", config.TestStep, "sim", config.CacheProduction, t0, 9)
+	put("cold", config.TestStep, "sim", config.CacheCold, t0.Add(time.Hour), 4)
+	put("soak", config.TestSoak, "sim", config.CacheProduction, t0.Add(2*time.Hour), 0)
+	put("none", config.TestStep, "sim", config.CacheProduction, t0.Add(3*time.Hour), 0)
+	put("other", config.TestStep, "other", config.CacheProduction, t0.Add(4*time.Hour), 20)
+
+	run, ok := s.LastVerified("sim", nil)
+	require.True(t, ok)
+	require.Equal(t, "cold", run.Test, "the newest that verified a rate")
+	run, ok = s.LastVerified("sim", func(r *capacity.Run) bool { return r.Cache != config.CacheCold })
+	require.True(t, ok)
+	require.Equal(t, string(prod), run.ID)
+	require.InDelta(t, 9, *run.Header().VerifiedRate, 1e-9)
+	_, ok = s.LastVerified("nowhere", nil)
+	require.False(t, ok)
+}

@@ -1,6 +1,10 @@
 package servermetrics
 
-import "time"
+import (
+	"time"
+
+	"github.com/sloprober/sloprober/internal/exposition"
+)
 
 // Bounds on what an engine's /metrics can make sloprober read, parse, keep
 // or log. The endpoint is outside input like any reply of the server: an
@@ -50,6 +54,6 @@ const (
 	// 250 ms late.
 	QueueReadEvery = 250 * time.Millisecond
 	// maxErrorBytes bounds an error message logged: a parse error quotes
-	// the server's text.
-	maxErrorBytes = 256
+	// the server's text (exposition.BoundError).
+	maxErrorBytes = exposition.MaxErrorBytes
 )

@@ -57,7 +57,8 @@
 //     labels under a mapped name fails the scrape with reason parse.
 //     The text format is asked for; an OpenMetrics reply is read by the
 //     same parser once its comment lines and exemplars are dropped (see
-//     fromOpenMetrics for why expfmt's OpenMetrics decoder is not used).
+//     exposition.FromOpenMetrics for why expfmt's OpenMetrics decoder is
+//     not used).
 //
 // Wiring: NewMetrics(reg) once; NewManager(logger, metrics); Apply(cfg) on
 // every (re)load, before or after Run; Run(ctx) as an oklog/run actor.

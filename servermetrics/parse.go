@@ -1,17 +1,15 @@
 package servermetrics
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
-	"mime"
 	"slices"
 	"strings"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+
+	"github.com/sloprober/sloprober/internal/exposition"
 )
 
 // Engines, as Snapshot.Engine names them.
@@ -132,107 +130,29 @@ type cacheCounters struct {
 }
 
 // errParse marks a body that is not an exposition sloprober can read.
-var errParse = errors.New("not a Prometheus text exposition")
+var errParse = exposition.ErrParse
 
 // decode parses an exposition and maps it. contentType is the response's
 // Content-Type: text/plain (any version) and empty are read as the text
 // format, application/openmetrics-text through the same parser (see
-// fromOpenMetrics), anything else is refused. The body must already be
-// bounded (MaxBodyBytes); decode bounds its samples. Errors are
-// *ScrapeError with reason parse or too_many_series.
+// exposition.FromOpenMetrics), anything else is refused. The body must
+// already be bounded (MaxBodyBytes); decode bounds its samples
+// (MaxSamples). Errors are *ScrapeError with reason parse or
+// too_many_series.
 func decode(body []byte, contentType string) (reading, error) {
-	om, err := formatOf(contentType)
-	if err != nil {
+	fams, err := exposition.Decode(body, contentType, MaxSamples)
+	var many *exposition.TooManySamplesError
+	switch {
+	case errors.As(err, &many):
+		return reading{}, &ScrapeError{Reason: ReasonTooManySeries, Err: err}
+	case err != nil:
 		return reading{}, &ScrapeError{Reason: ReasonParse, Err: err}
-	}
-	if n := countSamples(body, MaxSamples); n > MaxSamples {
-		return reading{}, &ScrapeError{Reason: ReasonTooManySeries, Err: fmt.Errorf("more than %d samples", MaxSamples)}
-	}
-	if om {
-		body = fromOpenMetrics(body)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		return reading{}, &ScrapeError{Reason: ReasonParse, Err: fmt.Errorf("%w: %s", errParse, boundError(err.Error()))}
 	}
 	r, err := mapFamilies(fams)
 	if err != nil {
 		return reading{}, &ScrapeError{Reason: ReasonParse, Err: err}
 	}
 	return r, nil
-}
-
-// formatOf tells from a Content-Type whether the body is OpenMetrics, or
-// refuses it. An empty Content-Type is taken as the text format, as many
-// small exporters send none; HTML (a login page, a proxy's error page) or
-// JSON is refused before it is parsed.
-func formatOf(contentType string) (openMetrics bool, err error) {
-	if strings.TrimSpace(contentType) == "" {
-		return false, nil
-	}
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return false, fmt.Errorf("invalid Content-Type %q", boundError(contentType))
-	}
-	switch mt {
-	case "text/plain":
-		return false, nil
-	case "application/openmetrics-text":
-		return true, nil
-	}
-	return false, fmt.Errorf("Content-Type %q is not a Prometheus exposition format", boundError(mt))
-}
-
-// countSamples counts the sample lines of body (neither blank nor a
-// comment, after leading blanks and tabs, as the text parser reads them),
-// stopping once the count passes limit.
-func countSamples(body []byte, limit int) int {
-	n := 0
-	for len(body) > 0 && n <= limit {
-		line := body
-		if i := bytes.IndexByte(body, '\n'); i >= 0 {
-			line, body = body[:i], body[i+1:]
-		} else {
-			body = nil
-		}
-		line = bytes.TrimLeft(line, " \t")
-		if len(line) > 0 && line[0] != '#' {
-			n++
-		}
-	}
-	return n
-}
-
-// fromOpenMetrics turns an OpenMetrics body into one the text parser reads:
-// every comment line goes (# TYPE, # HELP, # UNIT, # EOF: types such as
-// info, stateset or a counter's family name without _total are
-// OpenMetrics only), and an exemplar (" # {...} v") is cut off its sample.
-// Every family is then untyped, which is all the mapping needs: it reads
-// sample values by name. expfmt's own OpenMetrics decoder is not used: in
-// prometheus/common v0.73 it parses each line with an ABNF grammar, about
-// 7 ms a line, so a 1,000-line vLLM exposition took 7 s of CPU and
-// MaxSamples lines would take minutes. A sample with a timestamp in
-// seconds with a fraction (OpenMetrics allows it, no engine sends it)
-// fails to parse.
-func fromOpenMetrics(body []byte) []byte {
-	out := make([]byte, 0, len(body))
-	for len(body) > 0 {
-		line := body
-		if i := bytes.IndexByte(body, '\n'); i >= 0 {
-			line, body = body[:i], body[i+1:]
-		} else {
-			body = nil
-		}
-		if t := bytes.TrimLeft(line, " \t"); len(t) > 0 && t[0] == '#' {
-			continue
-		}
-		if i := bytes.Index(line, []byte(" # ")); i >= 0 {
-			line = line[:i]
-		}
-		out = append(append(out, line...), '\n')
-	}
-	return out
 }
 
 // mapFamilies finds the engine of an exposition and maps its values. Only
@@ -431,29 +351,9 @@ func checkDuplicates(f *dto.MetricFamily) error {
 			b.WriteByte(0xff)
 		}
 		if seen[b.String()] {
-			return fmt.Errorf("%w: %s has two series with the same labels", errParse, boundError(f.GetName()))
+			return fmt.Errorf("%w: %s has two series with the same labels", errParse, exposition.BoundError(f.GetName()))
 		}
 		seen[b.String()] = true
 	}
 	return nil
-}
-
-// boundError makes server text safe to put in an error: valid UTF-8, one
-// line, at most maxErrorBytes.
-func boundError(s string) string {
-	if len(s) > 4*maxErrorBytes {
-		s = s[:4*maxErrorBytes]
-	}
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool {
-		return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == '\u2028' || r == '\u2029'
-	}), " ")
-	if len(s) <= maxErrorBytes {
-		return s
-	}
-	cut := maxErrorBytes - len("...")
-	for cut > 0 && s[cut]&0xc0 == 0x80 { // not at a rune start
-		cut--
-	}
-	return s[:cut] + "..."
 }

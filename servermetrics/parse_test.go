@@ -206,26 +206,3 @@ func TestDecodeLenient(t *testing.T) {
 	require.NoError(t, err)
 	require.InDelta(t, MaxSamples, *got.running, 0)
 }
-
-func TestCountSamples(t *testing.T) {
-	for body, want := range map[string]int{
-		"":                         0,
-		"a 1":                      1,
-		"a 1\n":                    1,
-		"a 1\nb 2\n":               2,
-		"# c\n\n \t\n  # d\nx 1\n": 1,
-		"\t x 1\n#\n":              1,
-	} {
-		require.Equal(t, want, countSamples([]byte(body), 10), "%q", body)
-	}
-	require.Equal(t, 3, countSamples([]byte("a 1\na 1\na 1\na 1\na 1\n"), 2), "stops past the limit")
-}
-
-func TestBoundError(t *testing.T) {
-	require.Equal(t, "a b", boundError("a\nb"))
-	require.Equal(t, "x\uFFFDy", boundError("x\xffy"))
-	long := boundError(strings.Repeat("é", 1000))
-	require.LessOrEqual(t, len(long), maxErrorBytes)
-	require.True(t, strings.HasSuffix(long, "..."))
-	require.NotContains(t, long, "\uFFFD", "cut at a rune boundary")
-}

@@ -4,16 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"sync"
 	"time"
 
 	commoncfg "github.com/prometheus/common/config"
-	"github.com/prometheus/common/version"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/internal/exposition"
 )
 
 // Failure reasons of a scrape (the reason label of
@@ -38,11 +37,6 @@ const (
 
 // Reasons lists the failure reasons.
 var Reasons = []string{ReasonTimeout, ReasonConnect, ReasonHTTP, ReasonTooLarge, ReasonTooManySeries, ReasonParse}
-
-// acceptHeader asks for the text format 0.0.4, which every engine serves
-// (Python's client serves OpenMetrics only when asked), and takes anything
-// else rather than a 406.
-const acceptHeader = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 
 // ScrapeError is a failed scrape, with its reason (one of Reasons).
 type ScrapeError struct {
@@ -114,7 +108,7 @@ func NewScraper(target string, cfg *config.ServerMetricsConfig) (*Scraper, error
 	if err != nil {
 		return nil, fmt.Errorf("target %q: server_metrics: %w", target, err)
 	}
-	client.CheckRedirect = checkRedirect(cfg.HTTPClientConfig.FollowRedirects)
+	client.CheckRedirect = exposition.CheckRedirect(cfg.HTTPClientConfig.FollowRedirects)
 	timeout := time.Duration(cfg.Timeout)
 	if timeout <= 0 { // not validated
 		timeout = time.Duration(config.DefaultServerMetricsConfig.Timeout)
@@ -122,36 +116,9 @@ func NewScraper(target string, cfg *config.ServerMetricsConfig) (*Scraper, error
 	return &Scraper{url: cfg.URL, client: client, timeout: timeout}, nil
 }
 
-// maxRedirects bounds the redirects a scrape follows where following them
-// is configured.
-const maxRedirects = 3
-
-// checkRedirect is the redirect policy of scrapes. prometheus/common's
-// round tripper puts the section's credentials on every request, the
-// redirected ones included: a /metrics that redirected to another port
-// got the bearer token. So follow_redirects (true by default, as in
-// Prometheus) follows only redirects to the same scheme, host and port;
-// any other, or any with follow_redirects: false, is an "http" failure
-// (its 3xx).
-func checkRedirect(follow bool) func(*http.Request, []*http.Request) error {
-	return func(req *http.Request, via []*http.Request) error {
-		first := via[0]
-		if !follow || len(via) > maxRedirects || req.URL.Scheme != first.URL.Scheme || req.URL.Host != first.URL.Host {
-			return http.ErrUseLastResponse
-		}
-		return nil
-	}
-}
-
 // UserAgent is the User-Agent of scrapes: sloprober/<version>, or
 // sloprober/dev in a build without a version.
-func UserAgent() string {
-	v := version.Version
-	if v == "" {
-		v = "dev"
-	}
-	return "sloprober/" + v
-}
+func UserAgent() string { return exposition.UserAgent() }
 
 // Close releases the scraper's idle connections.
 func (s *Scraper) Close() { s.client.CloseIdleConnections() }
@@ -224,27 +191,20 @@ func (s *Scraper) read(parent context.Context) (reading, error) {
 		}
 		return reading{}, &ScrapeError{Reason: reason, Err: err}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
-	if err != nil {
-		return fail(ReasonConnect, err)
+	body, contentType, err := exposition.Read(ctx, s.client, s.url, MaxBodyBytes)
+	var re *exposition.Error
+	if errors.As(err, &re) {
+		switch re.Stage {
+		case exposition.StageRequest:
+			return fail(ReasonConnect, re.Err)
+		case exposition.StageConnect:
+			return fail(ReasonConnect, errors.New(exposition.BoundError(redactedError(re.Err, s.url))))
+		case exposition.StageTooLarge: // whenever the deadline passes: the body was too large
+			return reading{}, &ScrapeError{Reason: ReasonTooLarge, Err: re.Err}
+		}
+		return fail(ReasonHTTP, re.Err)
 	}
-	req.Header.Set("Accept", acceptHeader)
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return fail(ReasonConnect, errors.New(boundError(redactedError(err, s.url))))
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fail(ReasonHTTP, fmt.Errorf("HTTP status %d", resp.StatusCode))
-	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes+1))
-	if err != nil {
-		return fail(ReasonHTTP, fmt.Errorf("reading the body: %s", boundError(err.Error())))
-	}
-	if len(body) > MaxBodyBytes { // whenever the deadline passes: the body was too large
-		return reading{}, &ScrapeError{Reason: ReasonTooLarge, Err: fmt.Errorf("body of more than %d bytes", MaxBodyBytes)}
-	}
-	return decode(body, resp.Header.Get("Content-Type"))
+	return decode(body, contentType)
 }
 
 // redactedError is a client error with the URL's password redacted

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/faultaction"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/runstore"
 	"github.com/sloprober/sloprober/validity"
@@ -50,6 +51,7 @@ type Service struct {
 	runs    sync.WaitGroup
 
 	validity *validity.Config
+	faults   *faultaction.Runner
 	// queues reads a target's engine queue depth, nil without engine
 	// metrics (SetQueues).
 	queues func(target string) capacity.QueueProbe
@@ -92,6 +94,32 @@ func New(logger *slog.Logger, manager *prober.Manager, recorder *capacity.Record
 // by, level by level (capacity.Step.Validity). Call it before Run.
 func (s *Service) SetValidity(v validity.Config) { s.validity = &v }
 
+// SetFaults sets the runner of soak tests' fault actions (by default one
+// that refuses exec actions). Call it before Run.
+func (s *Service) SetFaults(r *faultaction.Runner) { s.faults = r }
+
+// LastCapacity returns a function that gives a target's last verified
+// capacity from store (capacity.Env.LastCapacity): of its newest step run
+// with production's prefix caching (a cold-cache capacity understates
+// it), with the replicas that run measured.
+func LastCapacity(store *runstore.Store) func(target string) *capacity.LastCapacity {
+	return func(target string) *capacity.LastCapacity {
+		run, ok := store.LastVerified(target, func(r *capacity.Run) bool { return r.Cache != config.CacheCold })
+		if !ok {
+			return nil
+		}
+		v := run.Header().VerifiedRate
+		if v == nil {
+			return nil
+		}
+		lc := &capacity.LastCapacity{RunID: run.ID, VerifiedRate: *v}
+		if st := run.Setup; st != nil {
+			lc.Replicas = st.Target.Replicas
+		}
+		return lc
+	}
+}
+
 // SetQueues sets how a test reads its target's engine queue depth (for its
 // drain checks and the reports): queue returns nil for a target without
 // engine metrics. Call it before Run.
@@ -100,7 +128,8 @@ func (s *Service) SetQueues(queue func(target string) capacity.QueueProbe) { s.q
 // env is what a run of a test on target, of configuration cfg, takes
 // from the daemon.
 func (s *Service) env(cfg *config.Config, target string, maxRate float64) capacity.Env {
-	env := capacity.Env{Manager: s.manager, Recorder: s.recorder, Logger: s.logger, MaxRate: maxRate, ConfigHash: cfg.Hash(), Validity: s.validity, Runner: "daemon"}
+	env := capacity.Env{Manager: s.manager, Recorder: s.recorder, Logger: s.logger, MaxRate: maxRate, ConfigHash: cfg.Hash(), Validity: s.validity, Runner: "daemon",
+		Faults: s.faults, LastCapacity: LastCapacity(s.store)}
 	if s.queues != nil {
 		env.Queue = s.queues(target)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/exporter"
+	"github.com/sloprober/sloprober/faultaction"
 	"github.com/sloprober/sloprober/internal/proc"
 	"github.com/sloprober/sloprober/internal/reload"
 	"github.com/sloprober/sloprober/prober"
@@ -146,21 +147,22 @@ const simStopTimeout = time.Second
 
 // runCommand is `sloprober run`, the daemon.
 type runCommand struct {
-	cmd       *kingpin.CmdClause
-	config    configSource
-	web       *web.FlagConfig
-	grace     *time.Duration
-	linger    *time.Duration
-	removed   *time.Duration
-	simlisten *string
-	pprof     *bool
-	storage   *string
-	keepRuns  *int
-	keepAge   *model.Duration
-	testAPI   *bool
-	instance  *string
-	shard     *string
-	validity  validity.Config
+	cmd        *kingpin.CmdClause
+	config     configSource
+	web        *web.FlagConfig
+	grace      *time.Duration
+	linger     *time.Duration
+	removed    *time.Duration
+	simlisten  *string
+	pprof      *bool
+	storage    *string
+	keepRuns   *int
+	keepAge    *model.Duration
+	testAPI    *bool
+	execFaults *bool
+	instance   *string
+	shard      *string
+	validity   validity.Config
 }
 
 func newRunCommand(app *kingpin.Application) *runCommand {
@@ -183,8 +185,17 @@ func newRunCommand(app *kingpin.Application) *runCommand {
 	c.shard = c.cmd.Flag("shard", "This process's part of the canary loads, i/N: N processes with shards 0/N to N-1/N together send every canary load exactly once, each its share (intended rate and caps per share); step and soak tests run on shard 0 only. ordinal/N takes i from the host name's last -<number> (a StatefulSet pod's ordinal).").Default("0/1").String()
 	c.instance = c.cmd.Flag("tracing.instance", "The service.instance.id of the spans sloprober exports (default: the host name); tracing itself is configured in the configuration file's tracing section.").Default("").String()
 	c.testAPI = c.cmd.Flag("web.enable-test-api", "Enable the test API's POST endpoints: start and abort test runs (the GET endpoints are always on).").Default("false").Bool()
+	c.execFaults = addExecFaultsFlag(c.cmd)
 	addValidityFlags(c.cmd, &c.validity)
 	return c
+}
+
+// addExecFaultsFlag adds --test.allow-exec-faults: a soak's exec fault
+// actions run commands on the prober's host, so whoever can change the
+// configuration (or start a run through the test API) could run anything;
+// they are refused unless this is set.
+func addExecFaultsFlag(cmd *kingpin.CmdClause) *bool {
+	return cmd.Flag("test.allow-exec-faults", "Allow the exec fault actions of soak tests' fault plans: commands run on this host. Off by default: with it, whoever can change the configuration can run commands here.").Default("false").Bool()
 }
 
 // addValidityFlags adds the flags of the measurement-validity rule
@@ -359,6 +370,7 @@ func (c *runCommand) run(ctx context.Context, logger *slog.Logger, exit func(int
 	defer store.Close()
 	d.tests = testrun.New(logger, d.manager, recorder, store, testrun.NewMetrics(reg))
 	d.tests.SetValidity(c.validity)
+	d.tests.SetFaults(&faultaction.Runner{AllowExec: *c.execFaults})
 	d.engines = servermetrics.NewManager(logger, servermetrics.NewMetrics(reg))
 	d.tests.SetQueues(func(target string) capacity.QueueProbe {
 		cfg := d.cfg.Load()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/faultaction"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/runstore"
 	"github.com/sloprober/sloprober/servermetrics"
@@ -36,16 +37,17 @@ const (
 
 // testCommand is `sloprober test run`: one run of a test, now.
 type testCommand struct {
-	cmd      *kingpin.CmdClause
-	name     *string
-	json     *string
-	output   *string
-	source   configSource
-	url      *string
-	starter  *starter
-	simArg   *string
-	storage  *string
-	validity validity.Config
+	cmd        *kingpin.CmdClause
+	name       *string
+	json       *string
+	output     *string
+	source     configSource
+	url        *string
+	starter    *starter
+	simArg     *string
+	storage    *string
+	execFaults *bool
+	validity   validity.Config
 	// logConfig is the command line's logging (main sets it), written
 	// through prog on a terminal.
 	logConfig *promslog.Config
@@ -64,6 +66,7 @@ func newTestCommand(app *kingpin.Application) *testCommand {
 	c.url = c.cmd.Flag("target", "An endpoint's OpenAI base URL (e.g. http://127.0.0.1:8000/v1), tested with the configuration `sloprober init` writes for it (its step test \"capacity\"); instead of --config.file.").String()
 	c.starter = addStarterFlags(c.cmd)
 	c.simArg = c.cmd.Flag("sim.listen-address", "Address of the built-in simulator started without --config.file (loopback only).").Default("127.0.0.1:0").String()
+	c.execFaults = addExecFaultsFlag(c.cmd)
 	addValidityFlags(c.cmd, &c.validity)
 	return c
 }
@@ -161,6 +164,7 @@ func (c *testCommand) run(ctx context.Context, logger *slog.Logger, stdout, stde
 	defer prog.close()
 	env := capacity.Env{Manager: m, Recorder: rec, Logger: logger, MaxRate: maxRate, ConfigHash: cfg.Hash(), Runner: "cli",
 		Queue: engineQueue(cfg, engines)(t.Target), Validity: &c.validity,
+		Faults: &faultaction.Runner{AllowExec: *c.execFaults}, LastCapacity: testrun.LastCapacity(store),
 		Started:  func(plan string) { prog.println("Running " + plan) },
 		Progress: prog.update,
 	}
