@@ -4,7 +4,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/faultaction"
 )
 
 // seriesOf builds a series of 5 s buckets from per-bucket (counted, good)
@@ -197,4 +201,38 @@ func TestImpactSpans(t *testing.T) {
 	require.Zero(t, fi.Spans)
 	require.False(t, fi.Disrupted)
 	require.Nil(t, fi.RecoverySeconds, "not measured, not \"not disrupted\"")
+}
+
+// TestFaultPlanRefusesExec: a plan with an exec step is refused when the
+// soak starts unless the runner allows exec, not when the step comes.
+func TestFaultPlanRefusesExec(t *testing.T) {
+	steps := []config.FaultStep{
+		{At: 0, For: model.Duration(time.Minute), Action: faultaction.Action{HTTP: &faultaction.HTTPAction{HTTPRequest: faultaction.HTTPRequest{URL: "http://127.0.0.1:1/x"}}}},
+		{At: model.Duration(time.Hour), For: model.Duration(time.Minute), Action: faultaction.Action{Exec: &faultaction.ExecAction{Command: []string{"true"}}}},
+	}
+	_, err := newFaultPlan("http://127.0.0.1:1/v1", steps, nil, nil)
+	require.ErrorIs(t, err, faultaction.ErrExecNotAllowed)
+	require.ErrorContains(t, err, "step 1: exec fault actions are off: start sloprober with --test.allow-exec-faults")
+	p, err := newFaultPlan("http://127.0.0.1:1/v1", steps, &faultaction.Runner{AllowExec: true}, nil)
+	require.NoError(t, err)
+	require.Empty(t, p.admin, "no step sets a simulator's faults")
+}
+
+// TestRedactedTest: a run states its fault plan without what may carry a
+// secret: a URL's credentials and query, a body, a command's arguments.
+func TestRedactedTest(t *testing.T) {
+	tc := &config.TestConfig{Name: "soak", Faults: []config.FaultStep{
+		{Action: faultaction.Action{HTTP: &faultaction.HTTPAction{
+			HTTPRequest: faultaction.HTTPRequest{URL: "http://admin:hunter2@127.0.0.1:8001/out?token=s3cret", Body: `{"key":"s3cret"}`},
+			Undo:        &faultaction.HTTPRequest{URL: "http://127.0.0.1:8001/in?token=s3cret"},
+		}}},
+		{Action: faultaction.Action{Exec: &faultaction.ExecAction{Command: []string{"/usr/bin/kubectl", "--token=s3cret", "scale"}}}},
+	}}
+	got := flowYAML(redactedTest(tc))
+	require.NotContains(t, got, "s3cret")
+	require.NotContains(t, got, "hunter2")
+	require.Contains(t, got, "http://127.0.0.1:8001/out")
+	require.Contains(t, got, "<16 bytes>")
+	require.Contains(t, got, "<2 arguments>")
+	require.Equal(t, "http://admin:hunter2@127.0.0.1:8001/out?token=s3cret", tc.Faults[0].HTTP.URL, "the configuration's own is left alone")
 }
