@@ -5,10 +5,13 @@ import (
 	"math"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/promslog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/servermetrics"
 	"github.com/sloprober/sloprober/simulator/simtest"
 )
 
@@ -23,7 +26,7 @@ func cacheConfig(t *testing.T, url, test string) *config.Config {
 	t.Helper()
 	cfg, err := config.Load(fmt.Appendf(nil, `
 global: {max_rate: 100, max_in_flight: 200}
-targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s, simulator: true}]
+targets: [{name: sim, url: "%[1]s/v1", model: sim-model, timeout: 10s, simulator: true, server_metrics: {url: "%[1]s/metrics"}}]
 scenarios:
   - name: chat
     input_tokens: 512
@@ -34,7 +37,7 @@ scenarios:
     objective: 0.5
     slo: {ttft: 5s}
 tests:
-%s`, url, test), false)
+%[2]s`, url, test), false)
 	require.NoError(t, err)
 	return cfg
 }
@@ -57,7 +60,15 @@ func TestStepCacheBoth(t *testing.T) {
     window: {warmup: 0s, steady: 2s, min_requests: 1}
     verify: {rates: [0.5], max_levels: 1, burst: {factor: 1}}
 `)
-	run := runStep(t, t.Context(), cfg)
+	// The engine's own counters (vllm:prefix_cache_hits/queries), read
+	// as a drain check reads the queue.
+	engines := servermetrics.NewManager(promslog.NewNopLogger(), servermetrics.NewMetrics(prometheus.NewRegistry()))
+	require.NoError(t, engines.Apply(cfg))
+	rec, m := newManager(t, cfg)
+	tc := cfg.Tests[0]
+	s := &capacity.Step{Manager: m, Recorder: rec, Test: tc, Load: cfg.TestLoad(tc), MaxRate: cfg.Global.MaxRate,
+		Logger: promslog.NewNopLogger(), Queue: engines.Queue("sim")}
+	run := s.Run(t.Context())
 	require.NotEqual(t, capacity.VerdictAborted, run.Verdict, run.Reason)
 	require.Equal(t, config.CacheBoth, run.Cache)
 	cold := run.Cold
@@ -74,6 +85,11 @@ func TestStepCacheBoth(t *testing.T) {
 	coldPrefill, warmPrefill := cold.Baseline.Server.Prefill.P50, run.Baseline.Server.Prefill.P50
 	require.Greater(t, coldPrefill, 3*warmPrefill, "cold %.3fs, warm %.3fs", coldPrefill, warmPrefill)
 	require.Contains(t, run.Reason, "cold cache: ")
+	// The engine's counters tell the same as the replies' usage.
+	require.NotNil(t, cold.EngineHitRatio)
+	require.NotNil(t, run.EngineHitRatio)
+	require.Less(t, *cold.EngineHitRatio, 0.05)
+	require.InDelta(t, *run.CachedShare, *run.EngineHitRatio, 0.05, "usage and the engine's counters")
 }
 
 // TestStepHotTenant: verify.hot_tenant adds a level at the verified rate

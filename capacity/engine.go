@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/sloprober/sloprober/servermetrics"
 )
 
 // engineSampleInterval is how often a level's window reads the engine's
@@ -22,6 +24,15 @@ func Sampling(ctx context.Context) bool {
 	return v
 }
 
+// PrefixCacheProbe is a QueueProbe that also tells the engine's
+// prefix-cache counters as its last read found them (servermetrics.Queue):
+// a level's windows then record the engine's own hit ratio, for a server
+// whose replies do not report cached tokens (vLLM without
+// --enable-prompt-tokens-details).
+type PrefixCacheProbe interface {
+	PrefixCacheCounters() (servermetrics.PrefixCacheCounters, bool)
+}
+
 // queueSampler reads a QueueProbe every engineSampleInterval until stop.
 type queueSampler struct {
 	mu     sync.Mutex
@@ -29,6 +40,9 @@ type queueSampler struct {
 	sum    int
 	cancel context.CancelFunc
 	done   chan struct{}
+	// first and last are the prefix-cache counters of the first and the
+	// last read, when the probe tells them.
+	first, last *servermetrics.PrefixCacheCounters
 }
 
 // sampleQueue starts reading q; a nil q gives a nil sampler, whose stop
@@ -55,6 +69,14 @@ func sampleQueue(ctx context.Context, q QueueProbe) *queueSampler {
 				qs.q.Samples++
 				qs.sum += n
 				qs.q.Max = max(qs.q.Max, n)
+				if cp, ok := q.(PrefixCacheProbe); ok {
+					if c, ok := cp.PrefixCacheCounters(); ok {
+						if qs.first == nil {
+							qs.first = &c
+						}
+						qs.last = &c
+					}
+				}
 			}
 			qs.mu.Unlock()
 			select {
@@ -84,5 +106,27 @@ func (qs *queueSampler) stop() *EngineQueue {
 	if q.Samples > 0 {
 		q.Mean = float64(qs.sum) / float64(q.Samples)
 	}
+	// The counters' increase over the window, when they only grew under
+	// the same names (a decrease is a restart of the engine: its counters
+	// began again, and the window's increase is not known).
+	if f, l := qs.first, qs.last; f != nil && l != nil && f.Names == l.Names {
+		if dh, dq := l.Hits-f.Hits, l.Queries-f.Queries; dq > 0 && dh >= 0 && dh <= dq*(1+prefixCacheSlack) {
+			q.PrefixCacheHits, q.PrefixCacheQueries = dh, dq
+		}
+	}
 	return &q
+}
+
+// prefixCacheSlack is how far hits may pass queries before the counters
+// are taken for broken: 1% (servermetrics.RatioSlack's).
+const prefixCacheSlack = 0.01
+
+// HitRatio is the engine's prefix-cache hit ratio over the window, nil
+// when its counters were not read (or did not grow).
+func (q *EngineQueue) HitRatio() *float64 {
+	if q == nil || q.PrefixCacheQueries <= 0 {
+		return nil
+	}
+	r := min(q.PrefixCacheHits/q.PrefixCacheQueries, 1)
+	return &r
 }

@@ -196,6 +196,10 @@ type Run struct {
 	// (above) that the server said it found in its prefix cache (usage's
 	// cached_tokens over prompt_tokens), nil when it said nothing.
 	CachedShare *float64 `json:"cached_share,omitempty"`
+	// EngineHitRatio is the engine's own prefix-cache hit ratio over the
+	// run's stages (their EngineQueue counters: vLLM's
+	// prefix_cache_hits/queries), nil where its metrics serve none.
+	EngineHitRatio *float64 `json:"engine_hit_ratio,omitempty"`
 	// Cold is the cold-cache pass of a cache: both step test: the same
 	// procedure, measured first, with every prompt salted so that nothing
 	// is shared. The stages above are then the production pass, whose
@@ -236,6 +240,10 @@ type CachePass struct {
 	Burst       *Level    `json:"burst,omitempty"`
 	HotTenant   *Level    `json:"hot_tenant,omitempty"`
 	CachedShare *float64  `json:"cached_share,omitempty"`
+	// EngineHitRatio is the engine's own prefix-cache hit ratio over the
+	// pass's levels (their EngineQueue counters), nil where its metrics
+	// serve none.
+	EngineHitRatio *float64 `json:"engine_hit_ratio,omitempty"`
 }
 
 // VerifiedRate is the pass's verified open-loop rate, nil when it
@@ -585,6 +593,12 @@ type EngineQueue struct {
 	Samples int     `json:"samples"`
 	Mean    float64 `json:"mean"`
 	Max     int     `json:"max"`
+	// PrefixCacheHits and PrefixCacheQueries are the increase of the
+	// engine's prefix-cache counters over the window (prompt tokens found
+	// cached, prompt tokens looked up), where its metrics serve them:
+	// the engine's own hit ratio (HitRatio).
+	PrefixCacheHits    float64 `json:"prefix_cache_hits,omitempty"`
+	PrefixCacheQueries float64 `json:"prefix_cache_queries,omitempty"`
 	// Errors counts the reads that failed (counted, not averaged in).
 	Errors int `json:"errors,omitempty"`
 }

@@ -162,26 +162,27 @@ func (s *Soak) Run(ctx context.Context) *Run {
 			s.Progress(p)
 		}
 		col.ResetLevel()
-		if t.Cache == config.CacheAlternate && i > 0 {
-			// Cold windows and production ones in turn, cold first; the
-			// load changes in place, its schedule going on.
-			spec.ColdCache = i%2 == 0
-			if err = s.Manager.Apply(t.Name, []config.LoadSpec{spec}); err != nil {
-				break
-			}
-		}
 		// Windows follow each other without a gap: the next one opens
 		// at the instant the last one closed.
 		w := col.Open(now)
 		windows = append(windows, w)
 		queue, gpus := sampleQueue(ctx, s.Queue), st.gpus.start(ctx)
 		err = st.watch(ctx, time.Until(now.Add(steady)), nil)
+		mode := spec.ColdCache
+		if t.Cache == config.CacheAlternate && err == nil && i+1 < n {
+			// Cold windows and production ones in turn, cold first:
+			// the next window's mode is set the instant before this
+			// window closes (a request built in one mode is sent in its
+			// window); the load changes in place, its schedule going on.
+			spec.ColdCache = (i+1)%2 == 0
+			err = s.Manager.Apply(t.Name, []config.LoadSpec{spec})
+		}
 		now = time.Now()
 		col.Close(w, now)
 		sw := SoakWindow{ProberRSSBytes: proc.RSS(), ProberGoroutines: runtime.NumGoroutine()}
 		if t.Cache != config.CacheProduction {
 			sw.Cache = config.CacheProduction
-			if spec.ColdCache {
+			if mode {
 				sw.Cache = config.CacheCold
 			}
 		}

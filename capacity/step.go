@@ -166,6 +166,7 @@ func (s *Step) Run(ctx context.Context) *Run {
 	}
 	verdict, reason := s.steps(ctx)
 	s.run.CachedShare = passCachedShare(s.run.Baseline, s.run.Sweep, s.run.Verify, s.run.Burst)
+	s.run.EngineHitRatio = passEngineHitRatio(s.run.Baseline, s.run.Sweep, s.run.Verify, s.run.Burst)
 	if c := s.run.Cold; c != nil {
 		reason += "; cold cache: " + c.summary()
 	}
@@ -181,6 +182,7 @@ func (s *Step) takePass(cache, verdict, reason string) *CachePass {
 	p := &CachePass{Cache: cache, Verdict: verdict, Reason: reason,
 		Baseline: r.Baseline, Sweep: r.Sweep, Knee: r.Knee, Capacity: r.Capacity, Verify: r.Verify, Burst: r.Burst, HotTenant: r.HotTenant}
 	p.CachedShare = passCachedShare(r.Baseline, r.Sweep, r.Verify, r.Burst)
+	p.EngineHitRatio = passEngineHitRatio(r.Baseline, r.Sweep, r.Verify, r.Burst)
 	r.Baseline, r.Sweep, r.Knee, r.Capacity, r.Verify, r.Burst, r.HotTenant = nil, nil, nil, nil, nil, nil, nil
 	s.above, s.leftShort, s.short, s.drainNote, s.goodput = false, false, nil, "", 0
 	return p
@@ -199,25 +201,44 @@ func (p *CachePass) summary() string {
 	return fmt.Sprintf("%s: %s%s", p.Verdict, p.Reason, share)
 }
 
+// passLevels are a pass's levels, in order: baseline, sweep, verification,
+// burst.
+func passLevels(base *Level, sweep, verify []Level, burst *Level) []*Level {
+	out := []*Level{base}
+	for i := range sweep {
+		out = append(out, &sweep[i])
+	}
+	for i := range verify {
+		out = append(out, &verify[i])
+	}
+	return append(out, burst)
+}
+
+// passEngineHitRatio is the engine's prefix-cache hit ratio over a
+// pass's levels: their counters' increases summed, nil when no level read
+// them.
+func passEngineHitRatio(base *Level, sweep, verify []Level, burst *Level) *float64 {
+	var sum EngineQueue
+	for _, l := range passLevels(base, sweep, verify, burst) {
+		if l != nil && l.EngineQueue != nil {
+			sum.PrefixCacheHits += l.EngineQueue.PrefixCacheHits
+			sum.PrefixCacheQueries += l.EngineQueue.PrefixCacheQueries
+		}
+	}
+	return sum.HitRatio()
+}
+
 // passCachedShare is the share of the prompt tokens of a pass's levels
 // that the server reported cached, nil when no level's server reported
 // any: 3,000 of 40,000 tokens are 7.5%.
 func passCachedShare(base *Level, sweep, verify []Level, burst *Level) *float64 {
 	var cached, prompt int
-	add := func(l *Level) {
+	for _, l := range passLevels(base, sweep, verify, burst) {
 		if l != nil && l.Server != nil && l.Server.CachedShare != nil {
 			cached += l.Server.CachedTokens
 			prompt += l.Server.PromptTokens
 		}
 	}
-	add(base)
-	for i := range sweep {
-		add(&sweep[i])
-	}
-	for i := range verify {
-		add(&verify[i])
-	}
-	add(burst)
 	if prompt == 0 {
 		return nil
 	}

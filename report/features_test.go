@@ -67,15 +67,15 @@ func TestCacheBoth(t *testing.T) {
 	require.NotNil(t, r.Cache)
 	require.InDelta(t, 2.7, *r.Cache.Difference, 1e-9)
 	require.Contains(t, md, "## 5. Prefix cache: cold and production")
-	require.Contains(t, md, "- **Production** (prompts as configured, the prefix cache at work): **9.2 req/s** verified open loop, attaining 97.3% [95.2, 98.4] (95% interval) over 552 requests, 8.95 good req/s; 38.5% of the prompt tokens cached.")
-	require.Contains(t, md, "- **Cold** (every prompt salted: the cache finds nothing): **6.5 req/s** verified open loop, attaining 97.2% [95.1, 98.5] (95% interval) over 390 requests, 6.32 good req/s; 0.4% of the prompt tokens cached.")
+	require.Contains(t, md, "- **Production** (prompts as configured, the prefix cache at work): **9.2 req/s** verified open loop, attaining 97.3% [95.2, 98.4] (95% interval) over 552 requests, 8.95 good req/s; 38.5% of the prompt tokens cached (the engine's own counters: 39.1% hits).")
+	require.Contains(t, md, "- **Cold** (every prompt salted: the cache finds nothing): **6.5 req/s** verified open loop, attaining 97.2% [95.1, 98.5] (95% interval) over 390 requests, 6.32 good req/s; 0.4% of the prompt tokens cached (the engine's own counters: 0.4% hits).")
 	require.Contains(t, md, "Production caching adds +2.7 req/s (+42%) over cold.")
 	require.Contains(t, md, "prompts that all hit the prefix cache overstate the capacity")
 	require.Len(t, r.Cache.ColdLevels, 7)
 
 	run := load(t, "step-both-run.json")
 	zero := 0.0
-	run.Cold.Verdict, run.Cold.Reason, run.Cold.Capacity.VerifiedRate, run.Cold.CachedShare = "fail", "no open-loop rate met the objectives", &zero, nil
+	run.Cold.Verdict, run.Cold.Reason, run.Cold.Capacity.VerifiedRate, run.Cold.CachedShare, run.Cold.EngineHitRatio = "fail", "no open-loop rate met the objectives", &zero, nil, nil
 	md, r = markdownOf(t, run)
 	require.Nil(t, r.Cache.Cold.VerifiedRate)
 	require.Nil(t, r.Cache.Difference)

@@ -307,6 +307,9 @@ func passText(p CachePass) string {
 	if p.CachedShare != nil {
 		cached = fmt.Sprintf("%.1f%% of the prompt tokens cached", 100**p.CachedShare)
 	}
+	if r := p.EngineHitRatio; r != nil {
+		cached += fmt.Sprintf(" (the engine's own counters: %.1f%% hits)", 100**r)
+	}
 	if p.VerifiedRate == nil {
 		return fmt.Sprintf("no rate verified (%s: %s); %s", p.Verdict, mdText(p.Reason), cached)
 	}

@@ -417,6 +417,9 @@ type CachePass struct {
 	// CachedShare is the share of the pass's prompt tokens the server
 	// said it found in its prefix cache; absent when it said nothing.
 	CachedShare *float64 `json:"cached_share,omitempty"`
+	// EngineHitRatio is the engine's own prefix-cache hit ratio over the
+	// pass (its metrics' counters); absent where they were not read.
+	EngineHitRatio *float64 `json:"engine_hit_ratio,omitempty"`
 }
 
 // SoakWindow is one window of a soak.
@@ -535,8 +538,8 @@ func isConcluded(verdict string) bool {
 func cacheComparison(run *capacity.Run, c *CapacitySummary) *CacheComparison {
 	cold := run.Cold
 	out := &CacheComparison{ColdLevels: []Level{},
-		Production: CachePass{Cache: "production", Verdict: run.Verdict, Reason: run.Reason, CachedShare: run.CachedShare},
-		Cold:       CachePass{Cache: cold.Cache, Verdict: cold.Verdict, Reason: cold.Reason, CachedShare: cold.CachedShare},
+		Production: CachePass{Cache: "production", Verdict: run.Verdict, Reason: run.Reason, CachedShare: run.CachedShare, EngineHitRatio: run.EngineHitRatio},
+		Cold:       CachePass{Cache: cold.Cache, Verdict: cold.Verdict, Reason: cold.Reason, CachedShare: cold.CachedShare, EngineHitRatio: cold.EngineHitRatio},
 	}
 	if out.Cold.Cache == "" {
 		out.Cold.Cache = "cold"

@@ -227,6 +227,24 @@ type Queue struct {
 	n    int
 	err  error
 	read bool
+	// cache are the prefix-cache counters of the last read that had
+	// them (PrefixCacheCounters).
+	cache *cacheCounters
+}
+
+// PrefixCacheCounters returns the engine's prefix-cache counters as the
+// last Waiting read found them (vLLM's prefix_cache_hits/queries,
+// SGLang's cached_tokens/prompt_tokens); false when no read found them.
+// A capacity level takes their increase over its window: 30,000 more
+// hits of 40,000 more queries is a hit ratio of 75%, whatever the usage
+// of each reply says.
+func (q *Queue) PrefixCacheCounters() (PrefixCacheCounters, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.cache == nil {
+		return PrefixCacheCounters{}, false
+	}
+	return *q.cache.public(), true
 }
 
 // Waiting returns the requests waiting in the engine's queue, rounded,
@@ -262,6 +280,9 @@ func (q *Queue) fetch(ctx context.Context) (int, error) {
 	r, err := t.scraper.read(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("target %q: reading the engine's metrics: %w", q.target, err)
+	}
+	if r.cache != nil {
+		q.cache = r.cache
 	}
 	if r.waiting == nil {
 		engine := r.engine

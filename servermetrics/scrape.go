@@ -80,10 +80,29 @@ type Snapshot struct {
 	// Scraper; else the engine's own hit-rate gauge; nil without either,
 	// and when the counters did not increase (no prompt in between).
 	PrefixCacheHitRatio *float64
+	// PrefixCache are the engine's prefix-cache counters themselves, nil
+	// without them: a capacity level takes their increase over its window
+	// (Queue.PrefixCacheCounters, CacheCounters).
+	PrefixCache *PrefixCacheCounters
 	// Rejected names the engine's metrics whose values were rejected:
 	// NaN, infinite, negative, a count above MaxCount, a ratio above
 	// 1+RatioSlack.
 	Rejected []string
+}
+
+// PrefixCacheCounters are an engine's prefix-cache counters: prompt
+// tokens found cached and prompt tokens looked up, and the names they
+// were read under ("vllm:prefix_cache_hits_total/vllm:prefix_cache_queries_total").
+type PrefixCacheCounters struct {
+	Hits, Queries float64
+	Names         string
+}
+
+func (c *cacheCounters) public() *PrefixCacheCounters {
+	if c == nil {
+		return nil
+	}
+	return &PrefixCacheCounters{Hits: c.hits, Queries: c.queries, Names: c.names.hits + "/" + c.names.queries}
 }
 
 // Scraper reads the metrics of one engine. Its methods are safe for
@@ -135,7 +154,7 @@ func (s *Scraper) Scrape(ctx context.Context) (Snapshot, error) {
 	snap := Snapshot{
 		Time: time.Now(), Engine: r.engine,
 		Running: r.running, Waiting: r.waiting, KVCacheUsage: r.kvUsage,
-		Rejected: r.rejected,
+		PrefixCache: r.cache.public(), Rejected: r.rejected,
 	}
 	s.mu.Lock()
 	ratio, bad := hitRatio(s.prev, r.cache)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -259,13 +260,39 @@ type engineQueueProbe struct {
 	target  string
 	fresh   *servermetrics.Queue
 	maxAge  time.Duration
+
+	mu sync.Mutex
+	// cache are the prefix-cache counters of the last read, of the
+	// scrape it took (the daemon's or its own).
+	cache *servermetrics.PrefixCacheCounters
 }
 
 func (p *engineQueueProbe) Waiting(ctx context.Context) (int, error) {
 	if capacity.Sampling(ctx) {
 		if s, ok := p.engines.Latest(p.target); ok && s.Waiting != nil && time.Since(s.Time) <= p.maxAge {
+			p.setCache(s.PrefixCache)
 			return int(math.Round(*s.Waiting)), nil
 		}
 	}
-	return p.fresh.Waiting(ctx)
+	n, err := p.fresh.Waiting(ctx)
+	if c, ok := p.fresh.PrefixCacheCounters(); ok && err == nil {
+		p.setCache(&c)
+	}
+	return n, err
+}
+
+func (p *engineQueueProbe) setCache(c *servermetrics.PrefixCacheCounters) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cache = c
+}
+
+// PrefixCacheCounters implements capacity.PrefixCacheProbe.
+func (p *engineQueueProbe) PrefixCacheCounters() (servermetrics.PrefixCacheCounters, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cache == nil {
+		return servermetrics.PrefixCacheCounters{}, false
+	}
+	return *p.cache, true
 }
