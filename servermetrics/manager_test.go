@@ -488,3 +488,38 @@ func TestQueue(t *testing.T) {
 var _ interface {
 	Waiting(context.Context) (int, error)
 } = (*Queue)(nil)
+
+// TestQueuePrefixCacheCounters: a queue read keeps the engine's
+// prefix-cache counters, for a capacity level's hit ratio over its window;
+// an engine without them has none.
+func TestQueuePrefixCacheCounters(t *testing.T) {
+	var hits atomic.Int32
+	engine := serve(t, func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "vllm:num_requests_waiting 0\nvllm:prefix_cache_hits_total %d\nvllm:prefix_cache_queries_total %d\n", hits.Load(), 2*hits.Load()+100)
+	})
+	plain := serve(t, func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "vllm:num_requests_waiting 3\n") })
+	m := NewManager(nil, NewMetrics(newRegistry()))
+	require.NoError(t, m.Apply(configWith(t, "vllm", smConfig(engine.URL, time.Second), "plain", smConfig(plain.URL, time.Second))))
+	defer stopManager(t, m)
+
+	q := m.Queue("vllm")
+	_, ok := q.PrefixCacheCounters()
+	require.False(t, ok, "nothing read yet")
+	now := time.Unix(1_000_000, 0)
+	q.now = func() time.Time { return now }
+	for _, h := range []int32{300, 3300} {
+		hits.Store(h)
+		_, err := q.Waiting(context.Background())
+		require.NoError(t, err)
+		c, ok := q.PrefixCacheCounters()
+		require.True(t, ok)
+		require.Equal(t, PrefixCacheCounters{Hits: float64(h), Queries: float64(2*h + 100), Names: "vllm:prefix_cache_hits_total/vllm:prefix_cache_queries_total"}, c)
+		now = now.Add(QueueReadEvery)
+	}
+
+	p := m.Queue("plain")
+	_, err := p.Waiting(context.Background())
+	require.NoError(t, err)
+	_, ok = p.PrefixCacheCounters()
+	require.False(t, ok)
+}

@@ -23,10 +23,13 @@ func TestScrapeFixtures(t *testing.T) {
 		file string
 		want Snapshot
 	}{
-		{"vllm_v1.prom", Snapshot{Engine: EngineVLLM, Running: f(5), Waiting: f(1), KVCacheUsage: f(0.3)}},
+		{"vllm_v1.prom", Snapshot{Engine: EngineVLLM, Running: f(5), Waiting: f(1), KVCacheUsage: f(0.3),
+			PrefixCache: &PrefixCacheCounters{Hits: 2000, Queries: 5000, Names: "vllm:prefix_cache_hits_total/vllm:prefix_cache_queries_total"}}},
 		{"vllm_v0.prom", Snapshot{Engine: EngineVLLM, Running: f(7), Waiting: f(0), KVCacheUsage: f(0.4402), PrefixCacheHitRatio: f(0.62)}},
-		{"vllm_v1.om", Snapshot{Engine: EngineVLLM, Running: f(6), Waiting: f(2), KVCacheUsage: f(0.5)}},
-		{"sglang.prom", Snapshot{Engine: EngineSGLang, Running: f(24), Waiting: f(9), KVCacheUsage: f(0.69), PrefixCacheHitRatio: f(0.41)}},
+		{"vllm_v1.om", Snapshot{Engine: EngineVLLM, Running: f(6), Waiting: f(2), KVCacheUsage: f(0.5),
+			PrefixCache: &PrefixCacheCounters{Hits: 320, Queries: 640, Names: "vllm:prefix_cache_hits_total/vllm:prefix_cache_queries_total"}}},
+		{"sglang.prom", Snapshot{Engine: EngineSGLang, Running: f(24), Waiting: f(9), KVCacheUsage: f(0.69), PrefixCacheHitRatio: f(0.41),
+			PrefixCache: &PrefixCacheCounters{Hits: 2.44e+06, Queries: 4.88226e+06, Names: "sglang:cached_tokens_total/sglang:prompt_tokens_total"}}},
 		{"tgi.prom", Snapshot{Engine: EngineTGI, Running: f(32), Waiting: f(17)}},
 		{"llamacpp.prom", Snapshot{Engine: EngineLlamaCPP, Running: f(2), Waiting: f(5), KVCacheUsage: f(0.1875)}},
 		{"other.prom", Snapshot{}},
