@@ -81,22 +81,10 @@ func hotTenantResult(spec *config.LoadSpec, records []Record, start time.Time, b
 
 func tenantGroup(records []Record, start time.Time, batch time.Duration, level, objective float64) TenantGroup {
 	g := TenantGroup{Objective: objective}
-	var ttft []float64
-	for _, r := range records {
-		if r.Counted {
-			g.Counted++
-		}
-		if r.Good {
-			g.Good++
-		}
-		if r.HasTTFT {
-			ttft = append(ttft, r.TTFT.Seconds())
-		}
-	}
+	g.Counted, g.Good, g.TTFT = goodAndTTFT(records)
 	g.Attainment = ratio(g.Good, g.Counted)
 	g.Interval = attainmentInterval(countedOutcomes(records, ""), start, batch, level)
 	g.Decision = decide(g.Interval, objective)
-	g.TTFT = percentiles(ttft)
 	return g
 }
 

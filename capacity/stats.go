@@ -247,22 +247,28 @@ func lengths(spec *config.LoadSpec, records []Record) (*Lengths, *Longest) {
 	slices.SortStableFunc(byInput, func(a, b Record) int { return b.InputSent - a.InputSent })
 	top := byInput[:len(byInput)/10]
 	lg := &Longest{MinInputTokens: top[len(top)-1].InputSent, Requests: len(top), SameLength: byInput[0].InputSent == byInput[len(byInput)-1].InputSent}
-	var ttft []float64
-	for i := range top {
-		r := &top[i]
+	lg.Counted, lg.Good, lg.TTFT = goodAndTTFT(top)
+	lg.Attainment = ratio(lg.Good, lg.Counted)
+	return ls, lg
+}
+
+// goodAndTTFT counts the counted and the good requests of records, and
+// the percentiles of their TTFTs.
+func goodAndTTFT(records []Record) (counted, good int, ttft Percentiles) {
+	var ts []float64
+	for i := range records {
+		r := &records[i]
 		if r.Counted {
-			lg.Counted++
+			counted++
 		}
 		if r.Good {
-			lg.Good++
+			good++
 		}
 		if r.HasTTFT {
-			ttft = append(ttft, r.TTFT.Seconds())
+			ts = append(ts, r.TTFT.Seconds())
 		}
 	}
-	lg.Attainment = ratio(lg.Good, lg.Counted)
-	lg.TTFT = percentiles(ttft)
-	return ls, lg
+	return counted, good, percentiles(ts)
 }
 
 // ProberLagLimit and ProberCPULimit are where the prober's own health
