@@ -134,8 +134,15 @@ func TestStepHotTenant(t *testing.T) {
 // windows cold and production in turn, cold first, and says which each
 // was; the server found the shared system prompt cached in the production
 // windows only.
+//
+// Its simulator prefills 0.1 ms a token, not cacheSim's 1 ms: prefill
+// pauses the engine's decoding, so cacheSim serves a cold request in 517
+// ms of the engine's time, under 2 req/s, and 8 req/s cold built a
+// backlog the soak's 10 s timeout cut (a cold window with no reply at
+// all on a loaded CI runner). Here a cold request takes 56 ms, 8 req/s
+// less than half the engine's time, and a warm one 11 ms.
 func TestSoakCacheAlternate(t *testing.T) {
-	sim := simtest.Start(t, cacheSim)
+	sim := simtest.Start(t, "slots: 4\nprefill: {base: 5ms, per_token: 100us}\ndecode: {base: 5ms, per_sequence: 0s}\nprefix_cache: {block_tokens: 16}\n")
 	cfg := cacheConfig(t, sim.URL, `
   - {name: soak, kind: soak, target: sim, scenario: chat, rate: 8, duration: 8s, window: 2s, cache: alternate, drift: {p99_growth: 10, goodput_drop: 0.5}}
 `)
