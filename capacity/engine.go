@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -110,7 +111,9 @@ func (qs *queueSampler) stop() *EngineQueue {
 	// the same names (a decrease is a restart of the engine: its counters
 	// began again, and the window's increase is not known).
 	if f, l := qs.first, qs.last; f != nil && l != nil && f.Names == l.Names {
-		if dh, dq := l.Hits-f.Hits, l.Queries-f.Queries; dq > 0 && dh >= 0 && dh <= dq*(1+prefixCacheSlack) {
+		// The comparisons are false for NaN, and an infinite increase
+		// is no count (servermetrics rejects both; a probe may not).
+		if dh, dq := l.Hits-f.Hits, l.Queries-f.Queries; dq > 0 && dh >= 0 && dh <= dq*(1+prefixCacheSlack) && !math.IsInf(dq, 0) {
 			q.PrefixCacheHits, q.PrefixCacheQueries = dh, dq
 		}
 	}
