@@ -19,17 +19,17 @@ func TestNoCapacityProberBound(t *testing.T) {
 	reason := proberBoundReason(&bound)
 	require.Equal(t, "prober-bound at 2 clients (scheduler_latency): add shards or CPU", reason)
 
-	s := &Step{run: &Run{Sweep: []Level{missed, bound}}}
+	s := &Step{run: &Run{Stages: Stages{Sweep: []Level{missed, bound}}}}
 	verdict, why := s.noCapacity(reason, reason)
 	require.Equal(t, VerdictFail, verdict, why)
 	require.Equal(t, "no sweep level met the objectives: chat attained 50.0% (objective 90.0%); the sweep ended early: "+reason, why)
 
-	s = &Step{run: &Run{Sweep: []Level{bound}}}
+	s = &Step{run: &Run{Stages: Stages{Sweep: []Level{bound}}}}
 	verdict, why = s.noCapacity(reason, reason)
 	require.Equal(t, VerdictInconclusive, verdict)
 	require.Equal(t, "not concluded: no level measured the target validly: "+reason, why)
 
-	s = &Step{run: &Run{Sweep: []Level{missed}}}
+	s = &Step{run: &Run{Stages: Stages{Sweep: []Level{missed}}}}
 	verdict, why = s.noCapacity("", "")
 	require.Equal(t, VerdictFail, verdict)
 	require.Equal(t, "no sweep level met the objectives: chat attained 50.0% (objective 90.0%)", why)

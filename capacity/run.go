@@ -177,29 +177,11 @@ type Run struct {
 	SchemaVersion int `json:"schema_version"`
 	Summary
 
-	Baseline *Level `json:"baseline,omitempty"`
-	// Sweep holds the closed-loop levels, refined ones included, by
-	// concurrency.
-	Sweep    []Level   `json:"sweep,omitempty"`
-	Knee     *Knee     `json:"knee,omitempty"`
-	Capacity *Capacity `json:"capacity,omitempty"`
-	Verify   []Level   `json:"verify,omitempty"`
-	Burst    *Level    `json:"burst,omitempty"`
-	// HotTenant is verify.hot_tenant's level: the verified rate with one
-	// tenant sending more than its share (hottenant.go).
-	HotTenant *Level `json:"hot_tenant,omitempty"`
+	Stages
 
 	// Cache is the test's cache mode (config.TestConfig.Cache): empty in
 	// runs written before it existed, which were production.
 	Cache string `json:"cache,omitempty"`
-	// CachedShare is the share of the prompt tokens of the run's stages
-	// (above) that the server said it found in its prefix cache (usage's
-	// cached_tokens over prompt_tokens), nil when it said nothing.
-	CachedShare *float64 `json:"cached_share,omitempty"`
-	// EngineHitRatio is the engine's own prefix-cache hit ratio over the
-	// run's stages (their EngineQueue counters: vLLM's
-	// prefix_cache_hits/queries), nil where its metrics serve none.
-	EngineHitRatio *float64 `json:"engine_hit_ratio,omitempty"`
 	// Cold is the cold-cache pass of a cache: both step test: the same
 	// procedure, measured first, with every prompt salted so that nothing
 	// is shared. The stages above are then the production pass, whose
@@ -226,24 +208,39 @@ type Run struct {
 	ScenarioLengths map[string]*Lengths `json:"scenario_lengths,omitempty"`
 }
 
+// Stages are a step test's measured stages, and the prefix-cache shares
+// measured over them: a run's, or a cache pass's (CachePass). Embedded,
+// their JSON fields are those of the run or the pass.
+type Stages struct {
+	Baseline *Level `json:"baseline,omitempty"`
+	// Sweep holds the closed-loop levels, refined ones included, by
+	// concurrency.
+	Sweep    []Level   `json:"sweep,omitempty"`
+	Knee     *Knee     `json:"knee,omitempty"`
+	Capacity *Capacity `json:"capacity,omitempty"`
+	Verify   []Level   `json:"verify,omitempty"`
+	Burst    *Level    `json:"burst,omitempty"`
+	// HotTenant is verify.hot_tenant's level: the verified rate with one
+	// tenant sending more than its share (hottenant.go).
+	HotTenant *Level `json:"hot_tenant,omitempty"`
+
+	// CachedShare is the share of the prompt tokens of the stages that
+	// the server said it found in its prefix cache (usage's cached_tokens
+	// over prompt_tokens), nil when it said nothing.
+	CachedShare *float64 `json:"cached_share,omitempty"`
+	// EngineHitRatio is the engine's own prefix-cache hit ratio over the
+	// stages (their EngineQueue counters: vLLM's
+	// prefix_cache_hits/queries), nil where its metrics serve none.
+	EngineHitRatio *float64 `json:"engine_hit_ratio,omitempty"`
+}
+
 // CachePass is one pass of a step test's procedure under a cache mode:
 // its stages and its own verdict.
 type CachePass struct {
-	Cache       string    `json:"cache"`
-	Verdict     string    `json:"verdict"`
-	Reason      string    `json:"reason"`
-	Baseline    *Level    `json:"baseline,omitempty"`
-	Sweep       []Level   `json:"sweep,omitempty"`
-	Knee        *Knee     `json:"knee,omitempty"`
-	Capacity    *Capacity `json:"capacity,omitempty"`
-	Verify      []Level   `json:"verify,omitempty"`
-	Burst       *Level    `json:"burst,omitempty"`
-	HotTenant   *Level    `json:"hot_tenant,omitempty"`
-	CachedShare *float64  `json:"cached_share,omitempty"`
-	// EngineHitRatio is the engine's own prefix-cache hit ratio over the
-	// pass's levels (their EngineQueue counters), nil where its metrics
-	// serve none.
-	EngineHitRatio *float64 `json:"engine_hit_ratio,omitempty"`
+	Cache   string `json:"cache"`
+	Verdict string `json:"verdict"`
+	Reason  string `json:"reason"`
+	Stages
 }
 
 // VerifiedRate is the pass's verified open-loop rate, nil when it

@@ -22,7 +22,7 @@ type synthetic func(rate float64) (offered float64, decision string, bound bool)
 func search(t *testing.T, verify config.VerifyConfig, target synthetic, forecast *config.ForecastConfig, replicas int) (*Run, string, string) {
 	t.Helper()
 	tc := &config.TestConfig{Name: "s", Kind: config.TestStep, Verify: verify}
-	s := &Step{Test: tc, MaxRate: 100, run: &Run{Capacity: &Capacity{Concurrency: 8, Rate: 10}}}
+	s := &Step{Test: tc, MaxRate: 100, run: &Run{Stages: Stages{Capacity: &Capacity{Concurrency: 8, Rate: 10}}}}
 	s.Load.Target.Forecast, s.Load.Target.Replicas = forecast, replicas
 	s.openVerify = func(_ context.Context, stage string, rate float64, why string) (*Level, error) {
 		offered, decision, bound := target(rate)

@@ -165,8 +165,7 @@ func (s *Step) Run(ctx context.Context) *Run {
 		s.Load.ColdCache = false
 	}
 	verdict, reason := s.steps(ctx)
-	s.run.CachedShare = passCachedShare(s.run.Baseline, s.run.Sweep, s.run.Verify, s.run.Burst)
-	s.run.EngineHitRatio = passEngineHitRatio(s.run.Baseline, s.run.Sweep, s.run.Verify, s.run.Burst)
+	s.run.measureCache()
 	if c := s.run.Cold; c != nil {
 		reason += "; cold cache: " + c.summary()
 	}
@@ -178,12 +177,9 @@ func (s *Step) Run(ctx context.Context) *Run {
 // the cache mode, and resets the state the procedure keeps between its
 // stages, for the next pass.
 func (s *Step) takePass(cache, verdict, reason string) *CachePass {
-	r := s.run
-	p := &CachePass{Cache: cache, Verdict: verdict, Reason: reason,
-		Baseline: r.Baseline, Sweep: r.Sweep, Knee: r.Knee, Capacity: r.Capacity, Verify: r.Verify, Burst: r.Burst, HotTenant: r.HotTenant}
-	p.CachedShare = passCachedShare(r.Baseline, r.Sweep, r.Verify, r.Burst)
-	p.EngineHitRatio = passEngineHitRatio(r.Baseline, r.Sweep, r.Verify, r.Burst)
-	r.Baseline, r.Sweep, r.Knee, r.Capacity, r.Verify, r.Burst, r.HotTenant = nil, nil, nil, nil, nil, nil, nil
+	p := &CachePass{Cache: cache, Verdict: verdict, Reason: reason, Stages: s.run.Stages}
+	p.measureCache()
+	s.run.Stages = Stages{}
 	s.above, s.leftShort, s.short, s.drainNote, s.goodput = false, false, nil, "", 0
 	return p
 }
@@ -208,49 +204,59 @@ func (p *CachePass) summary() string {
 	return fmt.Sprintf("%s: %s%s", p.Verdict, p.Reason, share)
 }
 
-// passLevels are a pass's levels, in order: baseline, sweep, verification,
-// burst.
-func passLevels(base *Level, sweep, verify []Level, burst *Level) []*Level {
-	out := []*Level{base}
-	for i := range sweep {
-		out = append(out, &sweep[i])
+// Levels returns the stages' levels in the order they ran: baseline,
+// sweep (its refinements among it by their start), verification, burst,
+// hot tenant.
+func (st *Stages) Levels() []*Level {
+	var out []*Level
+	if st.Baseline != nil {
+		out = append(out, st.Baseline)
 	}
-	for i := range verify {
-		out = append(out, &verify[i])
+	for i := range st.Sweep {
+		out = append(out, &st.Sweep[i])
 	}
-	return append(out, burst)
+	for i := range st.Verify {
+		out = append(out, &st.Verify[i])
+	}
+	for _, l := range []*Level{st.Burst, st.HotTenant} {
+		if l != nil {
+			out = append(out, l)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *Level) int { return a.Start.Compare(b.Start) })
+	return out
 }
 
-// passEngineHitRatio is the engine's prefix-cache hit ratio over a
-// pass's levels: their counters' increases summed, nil when no level read
-// them.
-func passEngineHitRatio(base *Level, sweep, verify []Level, burst *Level) *float64 {
+// measureCache sets the stages' cached share and engine hit ratio from
+// their levels, the hot tenant's excepted.
+//
+// The cached share is the prompt tokens the server reported cached over
+// those it reported, summed over the levels whose server reported any:
+// 3,000 of 40,000 tokens are 7.5%. The engine hit ratio is the levels'
+// prefix-cache counters' increases summed. Each is nil when no level
+// told it.
+func (st *Stages) measureCache() {
+	var cached, prompt int
 	var sum EngineQueue
-	for _, l := range passLevels(base, sweep, verify, burst) {
-		if l != nil && l.EngineQueue != nil {
+	for _, l := range st.Levels() {
+		if l == st.HotTenant {
+			continue // its prompts are the hot tenant's, not the scenario's mix
+		}
+		if l.Server != nil && l.Server.CachedShare != nil {
+			cached += l.Server.CachedTokens
+			prompt += l.Server.PromptTokens
+		}
+		if l.EngineQueue != nil {
 			sum.PrefixCacheHits += l.EngineQueue.PrefixCacheHits
 			sum.PrefixCacheQueries += l.EngineQueue.PrefixCacheQueries
 		}
 	}
-	return sum.HitRatio()
-}
-
-// passCachedShare is the share of the prompt tokens of a pass's levels
-// that the server reported cached, nil when no level's server reported
-// any: 3,000 of 40,000 tokens are 7.5%.
-func passCachedShare(base *Level, sweep, verify []Level, burst *Level) *float64 {
-	var cached, prompt int
-	for _, l := range passLevels(base, sweep, verify, burst) {
-		if l != nil && l.Server != nil && l.Server.CachedShare != nil {
-			cached += l.Server.CachedTokens
-			prompt += l.Server.PromptTokens
-		}
+	st.CachedShare = nil
+	if prompt > 0 {
+		share := float64(cached) / float64(prompt)
+		st.CachedShare = &share
 	}
-	if prompt == 0 {
-		return nil
-	}
-	share := float64(cached) / float64(prompt)
-	return &share
+	st.EngineHitRatio = sum.HitRatio()
 }
 
 // steps runs the procedure (the seed's steps 2 to 5) and returns the

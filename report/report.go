@@ -556,7 +556,7 @@ func cacheComparison(run *capacity.Run, c *CapacitySummary) *CacheComparison {
 			p.VerifiedAttainment, p.VerifiedInterval = v.Attainment, v.Interval
 		}
 	}
-	for _, l := range passLevels(cold.Baseline, cold.Sweep, cold.Verify, cold.Burst, cold.HotTenant) {
+	for _, l := range cold.Levels() {
 		out.ColdLevels = append(out.ColdLevels, level(run, l))
 	}
 	if p, q := out.Production.VerifiedRate, out.Cold.VerifiedRate; p != nil && q != nil {
@@ -569,34 +569,13 @@ func cacheComparison(run *capacity.Run, c *CapacitySummary) *CacheComparison {
 // measured returns the run's measured levels in the order they ran (of a
 // cache: both run, the production pass's).
 func measured(run *capacity.Run) []*capacity.Level {
-	out := passLevels(run.Baseline, run.Sweep, run.Verify, run.Burst, run.HotTenant)
+	out := run.Levels()
 	if run.Soak != nil {
 		for i := range run.Soak.Windows {
 			out = append(out, &run.Soak.Windows[i].Level)
 		}
 		slices.SortStableFunc(out, func(a, b *capacity.Level) int { return a.Start.Compare(b.Start) })
 	}
-	return out
-}
-
-// passLevels returns a step test pass's levels in the order they ran.
-func passLevels(baseline *capacity.Level, sweep, verify []capacity.Level, burst, hot *capacity.Level) []*capacity.Level {
-	var out []*capacity.Level
-	if baseline != nil {
-		out = append(out, baseline)
-	}
-	for i := range sweep {
-		out = append(out, &sweep[i])
-	}
-	for i := range verify {
-		out = append(out, &verify[i])
-	}
-	for _, l := range []*capacity.Level{burst, hot} {
-		if l != nil {
-			out = append(out, l)
-		}
-	}
-	slices.SortStableFunc(out, func(a, b *capacity.Level) int { return a.Start.Compare(b.Start) })
 	return out
 }
 

@@ -52,7 +52,7 @@ func TestRunSizeBound(t *testing.T) {
 	levels := 1 + config.MaxTestLevels + config.MaxRefine + config.MaxTestLevels + 1
 	require.Equal(t, 140, levels)
 	size := func(scenarios int) int {
-		run := capacity.Run{Summary: capacity.Summary{Test: strings.Repeat("t", 64), Kind: config.TestStep, Target: strings.Repeat("t", 64), Start: time.Now(), End: time.Now(), Verdict: capacity.VerdictPass, Reason: strings.Repeat("r", 300)}, Knee: &capacity.Knee{Reason: strings.Repeat("k", 200)}, Capacity: &capacity.Capacity{}}
+		run := capacity.Run{Summary: capacity.Summary{Test: strings.Repeat("t", 64), Kind: config.TestStep, Target: strings.Repeat("t", 64), Start: time.Now(), End: time.Now(), Verdict: capacity.VerdictPass, Reason: strings.Repeat("r", 300)}, Stages: capacity.Stages{Knee: &capacity.Knee{Reason: strings.Repeat("k", 200)}, Capacity: &capacity.Capacity{}}}
 		l := bigLevel(scenarios)
 		run.Baseline, run.Burst = &l, &l
 		for range config.MaxTestLevels + config.MaxRefine {

@@ -204,7 +204,7 @@ func TestOrderAndLast(t *testing.T) {
 	require.NoError(t, s.Finish(id, newer))
 	got, _ = s.LastWithCapacity("a")
 	require.Nil(t, got.Capacity, "an aborted run's capacity is unverified")
-	soak := &capacity.Run{Summary: capacity.Summary{Test: "a", Kind: config.TestSoak, Start: t0.Add(5 * time.Hour), End: t0.Add(6 * time.Hour), Verdict: capacity.VerdictPass}, Capacity: &capacity.Capacity{Concurrency: 99}}
+	soak := &capacity.Run{Summary: capacity.Summary{Test: "a", Kind: config.TestSoak, Start: t0.Add(5 * time.Hour), End: t0.Add(6 * time.Hour), Verdict: capacity.VerdictPass}, Stages: capacity.Stages{Capacity: &capacity.Capacity{Concurrency: 99}}}
 	sid, err := s.Begin(soak)
 	require.NoError(t, err)
 	require.NoError(t, s.Finish(sid, soak))
