@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sloprober/sloprober/internal/sampling"
 	"github.com/sloprober/sloprober/servermetrics"
 )
 
@@ -36,11 +37,10 @@ type PrefixCacheProbe interface {
 
 // queueSampler reads a QueueProbe every engineSampleInterval until stop.
 type queueSampler struct {
-	mu     sync.Mutex
-	q      EngineQueue
-	sum    int
-	cancel context.CancelFunc
-	done   chan struct{}
+	mu   sync.Mutex
+	q    EngineQueue
+	sum  int
+	loop *sampling.Loop
 	// first and last are the prefix-cache counters of the first and the
 	// last read, when the probe tells them.
 	first, last *servermetrics.PrefixCacheCounters
@@ -52,41 +52,27 @@ func sampleQueue(ctx context.Context, q QueueProbe) *queueSampler {
 	if q == nil {
 		return nil
 	}
-	ctx, cancel := context.WithCancel(context.WithValue(ctx, samplingKey{}, true))
-	qs := &queueSampler{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(qs.done)
-		tick := time.NewTicker(engineSampleInterval)
-		defer tick.Stop()
-		for {
-			n, err := q.Waiting(ctx)
-			if ctx.Err() != nil {
-				return // a read cut by stop is not a sample
-			}
-			qs.mu.Lock()
-			if err != nil {
-				qs.q.Errors++
-			} else {
-				qs.q.Samples++
-				qs.sum += n
-				qs.q.Max = max(qs.q.Max, n)
-				if cp, ok := q.(PrefixCacheProbe); ok {
-					if c, ok := cp.PrefixCacheCounters(); ok {
-						if qs.first == nil {
-							qs.first = &c
-						}
-						qs.last = &c
-					}
+	qs := &queueSampler{}
+	ctx = context.WithValue(ctx, samplingKey{}, true)
+	qs.loop = sampling.Start(ctx, engineSampleInterval, q.Waiting, func(n int, err error) {
+		qs.mu.Lock()
+		defer qs.mu.Unlock()
+		if err != nil {
+			qs.q.Errors++
+			return
+		}
+		qs.q.Samples++
+		qs.sum += n
+		qs.q.Max = max(qs.q.Max, n)
+		if cp, ok := q.(PrefixCacheProbe); ok {
+			if c, ok := cp.PrefixCacheCounters(); ok {
+				if qs.first == nil {
+					qs.first = &c
 				}
-			}
-			qs.mu.Unlock()
-			select {
-			case <-tick.C:
-			case <-ctx.Done():
-				return
+				qs.last = &c
 			}
 		}
-	}()
+	})
 	return qs
 }
 
@@ -96,8 +82,7 @@ func (qs *queueSampler) stop() *EngineQueue {
 	if qs == nil {
 		return nil
 	}
-	qs.cancel()
-	<-qs.done
+	qs.loop.Stop()
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if qs.q.Samples == 0 && qs.q.Errors == 0 {

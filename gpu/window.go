@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/sloprober/sloprober/internal/sampling"
 )
 
 // Thresholds of the report's GPU verdicts.
@@ -209,10 +211,9 @@ func Summarize(readings []Reading, errs []error) *Window {
 
 // Sampler reads a target's GPUs through one measurement window.
 type Sampler struct {
-	mu     sync.Mutex
-	s      summary
-	cancel context.CancelFunc
-	done   chan struct{}
+	mu   sync.Mutex
+	s    summary
+	loop *sampling.Loop
 }
 
 // Start reads r at once and then every interval (DefaultInterval when
@@ -226,31 +227,16 @@ func Start(ctx context.Context, r Reader, interval time.Duration) *Sampler {
 	if interval <= 0 {
 		interval = DefaultInterval
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	s := &Sampler{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			rd, err := r.Read(ctx)
-			if ctx.Err() != nil {
-				return // a read cut by Stop is not a sample
-			}
-			s.mu.Lock()
-			if err != nil {
-				s.s.addError(err)
-			} else {
-				s.s.add(rd)
-			}
-			s.mu.Unlock()
-			select {
-			case <-tick.C:
-			case <-ctx.Done():
-				return
-			}
+	s := &Sampler{}
+	s.loop = sampling.Start(ctx, interval, r.Read, func(rd Reading, err error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err != nil {
+			s.s.addError(err)
+		} else {
+			s.s.add(rd)
 		}
-	}()
+	})
 	return s
 }
 
@@ -261,8 +247,7 @@ func (s *Sampler) Stop() *Window {
 	if s == nil {
 		return nil
 	}
-	s.cancel()
-	<-s.done
+	s.loop.Stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.s.window()
