@@ -687,6 +687,10 @@ func (s *Step) baseline(ctx context.Context) (*Level, error) {
 	}
 }
 
+// baselineSlack is what a baseline request may take beyond the target's
+// timeout: its sending, and the closed loop's next send.
+const baselineSlack = 5 * time.Second
+
 // baselineOnce is one measurement of the baseline.
 func (s *Step) baselineOnce(ctx context.Context) (*Level, error) {
 	l := &Level{Stage: "baseline", Concurrency: 1}
@@ -698,10 +702,19 @@ func (s *Step) baselineOnce(ctx context.Context) (*Level, error) {
 		return l, err
 	}
 	queue, gpus := sampleQueue(ctx, s.Queue), s.gpus.start(ctx)
-	err := s.watch(ctx, 0, func() bool {
+	// One request at a time, each ended by the target's timeout at the
+	// latest: 10 requests of a 60 s timeout end within 10 x 65 s, the 5 s
+	// a request's sending and the loop's next send. Past that, the load
+	// is not sending: an abort that says so, not a test that never ends.
+	limit := time.Duration(n) * (time.Duration(s.Load.Target.Timeout) + baselineSlack)
+	err := s.watch(ctx, limit, func() bool {
 		finished, _, _ := s.col.Level()
 		return finished >= n
 	})
+	if errors.Is(err, errTimedOut) {
+		finished, _, _ := s.col.Level()
+		err = fmt.Errorf("the baseline's %d requests one at a time did not end within %s (each within the target's timeout of %s): %d ended", n, limit, time.Duration(s.Load.Target.Timeout), finished)
+	}
 	s.col.Close(w, time.Now())
 	l.EngineQueue, l.GPU = queue.stop(), gpus.Stop()
 	drain, derr := s.drain(ctx, s.closedSpec(0))

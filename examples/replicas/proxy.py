@@ -131,6 +131,9 @@ def main():
     p.add_argument("backends", nargs="+")
     a = p.parse_args()
     Handler.backends = Backends(a.backends)
+    # socketserver's listen backlog of 5 drops connections a burst of new
+    # streams opens at once; a gateway takes them.
+    ThreadingHTTPServer.request_queue_size = 1024
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     srv.daemon_threads = True
     print("round robin on 127.0.0.1:%d over %s" % (a.port, ", ".join(a.backends)), flush=True)
