@@ -42,8 +42,10 @@ type queueSampler struct {
 	sum  int
 	loop *sampling.Loop
 	// first and last are the prefix-cache counters of the first and the
-	// last read, when the probe tells them.
+	// last read, when the probe tells them; reset that a read found them
+	// lower than the one before, or under other names.
 	first, last *servermetrics.PrefixCacheCounters
+	reset       bool
 }
 
 // sampleQueue starts reading q; a nil q gives a nil sampler, whose stop
@@ -69,6 +71,9 @@ func sampleQueue(ctx context.Context, q QueueProbe) *queueSampler {
 				if qs.first == nil {
 					qs.first = &c
 				}
+				if l := qs.last; l != nil && (c.Names != l.Names || c.Hits < l.Hits || c.Queries < l.Queries) {
+					qs.reset = true
+				}
 				qs.last = &c
 			}
 		}
@@ -93,9 +98,11 @@ func (qs *queueSampler) stop() *EngineQueue {
 		q.Mean = float64(qs.sum) / float64(q.Samples)
 	}
 	// The counters' increase over the window, when they only grew under
-	// the same names (a decrease is a restart of the engine: its counters
-	// began again, and the window's increase is not known).
-	if f, l := qs.first, qs.last; f != nil && l != nil && f.Names == l.Names {
+	// the same names from read to read (a decrease is a restart of the
+	// engine: its counters began again, and the window's increase is not
+	// known, even when they climbed back past the first read's by its
+	// end: 30,000 hits, a restart, then 40,000 is no increase of 10,000).
+	if f, l := qs.first, qs.last; f != nil && l != nil && !qs.reset && f.Names == l.Names {
 		// The comparisons are false for NaN, and an infinite increase
 		// is no count (servermetrics rejects both; a probe may not).
 		if dh, dq := l.Hits-f.Hits, l.Queries-f.Queries; dq > 0 && dh >= 0 && dh <= dq*(1+prefixCacheSlack) && !math.IsInf(dq, 0) {

@@ -36,7 +36,8 @@ func (p *counterProbe) PrefixCacheCounters() (servermetrics.PrefixCacheCounters,
 
 // TestQueueSamplerPrefixCacheCounters: a window takes the counters'
 // increase from its first read to its last, and only when it is a count:
-// an engine whose counters go back (a restart), change names, grow hits
+// an engine whose counters go back at any read (a restart, even one they
+// climbed back from by the last read), change names, grow hits
 // past queries, stand still or read NaN or infinity gives no hit ratio,
 // never a wrong one.
 func TestQueueSamplerPrefixCacheCounters(t *testing.T) {
@@ -54,6 +55,8 @@ func TestQueueSamplerPrefixCacheCounters(t *testing.T) {
 		{"hits a little past queries", []servermetrics.PrefixCacheCounters{c(0, 0), c(40_200, 40_000)}, new(1.0)},
 		{"hits far past queries", []servermetrics.PrefixCacheCounters{c(0, 0), c(50_000, 40_000)}, nil},
 		{"restarted", []servermetrics.PrefixCacheCounters{c(30_000, 40_000), c(100, 200)}, nil},
+		{"restarted and climbed back", []servermetrics.PrefixCacheCounters{c(30_000, 40_000), c(100, 200), c(40_000, 52_000)}, nil},
+		{"renamed and back", []servermetrics.PrefixCacheCounters{c(0, 0), renamed, c(40_000, 52_000)}, nil},
 		{"hits went back", []servermetrics.PrefixCacheCounters{c(30_000, 40_000), c(20_000, 50_000)}, nil},
 		{"stood still", []servermetrics.PrefixCacheCounters{c(30_000, 40_000), c(30_000, 40_000)}, nil},
 		{"renamed", []servermetrics.PrefixCacheCounters{c(0, 0), renamed}, nil},

@@ -703,17 +703,23 @@ func (s *Step) baselineOnce(ctx context.Context) (*Level, error) {
 	}
 	queue, gpus := sampleQueue(ctx, s.Queue), s.gpus.start(ctx)
 	// One request at a time, each ended by the target's timeout at the
-	// latest: 10 requests of a 60 s timeout end within 10 x 65 s, the 5 s
-	// a request's sending and the loop's next send. Past that, the load
-	// is not sending: an abort that says so, not a test that never ends.
-	limit := time.Duration(n) * (time.Duration(s.Load.Target.Timeout) + baselineSlack)
+	// latest and sent no sooner than the test's max_rate allows: 10
+	// requests of a 60 s timeout end within 10 x 65 s, the 5 s a
+	// request's sending and the loop's next send (at a max_rate of 0.01
+	// req/s, within 10 x 105 s). Past that, the load is not sending: an
+	// abort that says so, not a test that never ends.
+	each := time.Duration(s.Load.Target.Timeout)
+	if s.MaxRate > 0 {
+		each = max(each, time.Duration(float64(time.Second)/s.MaxRate))
+	}
+	limit := time.Duration(n) * (each + baselineSlack)
 	err := s.watch(ctx, limit, func() bool {
 		finished, _, _ := s.col.Level()
 		return finished >= n
 	})
 	if errors.Is(err, errTimedOut) {
 		finished, _, _ := s.col.Level()
-		err = fmt.Errorf("the baseline's %d requests one at a time did not end within %s (each within the target's timeout of %s): %d ended", n, limit, time.Duration(s.Load.Target.Timeout), finished)
+		err = fmt.Errorf("the baseline's %d requests one at a time did not end within %s (each within the target's timeout of %s, or the test's max_rate): %d ended", n, limit, time.Duration(s.Load.Target.Timeout), finished)
 	}
 	s.col.Close(w, time.Now())
 	l.EngineQueue, l.GPU = queue.stop(), gpus.Stop()

@@ -5,6 +5,7 @@ package sampling
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -22,6 +23,10 @@ type Loop struct {
 // the source's. record is called from the loop's goroutine, one call at a
 // time.
 func Start[T any](ctx context.Context, interval time.Duration, read func(context.Context) (T, error), record func(T, error)) *Loop {
+	if interval <= 0 {
+		// time.NewTicker's panic, here in the caller's goroutine.
+		panic(fmt.Sprintf("sampling: interval must be positive, got %s", interval))
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	l := &Loop{cancel: cancel, done: make(chan struct{})}
 	go func() {

@@ -75,3 +75,12 @@ func TestContextEnd(t *testing.T) {
 		require.Equal(t, 2, reads)
 	})
 }
+
+// TestBadInterval: an interval that is not positive is the caller's bug,
+// told in its own goroutine (not the loop's, where it would kill the
+// process from nowhere).
+func TestBadInterval(t *testing.T) {
+	require.PanicsWithValue(t, "sampling: interval must be positive, got 0s", func() {
+		Start(t.Context(), 0, func(context.Context) (int, error) { return 0, nil }, func(int, error) {})
+	})
+}
