@@ -433,6 +433,12 @@ type Level struct {
 	// away because the prober was the limit, why and what the diagnosis
 	// was; the level is the next measurement.
 	Remeasured []string `json:"remeasured,omitempty"`
+	// AgainProberBound says why, when the level was measured again to
+	// decide it (left short of requests while a higher level followed)
+	// and that measurement was thrown away because the prober was the
+	// limit: the level is its first measurement, still undecided for want
+	// of requests, which a quieter host decides.
+	AgainProberBound string `json:"again_prober_bound,omitempty"`
 	// Why says what an open-loop level of a step test's verification was
 	// for: a configured fraction, a bisection, the forecast.
 	Why string `json:"why,omitempty"`

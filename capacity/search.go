@@ -159,6 +159,10 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 		return nil, VerdictFail, fmt.Sprintf("no open-loop rate met the objectives: the lowest tried, %s, missed, %s %s",
 			valid[0].LoadName(), attainmentText(valid[0]), closed)
 	}
+	if l := valid[0]; wantsRequests(l) && l.AgainProberBound != "" {
+		return nil, VerdictInconclusive, fmt.Sprintf("not concluded: the lowest rate tried, %s, %s, every request good but too few to show the objective, and measured again to decide it while the prober was the limit (%s): a quieter host decides it %s",
+			l.LoadName(), attainmentText(l), l.AgainProberBound, closed)
+	}
 	if wantsRequests(valid[0]) {
 		return nil, VerdictInconclusive, fmt.Sprintf("not concluded: the lowest rate tried, %s, %s, every request good but too few to show the objective within window.max_steady: a longer window.max_steady decides it %s",
 			valid[0].LoadName(), attainmentText(valid[0]), closed)

@@ -442,4 +442,10 @@ func TestSearchShortRateRemeasuredProberBound(t *testing.T) {
 	require.Equal(t, "5 inconclusive, 8 missed", path(run))
 	require.False(t, run.Verify[0].ProberBound(), "the first measurement stands")
 	require.Contains(t, run.Verify[0].Note, "measured again, prober-bound: ")
+	require.True(t, strings.HasPrefix(run.Verify[0].AgainProberBound, "prober-bound at "), run.Verify[0].AgainProberBound)
+	// The reason says what would decide the rate: a quieter host, not a
+	// longer window (the first measurement was cut short by the higher
+	// rate, the second by the prober).
+	require.Contains(t, reason, "every request good but too few to show the objective, and measured again to decide it while the prober was the limit (prober-bound at ")
+	require.Contains(t, reason, "a quieter host decides it")
 }

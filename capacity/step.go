@@ -462,7 +462,8 @@ func remeasured(first, again *Level) {
 	case again.Prober == nil:
 		first.Note = addNote(first.Note, "measured again, "+strings.TrimPrefix(again.Note, "not run: "))
 	case again.ProberBound():
-		first.Note = addNote(first.Note, "measured again, prober-bound: "+proberBoundReason(again))
+		first.AgainProberBound = proberBoundReason(again)
+		first.Note = addNote(first.Note, "measured again, prober-bound: "+first.AgainProberBound)
 	default:
 		again.Note = addNote(again.Note, "measured again to decide it (first: "+attainmentText(first)+")")
 		*first = *again
