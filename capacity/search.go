@@ -159,13 +159,15 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 		return nil, VerdictFail, fmt.Sprintf("no open-loop rate met the objectives: the lowest tried, %s, missed, %s %s",
 			valid[0].LoadName(), attainmentText(valid[0]), closed)
 	}
-	if l := valid[0]; wantsRequests(l) && l.AgainProberBound != "" {
-		return nil, VerdictInconclusive, fmt.Sprintf("not concluded: the lowest rate tried, %s, %s, every request good but too few to show the objective, and measured again to decide it while the prober was the limit (%s): a quieter host decides it %s",
-			l.LoadName(), attainmentText(l), l.AgainProberBound, closed)
-	}
-	if wantsRequests(valid[0]) {
-		return nil, VerdictInconclusive, fmt.Sprintf("not concluded: the lowest rate tried, %s, %s, every request good but too few to show the objective within window.max_steady: a longer window.max_steady decides it %s",
-			valid[0].LoadName(), attainmentText(valid[0]), closed)
+	if l := valid[0]; wantsRequests(l) {
+		// What decides it: more requests, or, when measuring it again
+		// for them was the prober's limit, a quieter host.
+		decides := " within window.max_steady: a longer window.max_steady decides it"
+		if l.AgainProberBound != "" {
+			decides = fmt.Sprintf(", and measured again to decide it while the prober was the limit (%s): a quieter host decides it", l.AgainProberBound)
+		}
+		return nil, VerdictInconclusive, fmt.Sprintf("not concluded: the lowest rate tried, %s, %s, every request good but too few to show the objective%s %s",
+			l.LoadName(), attainmentText(l), decides, closed)
 	}
 	return nil, VerdictInconclusive, fmt.Sprintf("not concluded: no open-loop rate was decided within window.max_steady: the lowest tried, %s, %s %s",
 		valid[0].LoadName(), attainmentText(valid[0]), closed)

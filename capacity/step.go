@@ -195,13 +195,25 @@ func (p *CachePass) summary() string {
 	if v := p.VerifiedRate(); v != nil && *v > 0 {
 		// Its level's attainment, interval and sample size, as every
 		// capacity is stated.
-		for i := range p.Verify {
-			if l := &p.Verify[i]; l.Met && l.OfferedRate == *v {
-				return fmt.Sprintf("%.3g req/s verified open loop (%s; %s%s)", *v, attainmentText(l), p.Verdict, share)
-			}
+		if l := p.VerifiedLevel(*v); l != nil {
+			return fmt.Sprintf("%.3g req/s verified open loop (%s; %s%s)", *v, attainmentText(l), p.Verdict, share)
 		}
 	}
 	return fmt.Sprintf("%s: %s%s", p.Verdict, p.Reason, share)
+}
+
+// VerifiedLevel is the verification level at the verified rate: stated
+// at its offered rate, or in a schema-1 run (no decisions) at its
+// intended one; nil when none is.
+func (st *Stages) VerifiedLevel(rate float64) *Level {
+	var out *Level
+	for i := range st.Verify {
+		l := &st.Verify[i]
+		if l.Met && (l.Decision == "" && l.IntendedRate == rate || l.Decision != "" && l.OfferedRate == rate) {
+			out = l
+		}
+	}
+	return out
 }
 
 // Levels returns the stages' levels in the order they ran: baseline,

@@ -302,14 +302,11 @@ func verifiedText(r *Run) string {
 		return "no open-loop rate verified"
 	}
 	text := fmt.Sprintf("%.3g req/s verified open loop", rate)
-	for i := range r.Verify {
-		if l := &r.Verify[i]; l.Met && (l.Decision == "" && l.IntendedRate == rate || l.Decision != "" && l.OfferedRate == rate) {
-			if l.Decision != "" {
-				text += fmt.Sprintf(" (%s; %.3g good req/s)", attainmentText(l), c.VerifiedGoodput)
-			} else {
-				text += fmt.Sprintf(" (%.3g good req/s)", c.VerifiedGoodput)
-			}
-			break
+	if l := r.VerifiedLevel(rate); l != nil {
+		if l.Decision != "" {
+			text += fmt.Sprintf(" (%s; %.3g good req/s)", attainmentText(l), c.VerifiedGoodput)
+		} else {
+			text += fmt.Sprintf(" (%.3g good req/s)", c.VerifiedGoodput)
 		}
 	}
 	if c.Bound > 0 {

@@ -489,7 +489,7 @@ func Build(run *capacity.Run) *Report {
 			Replicas: reps, RatePerReplica: rate / float64(reps), ConcurrencyPerReplica: float64(c.Concurrency) / float64(reps),
 			Knee: run.Knee, LimitedBy: c.LimitedBy, Bound: c.Bound, BoundDecision: c.BoundDecision, Forecast: c.Forecast,
 		}
-		if v := verifiedOf(run.Verify, rate); v != nil {
+		if v := run.VerifiedLevel(rate); v != nil {
 			r.Capacity.VerifiedAttainment, r.Capacity.VerifiedInterval = v.Attainment, v.Interval
 		}
 		r.Scaling = scaling(&tg, r.Capacity)
@@ -512,20 +512,6 @@ func Build(run *capacity.Run) *Report {
 	r.TestObject.GPU = gpuObject(r)
 	r.Risk.GPU = gpuFindings(r)
 	return r
-}
-
-// verifiedOf is the verification level at the verified rate: stated at
-// its offered rate, or in a schema-1 run at its intended one; nil when
-// none is.
-func verifiedOf(verify []capacity.Level, rate float64) *capacity.Level {
-	var out *capacity.Level
-	for i := range verify {
-		v := &verify[i]
-		if v.Met && (v.Decision == "" && v.IntendedRate == rate || v.Decision != "" && v.OfferedRate == rate) {
-			out = v
-		}
-	}
-	return out
 }
 
 // isConcluded reports whether a verdict concluded on a capacity.
@@ -552,7 +538,7 @@ func cacheComparison(run *capacity.Run, c *CapacitySummary) *CacheComparison {
 	if rate, ok := cold.Capacity.Verified(); ok && rate > 0 && isConcluded(cold.Verdict) {
 		p := &out.Cold
 		p.VerifiedRate, p.VerifiedGoodput = &rate, cold.Capacity.VerifiedGoodput
-		if v := verifiedOf(cold.Verify, rate); v != nil {
+		if v := cold.VerifiedLevel(rate); v != nil {
 			p.VerifiedAttainment, p.VerifiedInterval = v.Attainment, v.Interval
 		}
 	}
