@@ -1,0 +1,416 @@
+package capacity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/workload"
+	"gonum.org/v1/gonum/stat/distuv"
+)
+
+// baseline sends baseline.requests requests one at a time, all measured:
+// a single client has nothing to warm up. Measured while the prober was
+// the limit, it is measured again, as any level (measure).
+func (s *Step) baseline(ctx context.Context) (*Level, error) {
+	s.report("baseline", 1, 0)
+	var remeasured []string
+	for attempt := 0; ; attempt++ {
+		l, err := s.baselineOnce(ctx)
+		l.Remeasured = remeasured
+		if err != nil || !l.ProberBound() || attempt >= s.Test.Retries {
+			return l, err
+		}
+		remeasured = append(remeasured, fmt.Sprintf("%s (%s)", l.Prober.Diagnosis, strings.Join(l.Prober.Invalid, ", ")))
+		if err := s.waitValid(ctx); err != nil {
+			return l, err
+		}
+	}
+}
+
+// baselineSlack is what a baseline request may take beyond the target's
+// timeout: its sending, and the closed loop's next send.
+const baselineSlack = 5 * time.Second
+
+// baselineOnce is one measurement of the baseline.
+func (s *Step) baselineOnce(ctx context.Context) (*Level, error) {
+	l := &Level{Stage: "baseline", Concurrency: 1}
+	s.col.ResetLevel()
+	n := s.Test.Baseline.Requests
+	w := s.col.OpenFirst(time.Now(), n)
+	if err := s.Manager.Apply(s.Test.Name, []config.LoadSpec{s.closedSpec(1)}); err != nil {
+		s.col.Close(w, time.Now())
+		return l, err
+	}
+	queue, gpus := sampleQueue(ctx, s.Queue), s.gpus.start(ctx)
+	// One request at a time, each ended by the target's timeout at the
+	// latest and sent no sooner than the test's max_rate allows: 10
+	// requests of a 60 s timeout end within 10 x 65 s, the 5 s a
+	// request's sending and the loop's next send (at a max_rate of 0.01
+	// req/s, within 10 x 105 s). Past that, the load is not sending: an
+	// abort that says so, not a test that never ends.
+	each := time.Duration(s.Load.Target.Timeout)
+	if s.MaxRate > 0 {
+		each = max(each, time.Duration(float64(time.Second)/s.MaxRate))
+	}
+	limit := time.Duration(n) * (each + baselineSlack)
+	err := s.watch(ctx, limit, func() bool {
+		finished, _, _ := s.col.Level()
+		return finished >= n
+	})
+	if errors.Is(err, errTimedOut) {
+		finished, _, _ := s.col.Level()
+		err = fmt.Errorf("the baseline's %d requests one at a time did not end within %s (each within the target's timeout of %s, or the test's max_rate): %d ended", n, limit, time.Duration(s.Load.Target.Timeout), finished)
+	}
+	s.col.Close(w, time.Now())
+	l.EngineQueue, l.GPU = queue.stop(), gpus.Stop()
+	drain, derr := s.drain(ctx, s.closedSpec(0))
+	if err == nil {
+		err = derr
+	}
+	// A baseline of fewer requests than window.min_requests says so,
+	// like any level.
+	s.summarize(l, drain, s.Test.Window.MinRequests, w)
+	return l, err
+}
+
+// closedLevel runs one closed-loop level: warm-up, steady window, then
+// the clients stop and the level waits for its requests to end.
+func (s *Step) closedLevel(ctx context.Context, stage string, c int) (*Level, error) {
+	s.report(stage, c, 0)
+	if s.closedSweep != nil {
+		return s.closedSweep(ctx, stage, c)
+	}
+	l := &Level{Stage: stage, Concurrency: c}
+	if err := s.Manager.Apply(s.Test.Name, []config.LoadSpec{s.closedSpec(c)}); err != nil {
+		if errors.Is(err, prober.ErrOverCaps) {
+			return nil, cappedError{err}
+		}
+		return nil, err
+	}
+	return l, s.measure(ctx, l, s.closedSpec(c), s.closedSpec(0))
+}
+
+// openLevel runs one open-loop (Poisson) level at rate; why says what
+// the search runs it for.
+func (s *Step) openLevel(ctx context.Context, stage string, rate float64, why string) (*Level, error) {
+	s.report(stage, 0, rate)
+	l := &Level{Stage: stage, IntendedRate: rate, Why: why}
+	spec := s.openSpec(rate)
+	if err := s.Manager.Apply(s.Test.Name, []config.LoadSpec{spec}); err != nil {
+		l.Note = "not run: capped by " + err.Error()
+		return l, nil
+	}
+	stop := spec
+	stop.Paused = true
+	return l, s.measure(ctx, l, spec, stop)
+}
+
+// measure measures a level whose load (run) is applied: its warm-up and
+// steady window, extended while its decision is inconclusive, then stop
+// (the load with nothing more to send) and the wait for its requests in
+// flight to end. A measurement taken while the prober was the limit is
+// thrown away and taken again, up to the test's retries, once the prober
+// is valid again (waitValid); the level records why (Remeasured).
+func (s *Step) measure(ctx context.Context, l *Level, run, stop config.LoadSpec) error {
+	for attempt := 0; ; attempt++ {
+		err := s.measureOnce(ctx, l, stop)
+		if err != nil || !l.ProberBound() || attempt >= s.Test.Retries {
+			return err
+		}
+		// The prober-bound measurement stays the level's until the
+		// next one replaces it: a run stopped meanwhile keeps it.
+		why := fmt.Sprintf("%s (%s)", l.Prober.Diagnosis, strings.Join(l.Prober.Invalid, ", "))
+		s.Logger.Info("Measuring a level again: the prober was the limit", "test", s.Test.Name, "level", l.LoadName(), "why", why)
+		if err := s.waitValid(ctx); err != nil {
+			return err
+		}
+		if err := s.Manager.Apply(s.Test.Name, []config.LoadSpec{run}); err != nil {
+			if errors.Is(err, prober.ErrOverCaps) {
+				// The caps changed meanwhile (a reload): the level
+				// stays as it was measured.
+				l.Note = addNote(l.Note, "not measured again: capped by "+err.Error())
+				return nil
+			}
+			return err
+		}
+		*l = Level{Stage: l.Stage, Concurrency: l.Concurrency, IntendedRate: l.IntendedRate, Why: l.Why,
+			Remeasured: append(l.Remeasured, why)}
+	}
+}
+
+// measureOnce is one measurement of a level: see measure.
+func (s *Step) measureOnce(ctx context.Context, l *Level, stop config.LoadSpec) error {
+	s.col.ResetLevel()
+	s.leftShort = false
+	steady := time.Duration(s.Test.Window.Steady)
+	err := s.watch(ctx, time.Duration(s.Test.Window.Warmup), nil)
+	queue, gpus := sampleQueue(ctx, s.Queue), s.gpus.start(ctx)
+	ws := []*Window{s.col.Open(time.Time{})}
+	if err == nil {
+		err = s.watch(ctx, steady, nil)
+	}
+	for err == nil && len(ws) < s.Test.Window.MaxSteadyWindows() {
+		// The load goes on into the next window while the last one's
+		// requests end; if they decide the level, that window is not
+		// needed.
+		last := ws[len(ws)-1]
+		next := s.col.Roll(last)
+		ended := s.watch(ctx, time.Duration(s.Load.Target.Timeout)+5*time.Second, func() bool { return s.col.Ended(last) })
+		if ended != nil && !errors.Is(ended, errTimedOut) {
+			s.col.Discard(next, time.Now())
+			err = ended
+			break
+		}
+		if ended == nil && s.enough(ws) {
+			s.col.Discard(next, time.Now())
+			break
+		}
+		ws = append(ws, next)
+		err = s.watch(ctx, steady-time.Since(next.Start), nil)
+	}
+	if w := ws[len(ws)-1]; w.End.IsZero() {
+		s.col.Close(w, time.Now())
+	}
+	l.EngineQueue, l.GPU = queue.stop(), gpus.Stop()
+	drain, derr := s.drain(ctx, stop)
+	if err == nil {
+		err = derr
+	}
+	s.summarize(l, drain, s.Test.Window.MinRequests, ws...)
+	l.Extensions = len(ws) - 1
+	if errors.Is(err, errStopRule) {
+		// Plainly broken, whatever its window holds (a rule that fires
+		// in the warm-up leaves it empty): missed.
+		l.Note = err.Error()
+		l.Decision, l.Met = DecisionMissed, false
+	}
+	return err
+}
+
+// enough reports whether windows whose requests have ended need no
+// extension: they decide their level (or the prober limited it: it is
+// measured again instead, and more of the same window would measure the
+// prober), or every request was good but too few to decide, and either
+// the windows left could not bring enough of them (undecidable) or a
+// higher sweep level follows (s.above), whose requests decide more: a
+// level that meets above implies this one (bounds), and one that does not
+// leaves this one to confirm.
+func (s *Step) enough(ws []*Window) bool {
+	var l Level
+	looks := s.Test.Window.MaxSteadyWindows()
+	summarize(&l, &s.Load, s.col.Data(ws...), 0, s.batch(), lookConfidence(looks))
+	if s.judgeLevel == nil {
+		judgeProber(&l, s.Validity, "")
+	}
+	if l.Decision != DecisionInconclusive || l.ProberBound() {
+		return true
+	}
+	if !shortOfRequests(&l) {
+		return false
+	}
+	if undecidable(&l, len(ws), looks) {
+		return true
+	}
+	s.leftShort = s.above
+	return s.above
+}
+
+// shortOfRequests reports whether an inconclusive level is so for want of
+// requests alone: every scenario it left undecided counted requests, all
+// good.
+func shortOfRequests(l *Level) bool {
+	if l.Decision != DecisionInconclusive || l.Counted == 0 {
+		return false
+	}
+	for _, sc := range l.Scenarios {
+		if sc.Decision == DecisionInconclusive && (sc.Counted == 0 || sc.Good < sc.Counted) {
+			return false
+		}
+	}
+	return true
+}
+
+// undecidable reports whether a level short of requests after windows of
+// its looks would still be by its last look, at the rate its requests
+// came (its upper end). Worked numbers: a client of a slow target
+// completes 23 requests in a 30 s window, all good; at most about 34 a
+// window, three windows would hold 101, whose interval at three looks is
+// [94.6%, 100%], short of 95%: the level is not extended. 45 requests in
+// the first window would be up to 178 by the third: extended.
+func undecidable(l *Level, windows, looks int) bool {
+	if !shortOfRequests(l) || windows <= 0 {
+		return false
+	}
+	q := distuv.UnitNormal.Quantile(1 - (1-lookConfidence(looks))/2)
+	for _, sc := range l.Scenarios {
+		if sc.Decision != DecisionInconclusive {
+			continue
+		}
+		// Every request good: Wilson's lower end is n / (n + q^2). The
+		// count to come is projected from the upper end of the count
+		// so far (Poisson, about two deviations): a short window that
+		// drew 4 arrivals where 8.5 were due must not decide that the
+		// level can never be shown.
+		c := float64(sc.Counted)
+		n := (c + 2*math.Sqrt(c) + 1) * float64(looks) / float64(windows)
+		if n/(n+q*q) >= sc.Objective {
+			return false
+		}
+	}
+	return true
+}
+
+// batch is the length of a level's batches for its attainment interval:
+// a tenth of the steady window.
+func (s *Step) batch() time.Duration {
+	return time.Duration(s.Test.Window.Steady) / batchesPerWindow
+}
+
+// closedSpec is the test's load as c closed-loop clients.
+func (s *Step) closedSpec(c int) config.LoadSpec {
+	spec := s.Load
+	spec.Arrival, spec.Clients, spec.MaxRate = config.ArrivalClosed, c, s.MaxRate
+	return spec
+}
+
+// openSpec is the test's load as Poisson arrivals at rate, or its trace
+// replayed at the speed that makes rate.
+func (s *Step) openSpec(rate float64) config.LoadSpec { return openLoop(s.Load, rate) }
+
+// openLoop is a test's load open loop at rate: Poisson arrivals, or the
+// trace's own arrivals at the speed that makes rate.
+func openLoop(load config.LoadSpec, rate float64) config.LoadSpec {
+	spec := load
+	spec.Arrival, spec.Rate = config.ArrivalPoisson, rate
+	if r := load.Replay; r != nil && r.Trace != nil {
+		replay := *r
+		replay.Speed = rate / workload.MeanRate(r.Trace)
+		spec.Arrival, spec.Replay = config.ArrivalReplay, &replay
+	}
+	return spec
+}
+
+// drain applies stop and waits until the test's requests in flight have
+// ended, at most the target's timeout and 5 s more; it returns how long
+// that took.
+func (s *Step) drain(ctx context.Context, stop config.LoadSpec) (time.Duration, error) {
+	if err := s.Manager.Apply(s.Test.Name, []config.LoadSpec{stop}); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	queued := 0
+	err := s.watch(ctx, time.Duration(s.Load.Target.Timeout)+5*time.Second, func() bool {
+		if s.col.InFlight() > 0 {
+			return false
+		}
+		if s.Queue == nil {
+			return true
+		}
+		n, err := s.Queue.Waiting(ctx)
+		queued = n
+		return err != nil || n == 0 // a queue that cannot be read does not hold the test
+	})
+	took := time.Since(start)
+	switch {
+	case errors.Is(err, errTimedOut) && s.col.InFlight() == 0:
+		// The test's own requests have ended; other clients keep the
+		// engine's queue: a note, not an abort.
+		s.drainNote = fmt.Sprintf("engine queue still %d after %s (other clients?)", queued, took.Round(time.Second))
+		err = nil
+	case errors.Is(err, errTimedOut):
+		err = fmt.Errorf("%d requests still in flight %s after the level", s.col.InFlight(), took.Round(time.Second))
+	}
+	return took, err
+}
+
+// errTimedOut: watch's duration passed before its condition held.
+var errTimedOut = errors.New("timed out")
+
+// watch waits d or until done reports true, checking the stop rules every
+// 20 ms. With done, d <= 0 is no limit, and reaching d is errTimedOut;
+// without, watch returns nil after d.
+func (s *Step) watch(ctx context.Context, d time.Duration, done func() bool) error {
+	if done == nil && d <= 0 {
+		if !s.noStopRules {
+			if err := s.stopRule(); err != nil {
+				return err
+			}
+		}
+		return context.Cause(ctx)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var deadline <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		if done != nil && done() {
+			return nil
+		}
+		if !s.noStopRules {
+			if err := s.stopRule(); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-deadline:
+			if done != nil {
+				return errTimedOut
+			}
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// stopRule returns why the running level is plainly broken, if it is:
+// more than stop.error_ratio of its finished requests failed (once 10
+// have finished), or a TTFT above stop.ttft_over.
+func (s *Step) stopRule() error {
+	finished, failed, maxTTFT := s.col.Level()
+	st := s.Test.Stop
+	if finished >= 10 && float64(failed) > st.ErrorRatio*float64(finished) {
+		return fmt.Errorf("%w: %d of %d requests failed, above stop.error_ratio %g", errStopRule, failed, finished, st.ErrorRatio)
+	}
+	if over := time.Duration(st.TTFTOver); over > 0 && maxTTFT > over {
+		return fmt.Errorf("%w: a TTFT of %s, above stop.ttft_over %s", errStopRule, maxTTFT.Round(time.Millisecond), over)
+	}
+	return nil
+}
+
+// summarize fills a level from its windows, once their requests have
+// ended.
+func (s *Step) summarize(l *Level, drain time.Duration, minRequests int, ws ...*Window) {
+	// A level extended while undecided was looked at up to
+	// MaxSteadyWindows times; a baseline and a burst once.
+	batch, level := s.batch(), lookConfidence(s.Test.Window.MaxSteadyWindows())
+	switch l.Stage {
+	case "baseline":
+		batch, level = 0, confidence // one request at a time: nothing to batch
+	case "burst":
+		level = confidence
+	}
+	summarize(l, &s.Load, s.col.Data(ws...), minRequests, batch, level)
+	if s.judgeLevel != nil {
+		s.judgeLevel(l)
+	} else {
+		judgeProber(l, s.Validity, "not used for the conclusion")
+	}
+	l.DrainSeconds = drain.Seconds()
+	if s.drainNote != "" {
+		l.Note = addNote(l.Note, s.drainNote)
+		s.drainNote = ""
+	}
+	s.goodput = l.Goodput
+}
