@@ -89,7 +89,7 @@ func (s *Step) burstLevel(ctx context.Context, rate, e2eP95 float64) (*Level, er
 	stop.Paused = true
 	_, derr := s.drain(ctx, stop)
 	drain := l.DrainSeconds
-	s.summarize(l, 0, 0, w)
+	s.summarize(l, 0, 0, confidence, w)
 	l.DrainSeconds = drain
 	return l, derr
 }

@@ -71,19 +71,20 @@ func hotTenantResult(spec *config.LoadSpec, records []Record, start time.Time, b
 			others = append(others, r)
 		}
 	}
-	ht.Hot = tenantGroup(hot, start, batch, level, objective)
-	ht.Others = tenantGroup(others, start, batch, level, objective)
+	slos := sloMap(spec)
+	ht.Hot = tenantGroup(hot, slos, start, batch, level, objective)
+	ht.Others = tenantGroup(others, slos, start, batch, level, objective)
 	if n := ht.Hot.Counted + ht.Others.Counted; n > 0 {
 		ht.MeasuredShare = float64(ht.Hot.Counted) / float64(n)
 	}
 	return ht
 }
 
-func tenantGroup(records []Record, start time.Time, batch time.Duration, level, objective float64) TenantGroup {
+func tenantGroup(records []Record, slos map[string][]config.SLO, start time.Time, batch time.Duration, level, objective float64) TenantGroup {
 	g := TenantGroup{Objective: objective}
 	g.Counted, g.Good, g.TTFT = goodAndTTFT(records)
 	g.Attainment = ratio(g.Good, g.Counted)
-	g.Interval = attainmentInterval(countedOutcomes(records, ""), start, batch, level)
+	g.Interval = attainmentInterval(countedOutcomes(records, "", slos), start, batch, level)
 	g.Decision = decide(g.Interval, objective)
 	return g
 }

@@ -162,7 +162,7 @@ func (s *series) impactSpan(from, to int) *ImpactSpan {
 		for i := max(from, 0); i < min(to, len(s.counted)); i++ {
 			bs = append(bs, batchCount{n: int(s.counted[i]), good: int(s.good[i])})
 		}
-		sp.Interval = batchInterval(bs, good, counted, confidence)
+		sp.Interval = batchInterval(bs, good, counted, confidence, 1)
 	}
 	return sp
 }

@@ -75,7 +75,7 @@ func (s *Step) baselineOnce(ctx context.Context) (*Level, error) {
 	}
 	// A baseline of fewer requests than window.min_requests says so,
 	// like any level.
-	s.summarize(l, drain, s.Test.Window.MinRequests, w)
+	s.summarize(l, drain, s.Test.Window.MinRequests, confidence, w)
 	return l, err
 }
 
@@ -144,36 +144,52 @@ func (s *Step) measure(ctx context.Context, l *Level, run, stop config.LoadSpec)
 	}
 }
 
-// measureOnce is one measurement of a level: see measure.
+// measureOnce is one measurement of a level: see measure. After its
+// warm-up, its steady window is cut into batches, each a window of the
+// collector, and the level is looked at as its plan says (sequential.go)
+// once the requests of the batches a look holds have ended, while the
+// load goes on into the next batches; the first look that settles it
+// ends the level, and the batches after it are discarded. The level's
+// sample is its batches up to that look: every request sent in them,
+// each awaited.
 func (s *Step) measureOnce(ctx context.Context, l *Level, stop config.LoadSpec) error {
 	s.col.ResetLevel()
 	s.leftShort = false
-	steady := time.Duration(s.Test.Window.Steady)
+	plan := s.lookPlan(strings.HasPrefix(l.Why, "forecast"))
+	if l.Stage == "hot-tenant" {
+		// Its window is verify.hot_tenant.for, whole: the other
+		// tenants' share of it is what it measures.
+		plan = onceLookPlan(plan.batch, batchesPerWindow)
+	}
 	err := s.watch(ctx, time.Duration(s.Test.Window.Warmup), nil)
 	queue, gpus := sampleQueue(ctx, s.Queue), s.gpus.start(ctx)
 	ws := []*Window{s.col.Open(time.Time{})}
+	look, keep := 0, 0 // the next look (index in plan.looks); the batches kept
+	settled := func() bool {
+		for look < len(plan.looks) {
+			b := plan.looks[look]
+			if b > len(ws) || !s.col.Ended(ws[:b]...) {
+				return false
+			}
+			l.Looks = look + 1
+			if s.settled(ws[:b], plan, look) {
+				keep = b
+				return true
+			}
+			look++
+		}
+		return false
+	}
 	if err == nil {
-		err = s.watch(ctx, steady, nil)
+		err = s.batches(ctx, plan, &ws, settled)
 	}
-	for err == nil && len(ws) < s.Test.Window.MaxSteadyWindows() {
-		// The load goes on into the next window while the last one's
-		// requests end; if they decide the level, that window is not
-		// needed.
-		last := ws[len(ws)-1]
-		next := s.col.Roll(last)
-		ended := s.watch(ctx, time.Duration(s.Load.Target.Timeout)+5*time.Second, func() bool { return s.col.Ended(last) })
-		if ended != nil && !errors.Is(ended, errTimedOut) {
-			s.col.Discard(next, time.Now())
-			err = ended
-			break
-		}
-		if ended == nil && s.enough(ws) {
-			s.col.Discard(next, time.Now())
-			break
-		}
-		ws = append(ws, next)
-		err = s.watch(ctx, steady-time.Since(next.Start), nil)
+	if keep == 0 {
+		keep = len(ws) // stopped before a look settled it: what it has
 	}
+	for _, w := range ws[keep:] {
+		s.col.Discard(w, time.Now())
+	}
+	ws = ws[:keep]
 	if w := ws[len(ws)-1]; w.End.IsZero() {
 		s.col.Close(w, time.Now())
 	}
@@ -182,8 +198,15 @@ func (s *Step) measureOnce(ctx context.Context, l *Level, stop config.LoadSpec) 
 	if err == nil {
 		err = derr
 	}
-	s.summarize(l, drain, s.Test.Window.MinRequests, ws...)
-	l.Extensions = len(ws) - 1
+	confidence := plan.last()
+	if l.Looks > 0 {
+		confidence = plan.confidence[l.Looks-1]
+	}
+	s.summarize(l, drain, s.Test.Window.MinRequests, confidence, ws...)
+	l.Batches, l.Extensions = len(ws), (len(ws)-1)/batchesPerWindow
+	if l.Looks == len(plan.looks) {
+		toDecide(l, confidence)
+	}
 	if errors.Is(err, errStopRule) {
 		// Plainly broken, whatever its window holds (a rule that fires
 		// in the warm-up leaves it empty): missed.
@@ -193,32 +216,88 @@ func (s *Step) measureOnce(ctx context.Context, l *Level, stop config.LoadSpec) 
 	return err
 }
 
-// enough reports whether windows whose requests have ended need no
-// extension: they decide their level (or the prober limited it: it is
-// measured again instead, and more of the same window would measure the
-// prober), or every request was good but too few to decide, and either
-// the windows left could not bring enough of them (undecidable) or a
-// higher sweep level follows (s.above), whose requests decide more: a
-// level that meets above implies this one (bounds), and one that does not
-// leaves this one to confirm.
-func (s *Step) enough(ws []*Window) bool {
-	var l Level
-	looks := s.Test.Window.MaxSteadyWindows()
-	summarize(&l, &s.Load, s.col.Data(ws...), 0, s.batch(), lookConfidence(looks))
-	if s.judgeLevel == nil {
-		judgeProber(&l, s.Validity, "")
+// batches runs a level's batches, from the first window of ws: each is
+// rolled into the next when its time is up, on the batch's own timer
+// (each due at the first's start plus a whole number of batches, so that
+// a late roll does not delay the next), the last closed at the plan's
+// most; settled is asked every 20 ms and whenever a batch closes, and
+// ends it when it reports true. The last look waits at most the
+// target's timeout and 5 s for its requests. The stop rules are checked
+// throughout.
+func (s *Step) batches(ctx context.Context, plan lookPlan, ws *[]*Window, settled func() bool) error {
+	start := (*ws)[0].Start
+	due := start.Add(plan.batch)
+	roll := time.NewTimer(time.Until(due))
+	defer roll.Stop()
+	limit := time.NewTimer(time.Until(start.Add(time.Duration(plan.max())*plan.batch + time.Duration(s.Load.Target.Timeout) + 5*time.Second)))
+	defer limit.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if settled() {
+			return nil
+		}
+		if !s.noStopRules {
+			if err := s.stopRule(); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-limit.C:
+			return nil
+		case <-roll.C:
+			last := (*ws)[len(*ws)-1]
+			if len(*ws) < plan.max() {
+				*ws = append(*ws, s.col.Roll(last))
+				due = due.Add(plan.batch)
+				roll.Reset(time.Until(due))
+			} else {
+				s.col.Close(last, time.Now())
+			}
+		case <-tick.C:
+		}
 	}
-	if l.Decision != DecisionInconclusive || l.ProberBound() {
+}
+
+// settled reports whether a level needs no more batches after the look
+// (its index in plan) at its first batches ws, whose requests have
+// ended: its last look; a decision the prober's delays cannot change
+// (one they could is looked at again, with more requests, until the last
+// look judges it); or every request good but too few to decide, and
+// either the batches left could not bring enough of them (undecidable)
+// or a higher sweep level or configured rate follows (s.above), whose
+// requests decide more: a level that meets above implies this one, and
+// one that does not leaves this one to confirm.
+func (s *Step) settled(ws []*Window, plan lookPlan, look int) bool {
+	if look == len(plan.looks)-1 {
 		return true
+	}
+	var l Level
+	summarize(&l, &s.Load, s.col.Data(ws...), 0, plan.batch, plan.confidence[look])
+	s.judge(&l)
+	if l.Decision != DecisionInconclusive {
+		return !l.ProberBound()
 	}
 	if !shortOfRequests(&l) {
 		return false
 	}
-	if undecidable(&l, len(ws), looks) {
+	if undecidable(&l, len(ws), plan) {
 		return true
 	}
 	s.leftShort = s.above
 	return s.above
+}
+
+// judge judges the prober's health over a test level: judgeLevel in
+// tests, else by the effect of its delays (judgeEffect).
+func (s *Step) judge(l *Level) {
+	if s.judgeLevel != nil {
+		s.judgeLevel(l)
+		return
+	}
+	judgeEffect(l, s.Validity)
 }
 
 // shortOfRequests reports whether an inconclusive level is so for want of
@@ -236,18 +315,19 @@ func shortOfRequests(l *Level) bool {
 	return true
 }
 
-// undecidable reports whether a level short of requests after windows of
-// its looks would still be by its last look, at the rate its requests
+// undecidable reports whether a level short of requests after batches
+// of its plan would still be at its last look, at the rate its requests
 // came (its upper end). Worked numbers: a client of a slow target
-// completes 23 requests in a 30 s window, all good; at most about 34 a
-// window, three windows would hold 101, whose interval at three looks is
-// [94.6%, 100%], short of 95%: the level is not extended. 45 requests in
-// the first window would be up to 178 by the third: extended.
-func undecidable(l *Level, windows, looks int) bool {
-	if !shortOfRequests(l) || windows <= 0 {
+// completes 7 requests in the first 3 batches of a 30 s window, all
+// good; at most about 13 in 3 batches, 30 batches would hold 133, whose
+// interval at the last look (97.5%) is [96.4%, 100%]: enough for 95%,
+// the level goes on. 3 requests in 3 batches (up to 7.5, 75 in 30
+// batches: [93.7%, 100%]) could not show it: the level stops.
+func undecidable(l *Level, batches int, plan lookPlan) bool {
+	if !shortOfRequests(l) || batches <= 0 {
 		return false
 	}
-	q := distuv.UnitNormal.Quantile(1 - (1-lookConfidence(looks))/2)
+	q := distuv.UnitNormal.Quantile(1 - (1-plan.last())/2)
 	for _, sc := range l.Scenarios {
 		if sc.Decision != DecisionInconclusive {
 			continue
@@ -258,7 +338,7 @@ func undecidable(l *Level, windows, looks int) bool {
 		// drew 4 arrivals where 8.5 were due must not decide that the
 		// level can never be shown.
 		c := float64(sc.Counted)
-		n := (c + 2*math.Sqrt(c) + 1) * float64(looks) / float64(windows)
+		n := (c + 2*math.Sqrt(c) + 1) * float64(plan.max()) / float64(batches)
 		if n/(n+q*q) >= sc.Objective {
 			return false
 		}
@@ -305,7 +385,7 @@ func (s *Step) drain(ctx context.Context, stop config.LoadSpec) (time.Duration, 
 	}
 	start := time.Now()
 	queued := 0
-	err := s.watch(ctx, time.Duration(s.Load.Target.Timeout)+5*time.Second, func() bool {
+	err := s.wait(ctx, time.Duration(s.Load.Target.Timeout)+5*time.Second, func() bool {
 		if s.col.InFlight() > 0 {
 			return false
 		}
@@ -336,8 +416,20 @@ var errTimedOut = errors.New("timed out")
 // 20 ms. With done, d <= 0 is no limit, and reaching d is errTimedOut;
 // without, watch returns nil after d.
 func (s *Step) watch(ctx context.Context, d time.Duration, done func() bool) error {
+	return s.waitFor(ctx, d, done, !s.noStopRules)
+}
+
+// wait is watch without the stop rules: a drain waits for the level's
+// requests to end, whatever they end in. A rule that fired while they
+// drained would leave them in flight into the next level.
+func (s *Step) wait(ctx context.Context, d time.Duration, done func() bool) error {
+	return s.waitFor(ctx, d, done, false)
+}
+
+// waitFor is watch, checking the stop rules if rules.
+func (s *Step) waitFor(ctx context.Context, d time.Duration, done func() bool, rules bool) error {
 	if done == nil && d <= 0 {
-		if !s.noStopRules {
+		if rules {
 			if err := s.stopRule(); err != nil {
 				return err
 			}
@@ -356,7 +448,7 @@ func (s *Step) watch(ctx context.Context, d time.Duration, done func() bool) err
 		if done != nil && done() {
 			return nil
 		}
-		if !s.noStopRules {
+		if rules {
 			if err := s.stopRule(); err != nil {
 				return err
 			}
@@ -390,23 +482,15 @@ func (s *Step) stopRule() error {
 }
 
 // summarize fills a level from its windows, once their requests have
-// ended.
-func (s *Step) summarize(l *Level, drain time.Duration, minRequests int, ws ...*Window) {
-	// A level extended while undecided was looked at up to
-	// MaxSteadyWindows times; a baseline and a burst once.
-	batch, level := s.batch(), lookConfidence(s.Test.Window.MaxSteadyWindows())
-	switch l.Stage {
-	case "baseline":
-		batch, level = 0, confidence // one request at a time: nothing to batch
-	case "burst":
-		level = confidence
+// ended, its interval at the confidence of the look that settled it (a
+// baseline and a burst are looked at once: 95%).
+func (s *Step) summarize(l *Level, drain time.Duration, minRequests int, level float64, ws ...*Window) {
+	batch := s.batch()
+	if l.Stage == "baseline" {
+		batch = 0 // one request at a time: nothing to batch
 	}
 	summarize(l, &s.Load, s.col.Data(ws...), minRequests, batch, level)
-	if s.judgeLevel != nil {
-		s.judgeLevel(l)
-	} else {
-		judgeProber(l, s.Validity, "not used for the conclusion")
-	}
+	s.judge(l)
 	l.DrainSeconds = drain.Seconds()
 	if s.drainNote != "" {
 		l.Note = addNote(l.Note, s.drainNote)

@@ -179,6 +179,13 @@ type Record struct {
 	HasTTFT         bool
 	HasTPOT         bool
 	HasE2E          bool
+	TTFA            time.Duration
+	HasTTFA         bool
+	// Ended is how long the request took from Sent to its end, Lag how
+	// late it was sent (Sent less its scheduled time): its flight, for
+	// the prober's read delay over it, and its arrival as the schedule
+	// had it, for the burstiness of the sends.
+	Ended, Lag time.Duration
 	// MaxITL is the request's longest gap between chunks: a soak's drift
 	// compares one per request, not every pooled gap.
 	MaxITL    time.Duration
@@ -291,7 +298,11 @@ type Collector struct {
 
 	mu       sync.Mutex
 	windows  []*Window
-	level    levelCounts // since the last ResetLevel: for the stop rules
+	level    levelCounts // of the requests sent since the last ResetLevel: for the stop rules
+	// levelStart is when the running level started (ResetLevel): a
+	// request sent before it is an earlier level's, and counts nothing
+	// of this one.
+	levelStart time.Time
 	rng      uint64      // reservoir sampling of gaps and lags
 	identity identityCounts
 	// inputs and outputs are the lengths of every request kept in a
@@ -303,6 +314,24 @@ type Collector struct {
 	// series, if tracked, counts the requests by their send time's
 	// bucket, for a soak's fault impacts.
 	series *series
+	// stalls, if tracked, are the prober's late wake-ups: each request's
+	// read delay (stall.go).
+	stalls *stallSampler
+}
+
+// TrackStalls starts sampling the prober's late wake-ups, for each
+// request's read delay (Data); the function it returns stops it.
+func (c *Collector) TrackStalls() (stop func()) {
+	st := startStalls()
+	c.mu.Lock()
+	c.stalls = st
+	c.mu.Unlock()
+	return func() {
+		st.stop()
+		c.mu.Lock()
+		c.stalls = nil
+		c.mu.Unlock()
+	}
 }
 
 // lengthSample is a uniform sample of lengths, at most maxWindowGaps.
@@ -406,12 +435,18 @@ func (c *Collector) Discard(w *Window, end time.Time) {
 	w.records, w.gaps, w.lags = nil, nil, nil
 }
 
-// Ended reports whether every request sent in a closed window has ended:
-// its records are complete, while the load may go on into the next one.
-func (c *Collector) Ended(w *Window) bool {
+// Ended reports whether windows are closed and every request sent in
+// them has ended: their records are complete, while the load may go on
+// into the next one.
+func (c *Collector) Ended(ws ...*Window) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return !w.End.IsZero() && w.inFlight == 0
+	for _, w := range ws {
+		if w.End.IsZero() || w.inFlight > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Close ends a window at end: requests sent later are not its own.
@@ -433,6 +468,10 @@ type windowData struct {
 	start, end time.Time
 	scheduled  int
 	dropped    map[prober.DropReason]int
+	// stalls are the prober's late wake-ups over the records' flights,
+	// if stallsTracked.
+	stalls        []stall
+	stallsTracked bool
 }
 
 // Data returns a copy of what windows collected, pooled: a level's
@@ -460,7 +499,29 @@ func (c *Collector) Data(ws ...*Window) windowData {
 	if len(ws) > 0 {
 		d.start, d.end = ws[0].Start, ws[len(ws)-1].End
 	}
+	if c.stalls != nil && len(d.records) > 0 {
+		from, to := d.records[0].Sent, d.records[0].Sent
+		for i := range d.records {
+			r := &d.records[i]
+			from, to = minTime(from, r.Sent), maxTime(to, r.Sent.Add(r.Ended))
+		}
+		d.stalls, d.stallsTracked = c.stalls.between(from, to), true
+	}
 	return d
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // Release drops a summarized window's records and gaps: a soak of hours
@@ -507,21 +568,29 @@ func (c *Collector) Series() *series {
 	return c.series.clone()
 }
 
-// ResetLevel starts the stop rules' counts of a new level.
+// ResetLevel starts the stop rules' counts of a new level: from now on
+// they count the requests sent from now on, and only those. An earlier
+// level's requests that end later (an overloaded level's, timing out one
+// by one) are that level's: against llama-server, 11 of them failing in
+// the next level's first 18 µs made it "missed" on a stop rule, with not
+// one request of its own sent.
 func (c *Collector) ResetLevel() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.level = levelCounts{}
+	c.levelStart = time.Now()
 }
 
-// Level returns the stop rules' counts since ResetLevel.
+// Level returns the stop rules' counts of the requests sent since
+// ResetLevel that have finished.
 func (c *Collector) Level() (finished, failed int, maxTTFT time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.level.finished, c.level.failed, c.level.maxTTFT
 }
 
-// LevelGood returns the good requests finished since ResetLevel.
+// LevelGood returns the good requests sent since ResetLevel that have
+// finished.
 func (c *Collector) LevelGood() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -583,6 +652,7 @@ func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
 	rec := Record{
 		Scenario: o.scenario, Tenant: r.Tenant, Sent: r.Sent, Outcome: r.Outcome, Counted: m.Counted, Good: m.Good, Missed: m.Missed,
 		TTFT: m.TTFT, HasTTFT: m.HasTTFT, TPOT: m.TPOT, HasTPOT: m.HasTPOT, E2E: m.E2E, HasE2E: m.HasE2E,
+		TTFA: m.TTFA, HasTTFA: m.HasTTFA, Ended: r.Ended, Lag: max(r.Lag(), 0),
 		MaxITL: m.MaxITL, HasMaxITL: m.HasMaxITL,
 		InputTokens: m.InputTokens, OutputTokens: m.OutputTokens,
 		InputMismatch: m.InputMismatch, OutputMismatch: m.OutputMismatch,
@@ -590,30 +660,32 @@ func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
 	}
 	o.c.mu.Lock()
 	defer o.c.mu.Unlock()
-	l := &o.c.level
-	l.finished++
-	if m.Good {
-		l.good++
-	}
-	isFailed := failed(r.Outcome)
-	if isFailed {
-		l.failed++
-	}
-	switch {
-	case m.HasTTFT:
-		l.maxTTFT = max(l.maxTTFT, m.TTFT)
-	case isFailed:
-		// A request that failed without a first token waited that
-		// long for it at least: a server that sends headers and then
-		// nothing until the timeout (60 s) is over a stop.ttft_over of
-		// 30 s, although no TTFT was ever measured.
-		l.maxTTFT = max(l.maxTTFT, r.Ended)
-	}
-	o.c.identity.add(r)
 	sent := r.Sent
 	if sent.IsZero() {
 		sent = r.Scheduled
 	}
+	isFailed := failed(r.Outcome)
+	if l := &o.c.level; !sent.Before(o.c.levelStart) {
+		l.finished++
+		if m.Good {
+			l.good++
+		}
+		if isFailed {
+			l.failed++
+		}
+		switch {
+		case m.HasTTFT:
+			l.maxTTFT = max(l.maxTTFT, m.TTFT)
+		case isFailed:
+			// A request that failed without a first token waited that
+			// long for it at least: a server that sends headers and
+			// then nothing until the timeout (60 s) is over a
+			// stop.ttft_over of 30 s, although no TTFT was ever
+			// measured.
+			l.maxTTFT = max(l.maxTTFT, r.Ended)
+		}
+	}
+	o.c.identity.add(r)
 	if o.c.series != nil && !r.NotSent {
 		o.c.series.add(sent, m.Counted, m.Good, isFailed)
 	}

@@ -29,11 +29,11 @@ const (
 	diagnosisGC        = "GC pauses"
 )
 
-// diagnose tells why the prober limited a window whose health h broke the
-// thresholds of v, with what to do.
-func diagnose(h *ProberHealth, v *validity.Config) string {
+// diagnose tells why the prober was late over a window whose health h
+// broke the thresholds of v for reasons, with what to do.
+func diagnose(h *ProberHealth, reasons []string, v *validity.Config) string {
 	has := func(reason string) bool {
-		for _, r := range h.Invalid {
+		for _, r := range reasons {
 			if r == reason {
 				return true
 			}
@@ -65,16 +65,23 @@ func judgeProber(l *Level, v *validity.Config, use string) {
 	if p == nil || v == nil {
 		return
 	}
-	sec := func(x float64) time.Duration { return time.Duration(x * float64(time.Second)) }
-	lag := sec(p.LagP99)
-	if p.Sends < minSendsForLag {
-		lag = sec(p.LagP50) // the P99 of a few sends is their largest: one hiccup
-	}
-	p.Invalid = v.Judge(p.CPUShare, sec(p.SchedulerP99), sec(p.GCPauseP99), lag, 0)
+	p.Invalid = overThresholds(p, v)
 	if len(p.Invalid) > 0 {
-		p.Diagnosis = diagnose(p, v)
+		p.Diagnosis = diagnose(p, p.Invalid, v)
 		l.Note = addNote(l.Note, "prober-bound ("+strings.Join(p.Invalid, ", ")+"): measured while the prober was the limit, "+use)
 	}
+}
+
+// proberCause is the cause a diagnosis names, to put first in a verdict
+// the prober decided ("busy host: ", "saturated prober: ", "GC pauses:
+// "); empty for none.
+func proberCause(diagnosis string) string {
+	for _, d := range []string{diagnosisBusyHost, diagnosisSaturated, diagnosisGC} {
+		if strings.Contains(diagnosis, d) {
+			return d + ": "
+		}
+	}
+	return ""
 }
 
 // proberBoundReason names a level the prober limited, why and what to do.

@@ -34,7 +34,7 @@ func TestDiagnose(t *testing.T) {
 			"GC pauses: GC pause P99 20 ms (sloprober used 30% of its 2 CPUs): give sloprober more memory headroom or CPU"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.want, diagnose(&tc.h, &v))
+			require.Equal(t, tc.want, diagnose(&tc.h, tc.h.Invalid, &v))
 		})
 	}
 }
@@ -90,7 +90,7 @@ tests:
 			if tc.bound {
 				require.Empty(t, l.Remeasured)
 				require.Equal(t, VerdictInconclusive, run.Verdict, run.Reason)
-				require.Contains(t, run.Reason, "not concluded: no level measured the target validly: prober-bound at 2 clients (scheduler_latency): busy host")
+				require.Contains(t, run.Reason, "not concluded: busy host: no level measured the target validly: prober-bound at 2 clients (scheduler_latency): busy host")
 				return
 			}
 			require.Equal(t, 2, sweeps, "measured twice")

@@ -284,6 +284,21 @@ type Capacity struct {
 	// the capacity lies between VerifiedRate and Bound.
 	Bound         float64 `json:"bound,omitempty"`
 	BoundDecision string  `json:"bound_decision,omitempty"`
+	// BoundAttainment and BoundInterval are the bound's level's
+	// attainment, interval and sample: a bound left undecided is no
+	// evidence that the capacity lies below it.
+	BoundAttainment float64   `json:"bound_attainment,omitempty"`
+	BoundInterval   *Interval `json:"bound_interval,omitempty"`
+	// Ceiling is the most the capacity can be: the lowest rate above the
+	// verified one that missed (CeilingFrom "missed"), or else the
+	// closed loop's throughput (CeilingFrom "closed loop"), above which
+	// arrivals queue without end. Absent in runs before it.
+	Ceiling     float64 `json:"ceiling,omitempty"`
+	CeilingFrom string  `json:"ceiling_from,omitempty"`
+	// SearchEnd says why the search stopped short of its resolution,
+	// where that was not its levels running out: a rate too low to
+	// decide in the time a level has.
+	SearchEnd string `json:"search_end,omitempty"`
 	// Forecast is the verification of the target's forecast, if it has
 	// one.
 	Forecast *ForecastCheck `json:"forecast,omitempty"`
@@ -291,6 +306,42 @@ type Capacity struct {
 	// sweep's clients reached the test's max_rate at it. The capacity
 	// gauges are not set from such a run.
 	LimitedBy string `json:"limited_by,omitempty"`
+}
+
+// CeilingClosedLoop is a Capacity's CeilingFrom when the ceiling is the
+// closed loop's throughput.
+const CeilingClosedLoop = "closed loop"
+
+// BoundText says where the capacity lies above the verified rate, for
+// the sentence that states it: "below 4.33 req/s (missed)" when the
+// lowest rate above it that did not verify missed; else what that rate
+// was, with its attainment, and the ceiling: "at least 3.88 req/s: 4.11
+// req/s inconclusive (attained 97.4% [93.1, 99.2] of 230), at most 4.78
+// req/s (missed)". Empty when the run has neither (before ceilings).
+func (c *Capacity) BoundText() string {
+	v, _ := c.Verified()
+	ceiling := ""
+	switch {
+	case c.Ceiling <= 0:
+	case c.CeilingFrom == CeilingClosedLoop:
+		ceiling = fmt.Sprintf("at most %.3g req/s (the closed-loop rate)", c.Ceiling)
+	default:
+		ceiling = fmt.Sprintf("at most %.3g req/s (%s)", c.Ceiling, c.CeilingFrom)
+	}
+	switch {
+	case c.Bound > 0 && c.BoundDecision == DecisionMissed:
+		return fmt.Sprintf("below %.3g req/s (missed)", c.Bound)
+	case c.Bound > 0:
+		bound := fmt.Sprintf("%.3g req/s %s", c.Bound, c.BoundDecision)
+		if iv := c.BoundInterval; iv != nil {
+			bound += fmt.Sprintf(" (attained %.1f%% [%.1f, %.1f] of %d)", 100*c.BoundAttainment, lower(iv), upper(iv), iv.N)
+		}
+		if ceiling == "" {
+			return fmt.Sprintf("at least %.3g req/s: %s", v, bound)
+		}
+		return fmt.Sprintf("at least %.3g req/s: %s, %s", v, bound, ceiling)
+	}
+	return ceiling
 }
 
 // Verified returns the verified rate and whether the run concluded on one
@@ -423,6 +474,15 @@ type Level struct {
 	// first while its decision was inconclusive: the level's window is
 	// all of them.
 	Extensions int `json:"extensions,omitempty"`
+	// Batches is the batches of a tenth of window.steady the level's
+	// sample holds, and Looks how many times it was looked at before it
+	// decided or reached its most (sequential.go): a level is decided as
+	// soon as its sample decides it.
+	Batches int `json:"batches,omitempty"`
+	Looks   int `json:"looks,omitempty"`
+	// ToDecide is what would decide a level left undecided: about how
+	// many more requests, were its attainment what it was.
+	ToDecide *ToDecide `json:"to_decide,omitempty"`
 	// ImpliedBy is the concurrency of the sweep level that met the
 	// objectives above this one when this one stayed inconclusive with
 	// nothing against it (every request good, too few to show it): its
@@ -581,11 +641,37 @@ type ProberHealth struct {
 	// the window as its sustain): empty when they were, or when the run
 	// judged none (Step.Validity nil).
 	Invalid []string `json:"invalid,omitempty"`
-	// Diagnosis says, of a window the prober limited, whether the host
-	// was busy (sloprober's goroutines waited although it used little of
-	// its CPUs: other processes held them) or the prober saturated (its
-	// CPUs busy: add shards or CPU), and what to do.
+	// Diagnosis says, of a window the prober limited (or, in a step
+	// test, was late over: Over), whether the host was busy
+	// (sloprober's goroutines waited although it used little of its
+	// CPUs: other processes held them) or the prober saturated (its CPUs
+	// busy: add shards or CPU), and what to do.
 	Diagnosis string `json:"diagnosis,omitempty"`
+
+	// A step test's level is judged by what the prober's delays could
+	// change of its decision (effect.go). Over are the validity
+	// thresholds its health was over, whether or not that made it
+	// prober-bound (Invalid); Rule the rule that judged it.
+	Over []string `json:"over,omitempty"`
+	Rule string   `json:"rule,omitempty"`
+	// ReadDelayP99 and ReadDelayMax bound how late the prober could have
+	// read the level's requests (seconds; its stalls over each request's
+	// flight: stall.go).
+	ReadDelayP99 float64 `json:"read_delay_p99,omitempty"`
+	ReadDelayMax float64 `json:"read_delay_max,omitempty"`
+	// DecisionIfBetter and DecisionIfWorse are the level's decision with
+	// every request made better (earlier stamps) or worse (TPOT and
+	// longest gap) by its read delay.
+	DecisionIfBetter string `json:"decision_if_better,omitempty"`
+	DecisionIfWorse  string `json:"decision_if_worse,omitempty"`
+	// SendDispersion and ScheduleDispersion are the index of dispersion
+	// of an open-loop level's sends and of their schedule, in bins of
+	// the mean gap: 1 for Poisson arrivals; sends above their schedule's
+	// came in bunches. LateDrops counts the arrivals dropped as late,
+	// which made the load lighter than offered.
+	SendDispersion     float64 `json:"send_dispersion,omitempty"`
+	ScheduleDispersion float64 `json:"schedule_dispersion,omitempty"`
+	LateDrops          int     `json:"late_drops,omitempty"`
 }
 
 // EngineQueue is the engine's own queue depth (requests waiting for a batch

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
+	"time"
+
+	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // The open-loop search of a step test (the seed's step 5). A closed loop
@@ -108,16 +112,34 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 			break
 		}
 	}
-	// 2. Bisection.
+	// 2. Bisection, up to the closed loop's throughput when every rate
+	// tried verified.
+	ceiling := s.ceiling()
 	for len(s.run.Verify) < v.Levels() {
 		lo, hi := s.searchBounds()
-		if hi == nil || hi.OfferedRate-offered(lo) <= v.Resolution*base || wantsRequests(hi) {
+		top, between := offered(hi), fmt.Sprintf("%.3g req/s", offered(hi))
+		switch {
+		case hi == nil && lo == nil:
+			top = 0 // nothing ran
+		case hi == nil:
+			top, between = ceiling, fmt.Sprintf("the closed-loop rate %.3g req/s", ceiling)
+		}
+		if top-offered(lo) <= v.Resolution*base || hi != nil && wantsRequests(hi) {
 			break
 		}
 		// A window may offer more than its rate: the midpoint stays
 		// within max_rate.
-		rate := min((offered(lo)+hi.OfferedRate)/2, s.MaxRate)
-		if _, err := run(rate, fmt.Sprintf("bisection between %.3g and %.3g req/s", offered(lo), hi.OfferedRate)); err != nil {
+		rate := min((offered(lo)+top)/2, s.MaxRate)
+		if rate <= offered(lo) {
+			break // max_rate
+		}
+		if n, ok := s.decidable(rate); !ok {
+			// Below a rate it could not decide (or measure), the search
+			// would only find rates with fewer requests still.
+			s.run.Capacity.SearchEnd = fmt.Sprintf("%.3g req/s would draw too few requests to decide within window.max_steady (%d all good at least)", rate, n)
+			break
+		}
+		if _, err := run(rate, fmt.Sprintf("bisection between %.3g req/s and %s", offered(lo), between)); err != nil {
 			return nil, VerdictAborted, abortReason(ctx, err)
 		}
 	}
@@ -131,6 +153,14 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 	lo, hi := s.searchBounds()
 	if hi != nil {
 		c.Bound, c.BoundDecision = hi.OfferedRate, searchDecision(hi)
+		c.BoundAttainment, c.BoundInterval = hi.Attainment, hi.Interval
+	}
+	c.Ceiling, c.CeilingFrom = ceiling, CeilingClosedLoop
+	for _, l := range s.ladder() {
+		if l.OfferedRate > offered(lo) && against(l) && l.Decided() == DecisionMissed {
+			c.Ceiling, c.CeilingFrom = l.OfferedRate, DecisionMissed
+			break
+		}
 	}
 	forecast.decide(offered(lo), hi)
 	if lo != nil {
@@ -148,7 +178,7 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 	}
 	switch {
 	case len(valid) == 0 && len(ladder) > 0:
-		return nil, VerdictInconclusive, fmt.Sprintf("not concluded: no open-loop rate measured the target validly: %s %s", proberBoundReason(ladder[0]), closed)
+		return nil, VerdictInconclusive, fmt.Sprintf("not concluded: %sno open-loop rate measured the target validly: %s %s", proberCause(ladder[0].Prober.Diagnosis), proberBoundReason(ladder[0]), closed)
 	case len(valid) == 0:
 		return nil, VerdictInconclusive, "not concluded: no open-loop rate could run " + closed
 	case valid[0].Decided() == DecisionMissed:
@@ -162,15 +192,66 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 	if l := valid[0]; wantsRequests(l) {
 		// What decides it: more requests, or, when measuring it again
 		// for them was the prober's limit, a quieter host.
-		decides := " within window.max_steady: a longer window.max_steady decides it"
+		decides, cause := " within window.max_steady: a longer window.max_steady decides it", ""
 		if l.AgainProberBound != "" {
 			decides = fmt.Sprintf(", and measured again to decide it while the prober was the limit (%s): a quieter host decides it", l.AgainProberBound)
+			cause = proberCause(l.AgainProberBound)
 		}
-		return nil, VerdictInconclusive, fmt.Sprintf("not concluded: the lowest rate tried, %s, %s, every request good but too few to show the objective%s %s",
-			l.LoadName(), attainmentText(l), decides, closed)
+		return nil, VerdictInconclusive, fmt.Sprintf("not concluded: %sthe lowest rate tried, %s, %s, every request good but too few to show the objective%s %s",
+			cause, l.LoadName(), attainmentText(l), decides, closed)
 	}
-	return nil, VerdictInconclusive, fmt.Sprintf("not concluded: no open-loop rate was decided within window.max_steady: the lowest tried, %s, %s %s",
-		valid[0].LoadName(), attainmentText(valid[0]), closed)
+	cause := ""
+	for _, l := range ladder {
+		if l.ProberBound() {
+			// A rate the prober limited might have decided it.
+			cause = fmt.Sprintf("%s%s; ", proberCause(l.Prober.Diagnosis), proberBoundReason(l))
+			break
+		}
+	}
+	more := ""
+	if t := valid[0].ToDecide; t != nil {
+		more = " (" + t.text() + " would decide it)"
+	}
+	return nil, VerdictInconclusive, fmt.Sprintf("not concluded: %sno open-loop rate was decided within window.max_steady: the lowest tried, %s, %s%s %s",
+		cause, valid[0].LoadName(), attainmentText(valid[0]), more, closed)
+}
+
+// ceiling is the most an open-loop rate can hold: the closed loop's
+// throughput (the highest completed rate of a sweep level the prober
+// measured validly), within max_rate. Arrivals above it queue without
+// end: 8 slots of 1.34 s complete 5.97 req/s, and Poisson arrivals at
+// 6 req/s wait longer and longer. When every rate tried verified, the
+// search bisects up to it.
+func (s *Step) ceiling() float64 {
+	peak := 0.0
+	for _, l := range s.run.Sweep {
+		if !l.ProberBound() {
+			peak = max(peak, l.CompletedRate)
+		}
+	}
+	return min(peak, s.MaxRate)
+}
+
+// decidable reports whether an open-loop level at rate could be decided
+// within its window.max_steady, were every request good: it must draw at
+// least n requests (returned), those whose interval at its last look
+// shows the objective. An objective of 95% at the default plan's last
+// look (97.5%) needs 96 requests all good: 0.8 req/s in 2 min, 1.6 in
+// 60 s.
+func (s *Step) decidable(rate float64) (int, bool) {
+	plan := s.lookPlan(false)
+	q := distuv.UnitNormal.Quantile(1 - (1-plan.last())/2)
+	objective := 0.0
+	for _, sc := range s.Load.Scenarios {
+		objective = max(objective, sc.Objective)
+	}
+	if objective <= 0 || objective >= 1 || plan.batch <= 0 {
+		return 0, true
+	}
+	// n / (n + q^2) >= objective.
+	n := int(math.Ceil(objective * q * q / (1 - objective)))
+	seconds := (time.Duration(plan.max()) * plan.batch).Seconds()
+	return n, rate*seconds >= float64(n)
 }
 
 // unconfirmedRate is the index in Verify of the highest open-loop level

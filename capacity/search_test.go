@@ -22,7 +22,10 @@ type synthetic func(rate float64) (offered float64, decision string, bound bool)
 func search(t *testing.T, verify config.VerifyConfig, target synthetic, forecast *config.ForecastConfig, replicas int) (*Run, string, string) {
 	t.Helper()
 	tc := &config.TestConfig{Name: "s", Kind: config.TestStep, Verify: verify}
-	s := &Step{Test: tc, MaxRate: 100, run: &Run{Stages: Stages{Capacity: &Capacity{Concurrency: 8, Rate: 10}}}}
+	// The closed loop: 8 clients met at 10 req/s, 16 missed completing
+	// 11 req/s, its throughput (the search's ceiling).
+	s := &Step{Test: tc, MaxRate: 100, run: &Run{Stages: Stages{Capacity: &Capacity{Concurrency: 8, Rate: 10},
+		Sweep: []Level{{Concurrency: 8, CompletedRate: 10}, {Concurrency: 16, CompletedRate: 11}}}}}
 	s.Load.Target.Forecast, s.Load.Target.Replicas = forecast, replicas
 	s.openVerify = func(_ context.Context, stage string, rate float64, why string) (*Level, error) {
 		offered, decision, bound := target(rate)
@@ -109,6 +112,9 @@ func TestSearch(t *testing.T) {
 		bound    float64
 		verdict  string
 		reason   string
+		// boundText, if set, is where the capacity lies above the
+		// verified rate (Capacity.BoundText).
+		boundText string
 	}{
 		{
 			// The M/D/8 of the issue, scaled: truth 6.6 req/s of 10.
@@ -117,8 +123,30 @@ func TestSearch(t *testing.T) {
 			verified: verifiedAt(6.5), bound: 6.875, verdict: VerdictPass,
 		},
 		{
+			// Every configured rate met: the search goes on up to the
+			// closed loop's throughput, 11 req/s.
 			name: "every configured rate met", verify: defaults, target: below(20, 0),
-			path: "5 met, 8 met, 10 met", verified: verifiedAt(10), verdict: VerdictPass,
+			path: "5 met, 8 met, 10 met, 10.5 met", verified: verifiedAt(10.5), verdict: VerdictPass,
+			boundText: "at most 11 req/s (the closed-loop rate)",
+		},
+		{
+			// The issue's 32 slots: 0.5x and 0.8x met (101 and 162 of a
+			// truth of 204 req/s), and the run said 162, 20% under it.
+			name:   "search to the top",
+			verify: config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.03},
+			target: below(9.3, 0),
+			path:   "5 met, 8 met, 9.5 missed, 8.75 met, 9.12 met, 9.31 missed", verified: verifiedAt(9.125), bound: 9.3125, verdict: VerdictPass,
+			boundText: "below 9.31 req/s (missed)",
+		},
+		{
+			// Above the verified rate, one undecided (97% of 100: too
+			// close to 90% to tell), then one that missed: the bound is
+			// no evidence against, the miss is the ceiling.
+			name:   "an undecided bound",
+			verify: config.VerifyConfig{Rates: []float64{0.5, 0.8, 1.0}, Resolution: 0.05, MaxLevels: 3},
+			target: below(8.9, 1),
+			path:   "5 met, 8 inconclusive, 10 missed", verified: verifiedAt(5), bound: 8, verdict: VerdictPass,
+			boundText: "at least 5 req/s: 8 req/s inconclusive (attained 97.0% [94.0, 99.0] of 100), at most 10 req/s (missed)",
 		},
 		{
 			// A lucky window above a miss verifies nothing: 8 missed,
@@ -211,8 +239,8 @@ func TestSearch(t *testing.T) {
 				}
 				return below(9, 0)(rate)
 			},
-			path:     "5 met, 6 missed, 8 met",
-			verified: verifiedAt(8), verdict: VerdictPass,
+			path:     "5 met, 6 missed, 8 met, 9.5 missed, 8.75 met, 9.12 missed",
+			verified: verifiedAt(8.75), bound: 9.125, verdict: VerdictPass,
 		},
 		{
 			// An undecided level with nothing against it (97% against
@@ -246,7 +274,7 @@ func TestSearch(t *testing.T) {
 			name: "every rate prober-bound", verify: config.VerifyConfig{Rates: []float64{0.5}, Resolution: 0.05, MaxLevels: 2},
 			target: func(rate float64) (float64, string, bool) { return rate, DecisionMet, true },
 			path:   "5 met, 2.5 met", bound: 2.5, verdict: VerdictInconclusive,
-			reason: "not concluded: no open-loop rate measured the target validly: prober-bound at 2.5 req/s (send_lag): busy host",
+			reason: "not concluded: busy host: no open-loop rate measured the target validly: prober-bound at 2.5 req/s (send_lag): busy host",
 		},
 		{
 			name: "verify.max_levels", verify: config.VerifyConfig{Rates: []float64{0.5, 0.8, 1.0}, Resolution: 0.001, MaxLevels: 4},
@@ -265,6 +293,9 @@ func TestSearch(t *testing.T) {
 				require.InDelta(t, *tc.verified, rate, 1e-9)
 			}
 			require.InDelta(t, tc.bound, run.Capacity.Bound, 1e-9)
+			if tc.boundText != "" {
+				require.Equal(t, tc.boundText, run.Capacity.BoundText())
+			}
 		})
 	}
 }

@@ -161,7 +161,8 @@ func summarize(l *Level, spec *config.LoadSpec, w windowData, minRequests int, b
 	l.InputTokensRate, l.OutputTokensRate = per(in), per(out)
 	l.Attainment = ratio(good, l.Counted)
 	l.SLOAttainment = sloAttainment(spec, missed, l.Counted)
-	l.Interval = attainmentInterval(countedOutcomes(records, ""), w.start, batch, level)
+	slos := sloMap(spec)
+	l.Interval = attainmentInterval(countedOutcomes(records, "", slos), w.start, batch, level)
 	decisions := map[string]int{}
 	for _, s := range spec.Scenarios {
 		a := byScenario[s.Key.Scenario]
@@ -175,7 +176,7 @@ func summarize(l *Level, spec *config.LoadSpec, w windowData, minRequests int, b
 		// own objective.
 		sr.Met = a.counted == 0
 		if a.counted > 0 {
-			sr.Interval = attainmentInterval(countedOutcomes(records, s.Key.Scenario), w.start, batch, level)
+			sr.Interval = attainmentInterval(countedOutcomes(records, s.Key.Scenario, slos), w.start, batch, level)
 			sr.Decision = decide(sr.Interval, s.Objective)
 			sr.Met = sr.Decision == DecisionMet
 			decisions[sr.Decision]++
@@ -200,21 +201,73 @@ func summarize(l *Level, spec *config.LoadSpec, w windowData, minRequests int, b
 	l.Server = serverSignals(records)
 	l.Lengths, l.Longest = lengths(spec, records)
 	l.Prober = proberHealth(w)
+	proberEffect(l, spec, w, batch, level)
 	if h := spec.HotTenant; h != nil {
 		l.HotTenant = hotTenantResult(spec, records, w.start, batch, level)
 	}
 }
 
 // countedOutcomes are the counted requests of records, of one scenario
-// ("": of all), for an interval.
-func countedOutcomes(records []Record, scenario string) []outcome {
+// ("": of all), for an interval, with their SLO pressure under the
+// scenarios' SLOs (sloMap).
+func countedOutcomes(records []Record, scenario string, slos map[string][]config.SLO) []outcome {
 	var out []outcome
 	for i := range records {
 		if r := &records[i]; r.Counted && (scenario == "" || r.Scenario == scenario) {
-			out = append(out, outcome{sent: r.Sent, good: r.Good})
+			out = append(out, outcome{sent: r.Sent, good: r.Good, pressure: pressure(r, slos[r.Scenario])})
 		}
 	}
 	return out
+}
+
+// sloMap is the SLOs of a load's scenarios, by name.
+func sloMap(spec *config.LoadSpec) map[string][]config.SLO {
+	out := map[string][]config.SLO{}
+	for _, s := range spec.Scenarios {
+		out[s.Key.Scenario] = s.SLOs()
+	}
+	return out
+}
+
+// maxPressure bounds a request's SLO pressure: a failed request is at
+// it, and no server's latency weighs more (a TTFT of an hour against an
+// SLO of 100 ms would otherwise swamp the series it is judged in).
+const maxPressure = 4
+
+// pressure is a request's SLO pressure: its worst latency over that SLO's
+// threshold (a TTFT of 300 ms against an SLO of 500 ms is 0.6; a request
+// is good on latency at 1 or under), maxPressure for a request that
+// failed or carried no text, NaN when its scenario has no latency SLO. A
+// queue shows in it before it shows in misses: the interval's
+// correlation (Interval) reads it.
+func pressure(r *Record, slos []config.SLO) float64 {
+	if r.Outcome != prober.OutcomeOK || !r.HasE2E {
+		return maxPressure
+	}
+	p, has := 0.0, false
+	ratio := func(v, t time.Duration, has bool) {
+		if has && t > 0 {
+			p, has = max(p, v.Seconds()/t.Seconds()), true
+		}
+	}
+	for _, s := range slos {
+		switch s.Name {
+		case "ttft":
+			ratio(r.TTFT, s.Threshold, r.HasTTFT)
+		case "ttfa":
+			ratio(r.TTFA, s.Threshold, r.HasTTFA)
+		case "tpot":
+			ratio(r.TPOT, s.Threshold, r.HasTPOT)
+		case "e2e":
+			ratio(r.E2E, s.Threshold, r.HasE2E)
+		case "max_itl":
+			ratio(r.MaxITL, s.Threshold, r.HasMaxITL)
+		}
+	}
+	if !has {
+		return math.NaN()
+	}
+	return min(p, maxPressure)
 }
 
 func float64s(v []float32) []float64 {

@@ -122,6 +122,7 @@ func (s *Step) Run(ctx context.Context) *Run {
 	begin(ctx, s.run, s.Manager, t, &s.Load, s.ConfigHash)
 	s.col = s.Recorder.Start(t.Name)
 	defer s.Recorder.Stop(t.Name)
+	defer s.col.TrackStalls()()
 	defer end(s.run, s.col)
 	s.gpus = newGPUSource(s.Load.Target, s.Logger)
 	defer s.gpus.close()
@@ -276,7 +277,7 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 	if base.Decided() == DecisionMissed && base.ProberBound() {
 		// One request at a time missed while the prober was the limit,
 		// after its retries: that says nothing of the target.
-		return VerdictInconclusive, fmt.Sprintf("not concluded: the baseline missed the objective while %s", proberBoundReason(base))
+		return VerdictInconclusive, fmt.Sprintf("not concluded: %sthe baseline missed the objective while %s", proberCause(base.Prober.Diagnosis), proberBoundReason(base))
 	}
 	if base.Decided() == DecisionMissed {
 		return VerdictInfeasible, fmt.Sprintf("one request at a time already misses the objective: %s", missedObjectives(base))
@@ -330,9 +331,7 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 		return VerdictAborted, abortReason(ctx, err)
 	}
 	reason = fmt.Sprintf("%.3g req/s verified open loop (%s; %.3g good req/s)", verified.OfferedRate, attainmentText(verified), verified.Goodput)
-	if c := s.run.Capacity; c.Bound > 0 {
-		reason += fmt.Sprintf(", below %.3g req/s (%s)", c.Bound, c.BoundDecision)
-	}
+	reason = withBound(reason, s.run.Capacity)
 	reason += fmt.Sprintf("; closed loop: %s, %.3g req/s", clients(good), capLevel.CompletedRate)
 	if end.capped != "" {
 		reason += "; the sweep ended early: " + end.capped

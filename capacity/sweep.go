@@ -214,7 +214,7 @@ func (s *Step) noCapacity(capped, proberBound string) (string, string) {
 		break // undecided: the capacity may lie there
 	}
 	if proberBound != "" {
-		return VerdictInconclusive, "not concluded: no level measured the target validly: " + proberBound
+		return VerdictInconclusive, fmt.Sprintf("not concluded: %sno level measured the target validly: %s", proberCause(proberBound), proberBound)
 	}
 	return VerdictInconclusive, fmt.Sprintf("not concluded: no sweep level was decided within window.max_steady: %s %s",
 		s.lowest().LoadName(), attainmentText(s.lowest()))

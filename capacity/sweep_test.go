@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -198,40 +199,42 @@ func TestSweepImplied(t *testing.T) {
 	}
 }
 
-// TestUndecidable: a level undecided for want of requests is extended
-// only when the requests its windows draw by window.max_steady, at the
-// rate they came, can decide it; one with a miss always is.
+// TestUndecidable: a level undecided for want of requests goes on only
+// when the requests its batches draw by its last look, at the rate they
+// came, can decide it; one with a miss always does.
 func TestUndecidable(t *testing.T) {
 	level := func(counted, good int) *Level {
 		return &Level{Decision: DecisionInconclusive, Counted: counted,
 			Scenarios: []ScenarioResult{{Counted: counted, Good: good, Objective: 0.95, Decision: DecisionInconclusive}}}
 	}
+	// 30 batches: the last look at 97.5%, q = 2.241, q^2 = 5.02. The
+	// count to come is projected from c + 2 sqrt(c) + 1 so far.
+	thirty := newLookPlan(time.Second, 30)
 	for _, tc := range []struct {
-		name           string
-		l              *Level
-		windows, looks int
-		undecidable    bool
+		name        string
+		l           *Level
+		batches     int
+		plan        lookPlan
+		undecidable bool
 	}{
-		// Three looks: q = 2.394, q^2 = 5.73. The count to come is
-		// projected from c + 2 sqrt(c) + 1 so far.
-		{"23 all good in the first of three windows: up to 101 are [94.6%, 100%]", level(23, 23), 1, 3, true},
-		{"45 all good in the first of three: up to 178 are [96.9%, 100%]", level(45, 45), 1, 3, false},
-		{"50 all good in two of three: up to 98 are [94.5%, 100%]", level(50, 50), 2, 3, true},
-		{"70 all good in two of three: up to 132 are [95.8%, 100%]", level(70, 70), 2, 3, false},
-		// Eight looks (3 s windows, max_steady 24 s): q^2 = 7.47; 4
-		// arrivals where 8.5 were due project up to 72, [90.6%, 100%],
-		// above an objective of 85%.
-		{"4 all good in the first of eight, objective 85%", func() *Level { l := level(4, 4); l.Scenarios[0].Objective = 0.85; return l }(), 1, 8, false},
-		{"a miss: more requests may decide either way", level(23, 22), 1, 3, false},
-		{"a level decided is not undecidable", &Level{Decision: DecisionMet, Counted: 23}, 1, 3, false},
-		{"nothing counted", level(0, 0), 1, 3, false},
+		{"3 all good in 3 of 30 batches: up to 75 are [93.7%, 100%]", level(3, 3), 3, thirty, true},
+		{"7 all good in 3 of 30: up to 133 are [96.4%, 100%]", level(7, 7), 3, thirty, false},
+		{"40 all good in 20 of 30: up to 80 are [94.1%, 100%]", level(40, 40), 20, thirty, true},
+		{"70 all good in 20 of 30: up to 132 are [96.3%, 100%]", level(70, 70), 20, thirty, false},
+		// 20 batches (3 s, max_steady 60 s) at 85%: 1 arrival where 4
+		// were due projects up to 27, [84.3%, 100%]; 2 up to 39.
+		{"1 all good in 3 of 20, objective 85%", func() *Level { l := level(1, 1); l.Scenarios[0].Objective = 0.85; return l }(), 3, newLookPlan(3*time.Second, 20), true},
+		{"2 all good in 3 of 20, objective 85%", func() *Level { l := level(2, 2); l.Scenarios[0].Objective = 0.85; return l }(), 3, newLookPlan(3*time.Second, 20), false},
+		{"a miss: more requests may decide either way", level(23, 22), 3, thirty, false},
+		{"a level decided is not undecidable", &Level{Decision: DecisionMet, Counted: 23}, 3, thirty, false},
+		{"nothing counted", level(0, 0), 3, thirty, false},
 		{"a scenario decided and one short of requests", &Level{Decision: DecisionInconclusive, Counted: 300, Scenarios: []ScenarioResult{
 			{Counted: 290, Good: 290, Objective: 0.95, Decision: DecisionMet},
-			{Counted: 10, Good: 10, Objective: 0.95, Decision: DecisionInconclusive},
-		}}, 1, 3, true},
+			{Counted: 3, Good: 3, Objective: 0.95, Decision: DecisionInconclusive},
+		}}, 3, thirty, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.undecidable, undecidable(tc.l, tc.windows, tc.looks))
+			require.Equal(t, tc.undecidable, undecidable(tc.l, tc.batches, tc.plan))
 		})
 	}
 }

@@ -309,10 +309,21 @@ func verifiedText(r *Run) string {
 			text += fmt.Sprintf(" (%.3g good req/s)", c.VerifiedGoodput)
 		}
 	}
-	if c.Bound > 0 {
-		text += fmt.Sprintf(", below %.3g req/s (%s)", c.Bound, c.BoundDecision)
+	return withBound(text, c)
+}
+
+// withBound adds to a verified capacity's text where the capacity lies
+// above it (Capacity.BoundText): ", below 4.33 req/s (missed)", or "; at
+// least 3.88 req/s: ...".
+func withBound(text string, c *Capacity) string {
+	switch b := c.BoundText(); {
+	case b == "":
+		return text
+	case strings.HasPrefix(b, "below"):
+		return text + ", " + b
+	default:
+		return text + "; " + b
 	}
-	return text
 }
 
 // searchText is the open-loop search's path, in the order it ran:

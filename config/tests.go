@@ -187,6 +187,16 @@ func (w WindowConfig) MaxSteadyWindows() int {
 	return max(1, int(time.Duration(w.MaxSteady)/time.Duration(w.Steady)))
 }
 
+// ForecastMaxSteady is the longest a forecast level is measured while its
+// decision is inconclusive: verify.forecast_max_steady, or twice the
+// other levels' (window.max_steady), at most MaxLevelSteady.
+func (t *TestConfig) ForecastMaxSteady() time.Duration {
+	if d := time.Duration(t.Verify.ForecastMaxSteady); d > 0 {
+		return d
+	}
+	return min(2*time.Duration(t.Window.Steady)*time.Duration(t.Window.MaxSteadyWindows()), MaxLevelSteady)
+}
+
 // DefaultSteadyWindows is a level's steady windows without
 // window.max_steady: the first and two extensions.
 const DefaultSteadyWindows = 3
@@ -214,6 +224,11 @@ type VerifyConfig struct {
 	// the search, the configured rates included (the forecast's are not).
 	Resolution  float64        `yaml:"resolution,omitempty"`
 	MaxLevels   int            `yaml:"max_levels,omitempty"`
+	// ForecastMaxSteady is the longest a forecast level is measured while
+	// its decision is inconclusive (the forecast is what a team signs: it
+	// gets the time it needs to decide); 0: twice window.max_steady, at
+	// most an hour.
+	ForecastMaxSteady model.Duration `yaml:"forecast_max_steady,omitempty"`
 	Burst       BurstConfig    `yaml:"burst,omitempty"`
 	DrainWithin model.Duration `yaml:"drain_within,omitempty"`
 	// HotTenant, if set, ends the verification with one more level at the

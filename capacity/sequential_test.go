@@ -1,0 +1,162 @@
+package capacity
+
+import (
+	"container/heap"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/stat/distuv"
+)
+
+// The simulation study of the sequential rule (sequential.go): thousands
+// of synthetic levels whose misses come in bunches, as a queue makes
+// them, each looked at as a level is (its batches, its looks, each look's
+// confidence), without the network. A level is decided wrongly when it
+// meets an objective its long-run attainment is below, or misses one it
+// is at or above. The rule must keep either error at or under 2.5% (5%
+// two-sided) at every true attainment, the hardest being those next to
+// the objective.
+
+// queueModel draws the outcomes of Poisson arrivals into c FIFO slots of
+// a fixed service time: a request is good when it waits at most wait for
+// a slot. Near capacity its misses come in bunches (a queue builds up
+// and drains), the correlation the batch means must account for.
+type queueModel struct {
+	slots         int
+	service, wait float64 // seconds
+	// prefill, if set, adds to each request's TTFT a prefill drawn
+	// uniformly from [0, prefill) (prompts of different lengths), and
+	// wait is its TTFT SLO: the queue's swings are then diluted in its
+	// SLO pressure by noise of its own.
+	prefill float64
+}
+
+// level draws a level of duration seconds at rate, after a warm-up of
+// as long (the queue in its stationary state), as outcomes sent from
+// start.
+func (m queueModel) level(r *rand.Rand, rate, duration float64, start time.Time) []outcome {
+	t := -duration
+	free := make(freeSlots, m.slots)
+	for i := range free {
+		free[i] = t
+	}
+	var out []outcome
+	for {
+		t += r.ExpFloat64() / rate
+		if t >= duration {
+			return out
+		}
+		begin := max(heap.Pop(&free).(float64), t)
+		heap.Push(&free, begin+m.service)
+		if t >= 0 {
+			ttft := begin - t + m.prefill*r.Float64()
+			out = append(out, outcome{sent: start.Add(time.Duration(t * float64(time.Second))), good: ttft <= m.wait, pressure: ttft / m.wait})
+		}
+	}
+}
+
+// attainment is the model's long-run attainment at rate, over n arrivals.
+func (m queueModel) attainment(rate float64, n int) float64 {
+	r := rand.New(rand.NewPCG(7, 11))
+	os := m.level(r, rate, float64(n)/rate, time.Time{})
+	good := 0
+	for _, o := range os {
+		if o.good {
+			good++
+		}
+	}
+	return float64(good) / float64(len(os))
+}
+
+type freeSlots []float64
+
+func (h freeSlots) Len() int           { return len(h) }
+func (h freeSlots) Less(i, j int) bool { return h[i] < h[j] }
+func (h freeSlots) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *freeSlots) Push(x any)        { *h = append(*h, x.(float64)) }
+func (h *freeSlots) Pop() any {
+	o := *h
+	x := o[len(o)-1]
+	*h = o[:len(o)-1]
+	return x
+}
+
+// sequentialDecision looks at outcomes as a level's plan does and
+// returns the first decision, and the look it came at (the last look's
+// decision, undecided or not, when none came before).
+func sequentialDecision(outcomes []outcome, start time.Time, plan lookPlan, objective float64) (string, int) {
+	for i, b := range plan.looks {
+		end := start.Add(time.Duration(b) * plan.batch)
+		n := 0
+		for n < len(outcomes) && outcomes[n].sent.Before(end) {
+			n++
+		}
+		d := decide(attainmentInterval(outcomes[:n], start, plan.batch, plan.confidence[i]), objective)
+		if d != DecisionInconclusive || i == len(plan.looks)-1 {
+			return d, i
+		}
+	}
+	panic("no look")
+}
+
+// TestSequentialRuleErrors is the simulation study: at each true
+// attainment at least a point and a half from the objective, the levels
+// decided wrongly are no evidence of an error rate above 2.5% (at most
+// as many as a rate of 2.5% gives 1 time in 100), with misses in the
+// bunches of an M/D/8 queue at about 4 req/s (a slow target: 1.35 s a
+// request, a TTFT SLO of 500 ms; with and without a prefill of its own
+// that blurs the queue in the TTFTs) and of an M/D/32 queue at about 200
+// req/s (0.146 s a request, 100 ms), whose busy periods near capacity
+// last seconds. The rates are shares of the slots' throughput, each
+// level's truth the model's attainment over 300,000 arrivals. Next to
+// the objective the rule is weakest where a level is short and its TTFTs
+// noisy (a minute of requests can miss the queue's swings altogether):
+// those rows are logged, and docs/capacity-tests.md states them.
+func TestSequentialRuleErrors(t *testing.T) {
+	t.Parallel()
+	const objective = 0.95
+	t0 := time.Unix(1_700_000_000, 0)
+	for _, tc := range []struct {
+		name   string
+		model  queueModel
+		plan   lookPlan
+		levels int
+		loads  []float64 // rate over the slots' throughput
+	}{
+		{"M/D/8, 3 s batches up to 60 s", queueModel{8, 1.35, 0.49, 0}, newLookPlan(3*time.Second, 20), 200, []float64{0.52, 0.58, 0.63, 0.66, 0.69, 0.71, 0.75}},
+		{"M/D/8 with prefill, 3 s batches up to 60 s", queueModel{8, 1.35, 0.6, 0.3}, newLookPlan(3*time.Second, 20), 200, []float64{0.52, 0.58, 0.63, 0.66, 0.69, 0.71, 0.75}},
+		{"M/D/8 with prefill, 12 s batches up to 6 min", queueModel{8, 1.35, 0.6, 0.3}, newLookPlan(12*time.Second, 30), 60, []float64{0.52, 0.58, 0.66, 0.71, 0.75}},
+		{"M/D/32, 3 s batches up to 60 s", queueModel{32, 0.146, 0.095, 0}, newLookPlan(3*time.Second, 20), 20, []float64{0.9, 0.93, 0.955}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := rand.New(rand.NewPCG(1, 2))
+			for _, load := range tc.loads {
+				rate := load * float64(tc.model.slots) / tc.model.service
+				truth := tc.model.attainment(rate, 300_000)
+				wrong, decided, looks := 0, 0, 0
+				for range tc.levels {
+					os := tc.model.level(r, rate, (time.Duration(tc.plan.max()) * tc.plan.batch).Seconds(), t0)
+					d, look := sequentialDecision(os, t0, tc.plan, objective)
+					if d != DecisionInconclusive {
+						decided++
+						looks += look + 1
+					}
+					if d == DecisionMet && truth < objective || d == DecisionMissed && truth >= objective {
+						wrong++
+					}
+				}
+				t.Logf("truth %.4f (%.4g req/s): %d of %d decided (mean look %.1f), %d wrongly (%.1f%%)", truth, rate, decided, tc.levels,
+					float64(looks)/float64(max(decided, 1)), wrong, 100*float64(wrong)/float64(tc.levels))
+				if math.Abs(truth-objective) >= 0.015 {
+					p := distuv.Binomial{N: float64(tc.levels), P: 0.025}
+					require.GreaterOrEqual(t, 1-p.CDF(float64(wrong)-1), 0.01,
+						"truth %.4f: %d of %d levels decided wrongly, more than an error rate of 2.5%% gives", truth, wrong, tc.levels)
+				}
+			}
+		})
+	}
+}
