@@ -151,9 +151,13 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./prober/ ./exporter/
 	./$(BINARY) bench --log.level=warn --json bench.json
 
-## bench-capacity: 20 step tests of an M/D/16 simulator (10 at objective 0.95, 10 at 0.99) against its queueing model, and 10 soaks each of an unchanged and a degrading simulator, one after the other (about 65 minutes; the tables in bench-capacity.md and bench-soak.md)
+## bench-capacity: the step test's profile (BENCH_PROFILE, default sign) run as a user runs it against M/D/c simulators, set against their queueing model: BENCH_RUNS runs (default 10) of each regime of BENCH_REGIMES (a: 8 slots of 1.35 s; b: 32 slots of 0.146 s; c: a beside a CPU burner), one after the other, then 10 soaks each of an unchanged and a degrading simulator (hours; the tables in bench-capacity.md and bench-soak.md)
+BENCH_RUNS    ?= 10
+BENCH_PROFILE ?= sign
+BENCH_REGIMES ?= a,b,c
 bench-capacity:
-	SLOPROBER_BENCH_CAPACITY=10 SLOPROBER_BENCH_CAPACITY_OUT=$(CURDIR)/bench-capacity.md $(GO) test -count=1 -v -timeout 3h -run '^TestCapacityBenchmark$$' ./capacity/groundtruth/
+	SLOPROBER_BENCH_CAPACITY=$(BENCH_RUNS) SLOPROBER_BENCH_PROFILE=$(BENCH_PROFILE) SLOPROBER_BENCH_REGIMES=$(BENCH_REGIMES) SLOPROBER_BENCH_CAPACITY_OUT=$(CURDIR)/bench-capacity.md \
+		$(GO) test -count=1 -v -timeout 48h -run '^TestCapacityRegimes$$' ./capacity/groundtruth/
 	SLOPROBER_BENCH_SOAK=10 SLOPROBER_BENCH_SOAK_OUT=$(CURDIR)/bench-soak.md $(GO) test -count=1 -v -timeout 2h -run '^TestSoakBenchmark$$' ./capacity/groundtruth/
 
 ## bench-long: schedule fidelity, 10 minutes of Poisson arrivals at 500 req/s; 10 minutes of toggled faults with a live-heap bound

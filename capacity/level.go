@@ -339,6 +339,9 @@ func undecidable(l *Level, batches int, plan lookPlan) bool {
 		// level can never be shown.
 		c := float64(sc.Counted)
 		n := (c + 2*math.Sqrt(c) + 1) * float64(plan.max()) / float64(batches)
+		if iv := sc.Interval; iv != nil && iv.Correlation > 1 {
+			n /= iv.Correlation // requests in a row that are worth one
+		}
 		if n/(n+q*q) >= sc.Objective {
 			return false
 		}

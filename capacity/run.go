@@ -291,7 +291,8 @@ type Capacity struct {
 	BoundInterval   *Interval `json:"bound_interval,omitempty"`
 	// Ceiling is the most the capacity can be: the lowest rate above the
 	// verified one that missed (CeilingFrom "missed"), or else the
-	// closed loop's throughput (CeilingFrom "closed loop"), above which
+	// closed loop's throughput (CeilingFrom "closed loop": the most a sweep
+// level completed), above which
 	// arrivals queue without end. Absent in runs before it.
 	Ceiling     float64 `json:"ceiling,omitempty"`
 	CeilingFrom string  `json:"ceiling_from,omitempty"`
@@ -324,7 +325,7 @@ func (c *Capacity) BoundText() string {
 	switch {
 	case c.Ceiling <= 0:
 	case c.CeilingFrom == CeilingClosedLoop:
-		ceiling = fmt.Sprintf("at most %.3g req/s (the closed-loop rate)", c.Ceiling)
+		ceiling = fmt.Sprintf("at most %.3g req/s (the closed loop's peak)", c.Ceiling)
 	default:
 		ceiling = fmt.Sprintf("at most %.3g req/s (%s)", c.Ceiling, c.CeilingFrom)
 	}

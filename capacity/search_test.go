@@ -127,7 +127,7 @@ func TestSearch(t *testing.T) {
 			// closed loop's throughput, 11 req/s.
 			name: "every configured rate met", verify: defaults, target: below(20, 0),
 			path: "5 met, 8 met, 10 met, 10.5 met", verified: verifiedAt(10.5), verdict: VerdictPass,
-			boundText: "at most 11 req/s (the closed-loop rate)",
+			boundText: "at most 11 req/s (the closed loop's peak)",
 		},
 		{
 			// The 32 slots: 0.5x and 0.8x met (101 and 162 of a

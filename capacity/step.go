@@ -92,6 +92,16 @@ type Step struct {
 	level     int
 	levels    int
 	goodput   float64
+	// took is what each stage's levels took, from one level's start to
+	// the next's (drains and re-measurements included), for the time
+	// left (estimate.go); levelStage and levelStart the running level's.
+	took       map[string][]time.Duration
+	levelStage string
+	levelStart time.Time
+	// passStart is when the running pass started; passesLeft the cache
+	// passes after it (1 in a cache: both test's cold pass).
+	passStart  time.Time
+	passesLeft int
 }
 
 // QueueProbe tells how many requests wait in a target's own queue, e.g.
@@ -103,18 +113,21 @@ type QueueProbe interface {
 // errStopRule is the cause of an abort by a stop rule.
 var errStopRule = errors.New("stop rule")
 
-// plan implements procedure.
+// plan implements procedure: "step test knee on target sim: sweep [1 2 4
+// 8], windows 5s + 30s a level (up to 1m30s to decide); about 6m10s (at
+// most 21m)".
 func (s *Step) plan() string {
 	t := s.Test
-	return fmt.Sprintf("step test %s on target %s: sweep %v, windows %s + %s a level", t.Name, s.Load.Target.Name,
-		t.Sweep.Concurrency, time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady))
+	return fmt.Sprintf("step test %s on target %s: sweep %v, windows %s + %s a level (up to %s to decide); %s", t.Name, s.Load.Target.Name,
+		t.Sweep.Concurrency, time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady),
+		time.Duration(t.Window.Steady)*time.Duration(t.Window.MaxSteadyWindows()), EstimateStep(t))
 }
 
 // Run runs the test until it ends or ctx is done (an abort: the partial
 // results are kept). The test's loads are stopped when it returns.
 func (s *Step) Run(ctx context.Context) *Run {
 	t := s.Test
-	s.start = time.Now()
+	s.start, s.passStart = time.Now(), time.Now()
 	s.run = &Run{Summary: Summary{Test: t.Name, Kind: config.TestStep, Target: s.Load.Target.Name, Start: s.start}}
 	// An estimate: the search may stop early, and the forecast adds up
 	// to three levels.
@@ -147,7 +160,9 @@ func (s *Step) Run(ctx context.Context) *Run {
 		// its own requests then compete with nothing warm).
 		s.levels *= 2
 		s.Load.ColdCache = true
+		s.passesLeft = 1
 		verdict, reason := s.steps(ctx)
+		s.passesLeft, s.passStart = 0, time.Now()
 		s.run.Cold = s.takePass(config.CacheCold, verdict, reason)
 		if verdict == VerdictAborted {
 			s.run.Verdict, s.run.Reason = verdict, "cold-cache pass: "+reason
@@ -172,6 +187,7 @@ func (s *Step) takePass(cache, verdict, reason string) *CachePass {
 	p.measureCache()
 	s.run.Stages = Stages{}
 	s.above, s.leftShort, s.short, s.drainNote, s.goodput = false, false, nil, "", 0
+	s.took, s.levelStage = nil, ""
 	return p
 }
 
@@ -351,6 +367,14 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 // report tells the progress at the start of a level of c clients or rate
 // req/s.
 func (s *Step) report(stage string, c int, rate float64) {
+	now := time.Now()
+	if s.levelStage != "" {
+		if s.took == nil {
+			s.took = map[string][]time.Duration{}
+		}
+		s.took[s.levelStage] = append(s.took[s.levelStage], now.Sub(s.levelStart))
+	}
+	s.levelStage, s.levelStart = stage, now
 	s.level++
 	s.levels = max(s.levels, s.level)
 	if s.Checkpoint != nil {
@@ -359,10 +383,8 @@ func (s *Step) report(stage string, c int, rate float64) {
 	if s.Progress == nil {
 		return
 	}
-	elapsed := time.Since(s.start)
-	per := time.Duration(s.Test.Window.Warmup) + time.Duration(s.Test.Window.Steady)
-	s.Progress(Progress{Stage: stage, Concurrency: c, Rate: rate, Level: s.level, Levels: s.levels, Elapsed: elapsed,
-		Remaining: time.Duration(s.levels-s.level+1) * per, Goodput: s.goodput})
+	s.Progress(Progress{Stage: stage, Concurrency: c, Rate: rate, Level: s.level, Levels: s.levels, Elapsed: time.Since(s.start),
+		Remaining: s.timeLeft(stage), Goodput: s.goodput})
 }
 
 // abortReason says why a run was aborted.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // TableWidth is the widest line WriteTable writes: a terminal's, or a CI
@@ -46,7 +47,7 @@ func WriteTable(w io.Writer, r *Run) {
 		legend += "; queue: the engine's queue depth, mean/max"
 	}
 	fmt.Fprintln(w, wrap(legend+".", TableWidth, ""))
-	fmt.Fprintln(w, wrap("[95% CI]: the attainment's interval (batch means), which decides the level. "+
+	fmt.Fprintln(w, wrap("[95% CI]: the attainment's interval (batch means, and the requests' autocorrelation), which decides the level. "+
 		"Every column: --output md or json.", TableWidth, ""))
 }
 
@@ -162,7 +163,7 @@ func WriteMarkdown(w io.Writer, r *Run) {
 		cells = append(cells, strings.ReplaceAll(strings.Join(notes, "; "), "|", "\\|"))
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
-	fmt.Fprintln(w, "\n\\* over too few samples: P95 below 200, P99 below 1,000; [95% CI]: the attainment's interval (batch means), the level's decision against its objective.")
+	fmt.Fprintln(w, "\n\\* over too few samples: P95 below 200, P99 below 1,000; [95% CI]: the attainment's interval (batch means, and the requests' autocorrelation), the level's decision against its objective.")
 }
 
 // summary is a run's verdict, capacity, search, drift, knee and canary,
@@ -374,8 +375,13 @@ func levelNotes(l *Level, queue bool) []string {
 	if l.ImpliedBy > 0 {
 		notes = append(notes, fmt.Sprintf("too few requests to decide; implied by %s, which met", clients(l.ImpliedBy)))
 	}
-	if l.Extensions > 0 {
-		notes = append(notes, fmt.Sprintf("window extended %dx", l.Extensions))
+	switch {
+	case l.Batches > 0 && l.ToDecide != nil:
+		notes = append(notes, fmt.Sprintf("undecided after %s: %s would decide it", seconds(l.WindowSeconds), l.ToDecide.text()))
+	case l.Batches > 0 && l.Looks > 1 && l.Decision != DecisionInconclusive:
+		notes = append(notes, fmt.Sprintf("decided after %s", seconds(l.WindowSeconds)))
+	case l.Batches == 0 && l.Extensions > 0:
+		notes = append(notes, fmt.Sprintf("window extended %dx", l.Extensions)) // a run before sequential looks
 	}
 	if n := len(l.Remeasured); n > 0 {
 		notes = append(notes, fmt.Sprintf("re-measured %dx (%s)", n, strings.SplitN(l.Remeasured[n-1], ":", 2)[0]))
@@ -408,10 +414,19 @@ func levelNotes(l *Level, queue bool) []string {
 	if q := l.EngineQueue; queue && q != nil && q.Samples > 0 {
 		notes = append(notes, fmt.Sprintf("engine queue mean %.1f, max %d", q.Mean, q.Max))
 	}
-	if p := l.Prober; p != nil && !l.ProberBound() && (p.LagP99 > ProberLagLimit.Seconds() || p.CPUShare > ProberCPULimit) {
+	if p := l.Prober; p != nil && !l.ProberBound() && len(p.Over) == 0 && (p.LagP99 > ProberLagLimit.Seconds() || p.CPUShare > ProberCPULimit) {
 		notes = append(notes, fmt.Sprintf("prober busy: send lag P99 %.0f ms, CPU %.0f%%", 1e3*p.LagP99, 100*p.CPUShare))
 	}
 	return notes
+}
+
+// seconds writes a window's length: "36 s", "2m30s".
+func seconds(s float64) string {
+	d := time.Duration(s * float64(time.Second)).Round(time.Second)
+	if d < time.Minute {
+		return fmt.Sprintf("%d s", int(d.Seconds()))
+	}
+	return d.String()
 }
 
 // attainedShort is attained without its spaces, for the terminal's

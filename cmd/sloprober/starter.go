@@ -47,6 +47,25 @@ var apiPaths = []struct{ suffix, api string }{
 type starter struct {
 	url, api, model, bearerTokenFile string
 	headers                          []string // "Name: value"
+	// profile is the step test's: config.ProfileFirstLook or
+	// config.ProfileSign.
+	profile string
+}
+
+// starterComments are the profiles' comments above the test.
+var starterComments = map[string]string{
+	config.ProfileFirstLook: `  # sloprober test run %s: one request at a time, the knee of a closed-loop
+  # sweep, then the open-loop rate kept at the objective: 0.6x and 0.8x of
+  # the closed loop's, then bisection up to its throughput. A first look:
+  # a level stops as soon as it is decided (20 s windows of 2 s batches,
+  # up to 60 s); a number to sign: --profile sign (2 min windows, up to 6).
+`,
+	config.ProfileSign: `  # sloprober test run %s: a number to sign: one request at a time, the
+  # knee of a closed-loop sweep refined twice, then the open-loop rate kept
+  # at the objective: 0.5x and 0.8x of the closed loop's, then bisection to
+  # 3%% of it (up to its throughput). A level stops as soon as it is
+  # decided (2 min windows of 12 s batches, up to 6 min).
+`,
 }
 
 // addStarterFlags adds the flags that describe an endpoint given by URL.
@@ -57,6 +76,8 @@ func addStarterFlags(cmd *kingpin.CmdClause) *starter {
 	cmd.Flag("model", "The model to ask for. Default: the first model the endpoint lists at /models.").StringVar(&s.model)
 	cmd.Flag("bearer-token-file", "File holding a bearer token sent as `Authorization: Bearer <token>` (the file is read at each request, never copied into a configuration).").StringVar(&s.bearerTokenFile)
 	cmd.Flag("header", "A header to send with every request, as 'Name: value'; repeatable. `init` never writes its value: its configuration names an environment variable (SLOPROBER_HEADER_<NAME>) read with --config.expand-env.").StringsVar(&s.headers)
+	cmd.Flag("profile", "The step test's profile: first-look (short windows: minutes) or sign (a number to sign: 2-minute windows up to 6 minutes a level, refined; tens of minutes). The estimate of its duration is printed as it starts.").
+		Default(config.ProfileFirstLook).EnumVar(&s.profile, config.Profiles...)
 	return s
 }
 
@@ -65,6 +86,9 @@ func addStarterFlags(cmd *kingpin.CmdClause) *starter {
 func (s *starter) unused() error {
 	if s.api != "" || s.model != "" || s.bearerTokenFile != "" || len(s.headers) > 0 {
 		return errors.New("--api, --model, --bearer-token-file and --header describe an endpoint given by URL: with a configuration file, set them in its target")
+	}
+	if s.profile != "" && s.profile != config.ProfileFirstLook {
+		return errors.New("--profile chooses the step test of an endpoint given by URL (--target): with a configuration file, set its test's windows")
 	}
 	return nil
 }
@@ -312,18 +336,14 @@ canary:
   # A low open-loop load, day and night (sloprober run): one request in 10 s.
   - {target: %s, scenario: %s, rate: 0.1}
 tests:
-  # sloprober test run %s: one request at a time, the knee of a closed-loop
-  # sweep, then the open-loop rate kept at the objective (0.6x, 0.8x, one
-  # bisection). A first look: 35 s a level (65 s to decide); for a number
-  # to sign, drop baseline, window and verify (2 min a level), refine: 2.
-  - name: %s
+`, starterScenario, name, starterScenario)
+	profile := cmp.Or(s.profile, config.ProfileFirstLook)
+	fmt.Fprintf(&b, starterComments[profile], starterTest)
+	fmt.Fprintf(&b, `  - name: %s
     kind: step
     target: %s
     scenario: %s
-    baseline: {requests: 10}
-    sweep: {concurrency: [2, 4, 8, 16, 32], refine: 0}
-    window: {warmup: 5s, steady: 30s, max_steady: 60s, min_requests: 50}
-    verify: {rates: [0.6, 0.8], max_levels: 3}
-`, starterScenario, name, starterScenario, starterTest, starterTest, name, starterScenario)
+`, starterTest, name, starterScenario)
+	b.WriteString(config.StepProfile(profile))
 	return b.String()
 }

@@ -1,0 +1,163 @@
+package capacity
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sloprober/sloprober/config"
+)
+
+// How long a step test takes. A level runs its warm-up, then batches
+// until a look decides it (sequential.go): a level far from the
+// objective stops at its first looks, one next to it takes its
+// window.max_steady. Before the test starts the target is unknown, and
+// the estimate is a typical run's: each sweep level deciding at
+// typicalSweepShare of its window.max_steady, each open-loop level at
+// typicalVerifyShare (the search spends its levels next to the
+// objective), the sweep ending two levels past the knee, the search using
+// all its verify.max_levels. At most, every level runs to its
+// window.max_steady and every level is measured again retries times.
+//
+// While it runs, the estimate of the time left learns from the levels so
+// far: each stage's levels are expected to take what that stage's levels
+// took on average (their drain and re-measurements included), blended
+// with the estimate before it as if that were two levels; the levels
+// left are the stage's typical ones less those that ran, and the later
+// stages'. Worked numbers, the starter test (a level up to 90 s, 79 s
+// expected): the first open-loop level stopped after 15 s; the next four
+// are expected to take (2 x 79 + 15) / 3 = 58 s each, 3m51s.
+
+// Typical shares of window.max_steady a level's batches take.
+const (
+	typicalSweepShare  = 0.35
+	typicalVerifyShare = 0.8
+)
+
+// typicalBaseline is what a baseline request is taken to take before the
+// target has answered one: an LLM request of a few hundred tokens.
+const typicalBaseline = 2 * time.Second
+
+// priorWeight is how many levels the estimate before a stage runs counts
+// as, beside the levels that ran.
+const priorWeight = 2
+
+// drainAllowance is what a level's drain is taken to add: its requests in
+// flight ending after its window.
+const drainAllowance = 2 * time.Second
+
+// Estimate is a step test's expected duration before it starts.
+type Estimate struct {
+	// Typical is a typical run's; Most every level to its
+	// window.max_steady, measured again retries times.
+	Typical, Most time.Duration
+}
+
+// String is "about 6m10s (at most 21m)".
+func (e Estimate) String() string {
+	return fmt.Sprintf("about %s (at most %s)", roughly(e.Typical), roughly(e.Most))
+}
+
+// roughly writes a duration as a person would say it: to 10 s under 10
+// minutes ("6m10s"), to a minute under 2 hours ("21m"), to ten minutes
+// above ("2h30m").
+func roughly(d time.Duration) string {
+	switch {
+	case d < 10*time.Minute:
+		return d.Round(10 * time.Second).String()
+	case d < 2*time.Hour:
+		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+	}
+	return strings.TrimSuffix(d.Round(10*time.Minute).String(), "0s")
+}
+
+// EstimateStep is how long a step test t is expected to take, a
+// cache: both test twice.
+func EstimateStep(t *config.TestConfig) Estimate {
+	w := t.Window
+	warmup := time.Duration(w.Warmup)
+	most := time.Duration(w.Steady) * time.Duration(w.MaxSteadyWindows())
+	share := func(f float64) time.Duration { return warmup + time.Duration(f*float64(most)) + drainAllowance }
+	full := warmup + most + drainAllowance
+
+	sweep := len(t.Sweep.Concurrency) + t.Sweep.Refine
+	typicalSweep := min(len(t.Sweep.Concurrency), 5) + min(t.Sweep.Refine, 2)
+	verify := t.Verify.Levels()
+	burst := time.Duration(0)
+	if b := t.Verify.Burst; b.Factor > 1 && b.For > 0 {
+		burst = warmup + time.Duration(b.For) + time.Duration(t.Verify.DrainWithin)/3
+	}
+	hot := time.Duration(0)
+	if h := t.Verify.HotTenant; h != nil {
+		hot = warmup + max(time.Duration(h.For), time.Duration(w.Steady)) + drainAllowance
+	}
+	baseline := time.Duration(t.Baseline.Requests) * typicalBaseline
+	e := Estimate{
+		Typical: baseline + time.Duration(typicalSweep)*share(typicalSweepShare) + time.Duration(verify)*share(typicalVerifyShare) + burst + hot,
+		Most:    baseline + time.Duration((sweep+verify)*(1+t.Retries))*full + burst + hot,
+	}
+	if t.Cache == config.CacheBoth {
+		e.Typical, e.Most = 2*e.Typical, 2*e.Most
+	}
+	return e
+}
+
+// timeLeft is the running test's estimate of the time left at the start
+// of a level of stage (see the top of this file), from the levels that
+// ran so far.
+func (s *Step) timeLeft(stage string) time.Duration {
+	t := s.Test
+	w := t.Window
+	most := time.Duration(w.Steady) * time.Duration(w.MaxSteadyWindows())
+	prior := map[string]time.Duration{
+		"baseline": time.Duration(t.Baseline.Requests) * typicalBaseline,
+		"sweep":    time.Duration(w.Warmup) + time.Duration(typicalSweepShare*float64(most)) + drainAllowance,
+		"verify":   time.Duration(w.Warmup) + time.Duration(typicalVerifyShare*float64(most)) + drainAllowance,
+	}
+	prior["refine"] = prior["sweep"]
+	// What a level of each stage took so far, blended with the prior as
+	// if the prior were priorWeight levels: one open-loop level that
+	// stopped at its first look (15 s) does not make the next ones as
+	// short.
+	expect := func(st string) time.Duration {
+		ds := s.took[st]
+		sum := priorWeight * prior[st]
+		for _, d := range ds {
+			sum += d
+		}
+		return sum / time.Duration(priorWeight+len(ds))
+	}
+	// The levels left, this one included.
+	ran := func(st string) int { return len(s.took[st]) }
+	sweepLeft := max(0, min(len(t.Sweep.Concurrency), 5)-ran("sweep")) + max(0, min(t.Sweep.Refine, 2)-ran("refine"))
+	verifyLeft := max(0, t.Verify.Levels()-ran("verify"))
+	if f := s.Load.Target.Forecast; f != nil {
+		verifyLeft++ // the peak
+		if f.AverageRate > 0 {
+			verifyLeft++
+		}
+		if s.Load.Target.Replicas > 1 {
+			verifyLeft++ // one replica lost
+		}
+	}
+	var left time.Duration
+	switch stage {
+	case "baseline":
+		left = expect("baseline") + time.Duration(sweepLeft)*expect("sweep") + time.Duration(verifyLeft)*expect("verify")
+	case "sweep", "refine":
+		left = time.Duration(max(sweepLeft, 1))*expect("sweep") + time.Duration(verifyLeft)*expect("verify")
+	case "verify":
+		left = time.Duration(max(verifyLeft, 1)) * expect("verify")
+	default: // burst, hot tenant: one level each
+		left = expect("verify")
+	}
+	if b := t.Verify.Burst; stage != "burst" && stage != "hot-tenant" && b.Factor > 1 && b.For > 0 {
+		left += time.Duration(w.Warmup) + time.Duration(b.For) + drainAllowance
+	}
+	if s.passesLeft > 0 {
+		// A cache: both test's cold pass: the production pass after it
+		// takes about as long as this one.
+		left += time.Duration(s.passesLeft) * (time.Since(s.passStart) + left)
+	}
+	return left
+}

@@ -1,0 +1,233 @@
+package groundtruth_test
+
+import (
+	"bytes"
+	"context"
+	"runtime"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/capacity"
+	"github.com/sloprober/sloprober/config"
+)
+
+// The capacity benchmark (`make bench-capacity`): a step test profile run
+// as a user runs it (`sloprober test run --config.file`, in a process of
+// its own) against `sloprober sim` (another process) whose engine is an
+// M/D/c queue, its verified capacity set against what the queueing model
+// (mdcCapacity, which shares nothing with the simulator) says holds open
+// loop. Three regimes, the issue's:
+//
+//   - a: 8 slots of 1.35 s a request (a slow target: about 4 req/s), a
+//     TTFT SLO of 500 ms: few requests a level;
+//   - b: 32 slots of 0.146 s (about 200 req/s), a TTFT SLO of 100 ms;
+//   - c: regime a beside a CPU burner of 4 busy goroutines a core.
+//
+// The truth is the model's at the service time the run's own closed loop
+// measured (its level at as many clients as slots: E2E less TTFT, the
+// decode steps), the wait allowed the SLO less the baseline's TTFT: what
+// the simulator did under that run, busy host or not.
+type regime struct {
+	name        string
+	slots       int
+	step        time.Duration // a decode step: 20 a request (21 tokens, the first with the admission)
+	slo         time.Duration
+	burnPerCore int // busy goroutines a core beside the run
+}
+
+var regimes = map[string]regime{
+	"a": {name: "a", slots: 8, step: 67500 * time.Microsecond, slo: 500 * time.Millisecond},
+	"b": {name: "b", slots: 32, step: 7300 * time.Microsecond, slo: 100 * time.Millisecond},
+	"c": {name: "c", slots: 8, step: 67500 * time.Microsecond, slo: 500 * time.Millisecond, burnPerCore: 4},
+}
+
+// regimeRun is one run of a regime: its result, how long it took and
+// what it estimated as it started.
+type regimeRun struct {
+	run      *capacity.Run
+	took     time.Duration
+	estimate string
+}
+
+// TestCapacityRegimes runs SLOPROBER_BENCH_CAPACITY runs of each regime
+// of SLOPROBER_BENCH_REGIMES (default "a,b,c") with the step test profile
+// SLOPROBER_BENCH_PROFILE (default "sign"), one after the other, and
+// writes the table to SLOPROBER_BENCH_CAPACITY_OUT. It is skipped
+// without SLOPROBER_BENCH_CAPACITY.
+func TestCapacityRegimes(t *testing.T) {
+	n := 0
+	if _, err := fmt.Sscan(os.Getenv("SLOPROBER_BENCH_CAPACITY"), &n); err != nil || n <= 0 {
+		t.Skip("set SLOPROBER_BENCH_CAPACITY to the runs of each regime (make bench-capacity)")
+	}
+	profile := cmpOr(os.Getenv("SLOPROBER_BENCH_PROFILE"), config.ProfileSign)
+	require.NotEmpty(t, config.StepProfile(profile), "SLOPROBER_BENCH_PROFILE %q", profile)
+	names := strings.Split(cmpOr(os.Getenv("SLOPROBER_BENCH_REGIMES"), "a,b,c"), ",")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "sloprober")
+	build := exec.Command("go", "build", "-o", bin, "../../cmd/sloprober")
+	build.Stderr = os.Stderr
+	require.NoError(t, build.Run())
+	burn := filepath.Join(dir, "cpuburn")
+	build = exec.Command("go", "build", "-o", burn, "../../internal/testkit/cpuburn")
+	build.Stderr = os.Stderr
+	require.NoError(t, build.Run())
+
+	var table strings.Builder
+	fmt.Fprintf(&table, "Profile `%s`.\n\n", profile)
+	fmt.Fprintln(&table, "| regime | run | verdict | truth req/s | verified req/s | verified / truth | where it lies above | open-loop levels | took | estimated at its start |")
+	fmt.Fprintln(&table, "|---|---|---|---|---|---|---|---|---|---|")
+	for _, name := range names {
+		rg, ok := regimes[strings.TrimSpace(name)]
+		require.True(t, ok, "regime %q", name)
+		var ratios []float64
+		passed := 0
+		for i := range n {
+			rr := runRegime(t, bin, burn, dir, rg, profile, i)
+			truth, d, w := regimeTruth(t, rr.run, rg)
+			verified, ok := rr.run.Capacity.Verified()
+			cell, ratio := rr.run.Verdict, "-"
+			if ok {
+				cell = fmt.Sprintf("%.3g", verified)
+				ratio = fmt.Sprintf("%.3f", verified/truth)
+				ratios = append(ratios, verified/truth)
+			}
+			if rr.run.Verdict == capacity.VerdictPass {
+				passed++
+			}
+			fmt.Fprintf(&table, "| %s | %d | %s | %.3g | %s | %s | %s | %d | %s | %s |\n", rg.name, i+1, rr.run.Verdict, truth, cell, ratio,
+				boundOf(rr.run), len(rr.run.Verify), rr.took.Round(time.Second), rr.estimate)
+			var b strings.Builder
+			capacity.WriteTable(&b, rr.run)
+			t.Logf("regime %s run %d (service %.0f ms, wait allowed %.0f ms, truth %.3g req/s), %s:\n%s", rg.name, i+1, 1e3*d, 1e3*w, truth, rr.took.Round(time.Second), b.String())
+		}
+		slices.Sort(ratios)
+		summary := fmt.Sprintf("%d of %d passed", passed, n)
+		if len(ratios) > 0 {
+			summary += fmt.Sprintf("; verified / truth min %.3f, median %.3f, max %.3f", ratios[0], ratios[len(ratios)/2], ratios[len(ratios)-1])
+		}
+		fmt.Fprintf(&table, "| %s | **%s** | | | | | | | | |\n", rg.name, summary)
+	}
+	t.Logf("\n%s", table.String())
+	if path := os.Getenv("SLOPROBER_BENCH_CAPACITY_OUT"); path != "" {
+		require.NoError(t, os.WriteFile(path, []byte(table.String()), 0o644))
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// regimeConfig is the configuration of a regime's step test: its target
+// the simulator at url, one scenario of 16 tokens in and 21 out against
+// its TTFT SLO at 95%, and the profile's test, as `init` writes it.
+func regimeConfig(url string, rg regime, profile string) string {
+	return fmt.Sprintf(`global: {max_rate: 1000, max_in_flight: 1000}
+targets: [{name: mdc, url: %q, model: sim-model, timeout: 30s, simulator: true}]
+scenarios: [{name: s, input_tokens: 16, output_tokens: 21, ignore_eos: true, objective: 0.95, slo: {ttft: %s}}]
+tests:
+  - name: capacity
+    kind: step
+    target: mdc
+    scenario: s
+%s`, url+"/v1", rg.slo, config.StepProfile(profile))
+}
+
+// runRegime starts the regime's simulator (and its burner) and runs the
+// profile's step test against it with `sloprober test run`.
+func runRegime(t *testing.T, bin, burn, dir string, rg regime, profile string, i int) regimeRun {
+	t.Helper()
+	addr := freeAddress(t)
+	simFile := filepath.Join(dir, fmt.Sprintf("sim-%s-%d.yml", rg.name, i))
+	require.NoError(t, os.WriteFile(simFile, fmt.Appendf(nil, "slots: %d\nprefill: {base: 0s, per_token: 0s}\ndecode: {base: %s, per_sequence: 0s}\n",
+		rg.slots, rg.step), 0o644))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	sim := exec.CommandContext(ctx, bin, "sim", "--config.file="+simFile, "--web.listen-address="+addr, "--log.level=warn")
+	require.NoError(t, sim.Start())
+	defer func() { cancel(); _ = sim.Wait() }()
+	waitListening(t, addr)
+	if rg.burnPerCore > 0 {
+		b := exec.CommandContext(ctx, burn, fmt.Sprintf("-cpus=%d", rg.burnPerCore*runtime.NumCPU()))
+		require.NoError(t, b.Start())
+		defer func() { cancel(); _ = b.Wait() }()
+	}
+	cfgFile := filepath.Join(dir, fmt.Sprintf("capacity-%s-%d.yml", rg.name, i))
+	require.NoError(t, os.WriteFile(cfgFile, []byte(regimeConfig("http://"+addr, rg, profile)), 0o644))
+	out := filepath.Join(dir, fmt.Sprintf("run-%s-%d.json", rg.name, i))
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(t.Context(), bin, "test", "run", "capacity", "--config.file="+cfgFile, "--json="+out,
+		"--storage.path="+filepath.Join(dir, "data-"+rg.name), "--log.level=warn")
+	cmd.Stderr = &stderr
+	start := time.Now()
+	_ = cmd.Run() // its exit code is its verdict's
+	took := time.Since(start)
+	data, err := os.ReadFile(out)
+	require.NoError(t, err, "the run's JSON; stderr:\n%s", stderr.String())
+	run, err := capacity.DecodeRun(data)
+	require.NoError(t, err)
+	return regimeRun{run: run, took: took, estimate: estimateRE.FindString(stderr.String())}
+}
+
+// estimateRE finds the estimate `test run` prints as it starts.
+var estimateRE = regexp.MustCompile(`about [0-9hms.]+ \(at most [0-9hms.]+\)`)
+
+// regimeTruth is the model's capacity at the service time the run's
+// closed loop measured with every slot busy, and the wait the SLO allows
+// after the baseline's TTFT.
+func regimeTruth(t *testing.T, run *capacity.Run, rg regime) (truth, d, w float64) {
+	t.Helper()
+	require.NotNil(t, run.Baseline, run.Reason)
+	for _, l := range run.Sweep {
+		if l.Concurrency == rg.slots {
+			d = l.E2E.P50 - l.TTFT.P50
+		}
+	}
+	require.Positive(t, d, "a sweep level at %d clients: %s", rg.slots, run.Reason)
+	w = rg.slo.Seconds() - run.Baseline.TTFT.P50
+	return mdcCapacity(rg.slots, d, w, 0.95), d, w
+}
+
+// boundOf says where the capacity lies above the verified rate.
+func boundOf(run *capacity.Run) string {
+	if c := run.Capacity; c != nil {
+		if b := c.BoundText(); b != "" {
+			return b
+		}
+	}
+	return "-"
+}
+
+// freeAddress is a loopback address no one listens on.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// waitListening waits until addr accepts connections.
+func waitListening(t *testing.T, addr string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond, "the simulator listening on %s", addr)
+}

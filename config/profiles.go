@@ -1,0 +1,38 @@
+package config
+
+// Step test profiles: the step test `sloprober init --target URL` writes
+// and `sloprober test run --target URL` runs, by its --profile. The
+// capacity benchmarks (capacity/groundtruth) run them as written.
+const (
+	// ProfileFirstLook is a first look: 20 s windows, a level up to 60
+	// s, two open-loop rates and two bisections; minutes.
+	ProfileFirstLook = "first-look"
+	// ProfileSign is a number to sign: 2-minute windows, a level up to 6
+	// minutes, the sweep refined twice, the search to 3% of the
+	// closed-loop rate; tens of minutes.
+	ProfileSign = "sign"
+)
+
+// Profiles lists the step test profiles, the default first.
+var Profiles = []string{ProfileFirstLook, ProfileSign}
+
+// StepProfile is a profile's test keys, as YAML lines indented for a
+// test in a list (after its name, kind, target and scenario); "" for an
+// unknown profile.
+func StepProfile(profile string) string {
+	switch profile {
+	case ProfileFirstLook:
+		return `    baseline: {requests: 10}
+    sweep: {concurrency: [2, 4, 8, 16, 32], refine: 0}
+    window: {warmup: 5s, steady: 20s, max_steady: 60s, min_requests: 50}
+    verify: {rates: [0.6, 0.8], max_levels: 4}
+`
+	case ProfileSign:
+		return `    baseline: {requests: 20}
+    sweep: {concurrency: [1, 2, 4, 8, 16, 32, 64], refine: 2}
+    window: {warmup: 30s, steady: 2m, max_steady: 6m}
+    verify: {rates: [0.5, 0.8], resolution: 0.03, max_levels: 8}
+`
+	}
+	return ""
+}
