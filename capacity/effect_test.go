@@ -161,7 +161,9 @@ func TestJudgeEffect(t *testing.T) {
 		{"missed, the sends in bunches", DecisionMissed, 0, 1, func(p *ProberHealth) {
 			p.DecisionIfBetter, p.DecisionIfWorse, p.SendDispersion = DecisionMissed, DecisionMissed, 1.8
 		}, true, "the sends came in bunches (dispersion 1.80 against the schedule's 1.00)"},
-		{"inconclusive stays so", DecisionInconclusive, 0, 1, func(p *ProberHealth) { p.DecisionIfBetter, p.DecisionIfWorse = DecisionInconclusive, DecisionInconclusive }, false,
+		{"inconclusive stays so", DecisionInconclusive, 0, 1, func(p *ProberHealth) {
+			p.DecisionIfBetter, p.DecisionIfWorse = DecisionInconclusive, DecisionInconclusive
+		}, false,
 			"inconclusive all the same"},
 		{"closed loop met while its clients waited on the prober", DecisionMet, 4, 0.2, func(p *ProberHealth) { p.DecisionIfBetter, p.DecisionIfWorse = DecisionMet, DecisionMet }, true,
 			"its clients waited on the prober"},

@@ -37,7 +37,6 @@ const (
 // most 2.5%).
 const confidence = 0.95
 
-
 // batchesPerWindow is how many batches a level's steady window is cut
 // into for the batch means: 10 batches of a 2 min window are 12 s each,
 // longer than a queue's busy period at any load a level is judged at.

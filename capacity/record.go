@@ -296,15 +296,15 @@ type Window struct {
 type Collector struct {
 	inFlight atomic.Int64
 
-	mu       sync.Mutex
-	windows  []*Window
-	level    levelCounts // of the requests sent since the last ResetLevel: for the stop rules
+	mu      sync.Mutex
+	windows []*Window
+	level   levelCounts // of the requests sent since the last ResetLevel: for the stop rules
 	// levelStart is when the running level started (ResetLevel): a
 	// request sent before it is an earlier level's, and counts nothing
 	// of this one.
 	levelStart time.Time
-	rng      uint64      // reservoir sampling of gaps and lags
-	identity identityCounts
+	rng        uint64 // reservoir sampling of gaps and lags
+	identity   identityCounts
 	// inputs and outputs are the lengths of every request kept in a
 	// window: input as sent, output as received (ok requests).
 	inputs, outputs lengthSample

@@ -292,7 +292,7 @@ type Capacity struct {
 	// Ceiling is the most the capacity can be: the lowest rate above the
 	// verified one that missed (CeilingFrom "missed"), or else the
 	// closed loop's throughput (CeilingFrom "closed loop": the most a sweep
-// level completed), above which
+	// level completed), above which
 	// arrivals queue without end. Absent in runs before it.
 	Ceiling     float64 `json:"ceiling,omitempty"`
 	CeilingFrom string  `json:"ceiling_from,omitempty"`

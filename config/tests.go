@@ -222,15 +222,15 @@ type VerifyConfig struct {
 	// which the bisection between the highest rate that met and the
 	// lowest that did not stops; MaxLevels bounds the open-loop levels of
 	// the search, the configured rates included (the forecast's are not).
-	Resolution  float64        `yaml:"resolution,omitempty"`
-	MaxLevels   int            `yaml:"max_levels,omitempty"`
+	Resolution float64 `yaml:"resolution,omitempty"`
+	MaxLevels  int     `yaml:"max_levels,omitempty"`
 	// ForecastMaxSteady is the longest a forecast level is measured while
 	// its decision is inconclusive (the forecast is what a team signs: it
 	// gets the time it needs to decide); 0: twice window.max_steady, at
 	// most an hour.
 	ForecastMaxSteady model.Duration `yaml:"forecast_max_steady,omitempty"`
-	Burst       BurstConfig    `yaml:"burst,omitempty"`
-	DrainWithin model.Duration `yaml:"drain_within,omitempty"`
+	Burst             BurstConfig    `yaml:"burst,omitempty"`
+	DrainWithin       model.Duration `yaml:"drain_within,omitempty"`
 	// HotTenant, if set, ends the verification with one more level at the
 	// verified rate in which one tenant sends more than its share: the
 	// other tenants' attainment during it is the risk boundary of a
