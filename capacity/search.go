@@ -210,7 +210,7 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 	}
 	more := ""
 	if t := valid[0].ToDecide; t != nil {
-		more = " (" + t.text() + " would decide it)"
+		more = " (" + t.Text() + " would decide it)"
 	}
 	return nil, VerdictInconclusive, fmt.Sprintf("not concluded: %sno open-loop rate was decided within window.max_steady: the lowest tried, %s, %s%s %s",
 		cause, valid[0].LoadName(), attainmentText(valid[0]), more, closed)

@@ -151,8 +151,8 @@ type ToDecide struct {
 	Seconds  float64 `json:"seconds"`
 }
 
-// text is "about 120 more requests (~33 s at this rate)".
-func (t *ToDecide) text() string {
+// Text is "about 120 more requests (~33s at this rate)".
+func (t *ToDecide) Text() string {
 	if t == nil {
 		return ""
 	}

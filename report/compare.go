@@ -214,15 +214,23 @@ func Compare(a, b *Report) *Comparison {
 
 // capacityNoise compares two verified capacities with what each search
 // could tell: the capacity lies at or above the verified rate and below
-// the bound (the lowest rate above it not verified). Without a bound, a
-// run whose sweep reached the knee (not the test's max_rate) is bounded
-// by its closed loop's peak: no level completed more, and arrivals above
-// it queue without end
-// (verified 2.77 req/s, closed-loop peak 3.67: [2.77, 3.67]). Ranges
-// that overlap cannot tell the two apart.
+// its ceiling (the first rate above it that missed, or the closed loop's
+// peak: no level completed more, and arrivals above it queue without
+// end; verified 2.77 req/s, closed-loop peak 3.67: [2.77, 3.67]). A run
+// from before ceilings is bounded by the lowest rate above it not
+// verified, or without one, when its sweep reached the knee (not the
+// test's max_rate), by its closed loop's peak. Ranges that overlap
+// cannot tell the two apart.
 func capacityNoise(a, b *Report) string {
 	hi := func(r *Report) (float64, string) {
-		if c := r.Capacity; c.Bound > 0 {
+		switch c := r.Capacity; {
+		case c.Ceiling > 0 && c.CeilingFrom == capacity.CeilingClosedLoop:
+			return c.Ceiling, fmt.Sprintf("[%.3g, %.3g] (up to the closed loop's peak)", c.VerifiedRate, c.Ceiling)
+		case c.Ceiling > 0:
+			// The first rate above that missed: a rate undecided below
+			// it is no evidence that the capacity lies lower.
+			return c.Ceiling, fmt.Sprintf("[%.3g, %.3g)", c.VerifiedRate, c.Ceiling)
+		case c.Bound > 0:
 			return c.Bound, fmt.Sprintf("[%.3g, %.3g)", c.VerifiedRate, c.Bound)
 		}
 		if k := r.Capacity.Knee; k != nil && k.Reached && r.Capacity.LimitedBy == "" {

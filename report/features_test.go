@@ -144,3 +144,23 @@ func TestNewSectionsHTML(t *testing.T) {
 		require.NotContains(t, h.String(), "<script")
 	}
 }
+
+// TestBoundStated: where the capacity lies above the verified rate is
+// stated as what the search found: between it and the rate above only
+// when that rate missed; an undecided rate above it with its attainment,
+// and the ceiling, the closed loop's peak when nothing above missed.
+func TestBoundStated(t *testing.T) {
+	run := load(t, "step-both-run.json")
+	md, _ := markdownOf(t, run)
+	require.Contains(t, md, "The capacity lies between 9.2 req/s and 11 req/s, the lowest rate above it, which missed.")
+
+	run = load(t, "step-both-run.json")
+	c := run.Capacity
+	c.BoundDecision, c.BoundAttainment = capacity.DecisionInconclusive, 0.974
+	c.BoundInterval = &capacity.Interval{Lower: 0.931, Upper: 0.992, N: 230, NEff: 200, Batches: 20}
+	c.Ceiling, c.CeilingFrom = 11.6, capacity.CeilingClosedLoop
+	md, r := markdownOf(t, run)
+	require.Contains(t, md, "Where the capacity lies above it: at least 9.2 req/s: 11 req/s inconclusive (attained 97.4% [93.1, 99.2] of 230), at most 11.6 req/s (the closed loop's peak).")
+	require.False(t, strings.Contains(md, "The capacity lies between"), "an undecided rate above is no bound")
+	require.Equal(t, 11.6, r.Capacity.Ceiling)
+}

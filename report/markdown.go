@@ -242,8 +242,14 @@ func (m *mdWriter) capacity(r *Report) {
 	case c.VerifiedRate > 0 && iv != nil:
 		m.P("**Sustainable: %.3g req/s** open loop (Poisson; the rate its window offered), attaining %.1f%% [%.1f, %.1f] (95%% interval) over %d requests, %.3g good req/s; %.3g req/s and %.3g clients per replica (%s, assumes linear scaling).",
 			c.VerifiedRate, 100*c.VerifiedAttainment, lower(iv), upper(iv), iv.N, c.VerifiedGoodput, c.RatePerReplica, c.ConcurrencyPerReplica, plural(c.Replicas, "replica"))
-		if c.Bound > 0 {
-			m.P("The capacity lies between %.3g req/s and %.3g req/s, the lowest rate above it not verified (%s).", c.VerifiedRate, c.Bound, c.BoundDecision)
+		switch {
+		case c.Bound > 0 && c.BoundDecision == capacity.DecisionMissed:
+			m.P("The capacity lies between %.3g req/s and %.3g req/s, the lowest rate above it, which missed.", c.VerifiedRate, c.Bound)
+		case c.BoundText != "":
+			// An undecided or prober-bound rate above it is no evidence
+			// that the capacity lies below it: what it attained, and the
+			// ceiling.
+			m.P("Where the capacity lies above it: %s.", c.BoundText)
 		}
 	case c.VerifiedRate > 0:
 		m.P("**Sustainable: %.3g req/s** open loop (Poisson) at %.1f%% attainment, %.3g good req/s; %.3g req/s and %.3g clients per replica (%s, assumes linear scaling).",
@@ -653,7 +659,7 @@ func (m *mdWriter) levels(r *Report) {
 	judged := m.levelTable(r.Levels, r.TestObject.GPU.Measured)
 	m.P("")
 	if judged {
-		m.P("%s", "`*`: over too few samples (P95 below 200, P99 below 1,000). [95% CI]: the attainment's interval (Wilson's, over the effective sample size the batch means give); a level is met when its lower end is at or above the objective, missed when its upper end is below, otherwise inconclusive.")
+		m.P("%s", "`*`: over too few samples (P95 below 200, P99 below 1,000). [95% CI]: the attainment's interval (Wilson's, over the effective sample size the batch means and the requests' autocorrelation give); a level is met when its lower end is at or above the objective, missed when its upper end is below, otherwise inconclusive.")
 		return
 	}
 	m.P("`*`: over too few samples (P95 below 200, P99 below 1,000).")
@@ -696,8 +702,13 @@ func (m *mdWriter) levelTable(levels []Level, gpus bool) bool {
 		if l.ImpliedBy > 0 {
 			note = strings.TrimSpace(note + fmt.Sprintf(" (too few requests to decide; implied by %d clients, which met)", l.ImpliedBy))
 		}
-		if l.Extensions > 0 {
-			note = strings.TrimSpace(note + fmt.Sprintf(" window extended %dx", l.Extensions))
+		switch {
+		case l.Batches > 0 && l.ToDecide != nil:
+			note = strings.TrimSpace(note + fmt.Sprintf(" undecided after %s: %s would decide it", fmtSeconds(l.WindowSeconds), l.ToDecide.Text()))
+		case l.Batches > 0 && l.Looks > 1 && l.Decision != capacity.DecisionInconclusive:
+			note = strings.TrimSpace(note + fmt.Sprintf(" decided after %s", fmtSeconds(l.WindowSeconds)))
+		case l.Batches == 0 && l.Extensions > 0:
+			note = strings.TrimSpace(note + fmt.Sprintf(" window extended %dx", l.Extensions)) // a run before sequential looks
 		}
 		if n := len(l.Remeasured); n > 0 {
 			note = strings.TrimSpace(note + fmt.Sprintf(" re-measured %dx: %s", n, strings.Join(l.Remeasured, "; ")))

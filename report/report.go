@@ -217,6 +217,13 @@ type CapacitySummary struct {
 	VerifiedInterval *capacity.Interval      `json:"verified_interval,omitempty"`
 	Bound            float64                 `json:"bound,omitempty"`
 	BoundDecision    string                  `json:"bound_decision,omitempty"`
+	// Ceiling is the most the capacity can be (the first rate above it
+	// that missed, or the closed loop's peak: CeilingFrom), and
+	// BoundText where it lies above the verified rate, as the run states
+	// it (capacity.Capacity.BoundText).
+	Ceiling     float64 `json:"ceiling,omitempty"`
+	CeilingFrom string  `json:"ceiling_from,omitempty"`
+	BoundText   string  `json:"bound_text,omitempty"`
 	Forecast         *capacity.ForecastCheck `json:"forecast,omitempty"`
 }
 
@@ -250,6 +257,12 @@ type Level struct {
 	ImpliedBy  int                `json:"implied_by,omitempty"`
 	Remeasured []string           `json:"remeasured,omitempty"`
 	Why        string             `json:"why,omitempty"`
+	// Batches, Looks and ToDecide are how the level was decided: the
+	// batches its sample holds, the looks taken, and what would decide
+	// it when it stayed undecided.
+	Batches  int                `json:"batches,omitempty"`
+	Looks    int                `json:"looks,omitempty"`
+	ToDecide *capacity.ToDecide `json:"to_decide,omitempty"`
 
 	TTFT capacity.Percentiles `json:"ttft"`
 	TPOT capacity.Percentiles `json:"tpot"`
@@ -488,6 +501,7 @@ func Build(run *capacity.Run) *Report {
 			VerifiedRate: rate, VerifiedGoodput: c.VerifiedGoodput, Concurrency: c.Concurrency, ClosedRate: c.Rate,
 			Replicas: reps, RatePerReplica: rate / float64(reps), ConcurrencyPerReplica: float64(c.Concurrency) / float64(reps),
 			Knee: run.Knee, LimitedBy: c.LimitedBy, Bound: c.Bound, BoundDecision: c.BoundDecision, Forecast: c.Forecast,
+			Ceiling: c.Ceiling, CeilingFrom: c.CeilingFrom, BoundText: c.BoundText(),
 		}
 		if v := run.VerifiedLevel(rate); v != nil {
 			r.Capacity.VerifiedAttainment, r.Capacity.VerifiedInterval = v.Attainment, v.Interval
@@ -573,6 +587,7 @@ func level(run *capacity.Run, l *capacity.Level) Level {
 		TTFT: l.TTFT, TPOT: l.TPOT, ITL: l.ITL, E2E: l.E2E, Outcomes: l.Outcomes, DrainSeconds: l.DrainSeconds, Note: l.Note,
 		Server: l.Server, EngineQueue: l.EngineQueue, Prober: l.Prober, GPU: l.GPU, HotTenant: l.HotTenant,
 		Decision: l.Decision, Interval: l.Interval, Extensions: l.Extensions, ImpliedBy: l.ImpliedBy, Remeasured: l.Remeasured, Why: l.Why,
+		Batches: l.Batches, Looks: l.Looks, ToDecide: l.ToDecide,
 	}
 	if !l.Start.IsZero() && !run.Start.IsZero() {
 		out.StartSeconds = l.Start.Sub(run.Start).Seconds()
