@@ -214,17 +214,17 @@ type CapacitySummary struct {
 	// sample (schema-2 runs); Bound the lowest rate above it that the
 	// search did not verify and BoundDecision why; Forecast the
 	// verification of the target's forecast.
-	VerifiedInterval *capacity.Interval      `json:"verified_interval,omitempty"`
-	Bound            float64                 `json:"bound,omitempty"`
-	BoundDecision    string                  `json:"bound_decision,omitempty"`
+	VerifiedInterval *capacity.Interval `json:"verified_interval,omitempty"`
+	Bound            float64            `json:"bound,omitempty"`
+	BoundDecision    string             `json:"bound_decision,omitempty"`
 	// Ceiling is the most the capacity can be (the first rate above it
 	// that missed, or the closed loop's peak: CeilingFrom), and
 	// BoundText where it lies above the verified rate, as the run states
 	// it (capacity.Capacity.BoundText).
-	Ceiling     float64 `json:"ceiling,omitempty"`
-	CeilingFrom string  `json:"ceiling_from,omitempty"`
-	BoundText   string  `json:"bound_text,omitempty"`
-	Forecast         *capacity.ForecastCheck `json:"forecast,omitempty"`
+	Ceiling     float64                 `json:"ceiling,omitempty"`
+	CeilingFrom string                  `json:"ceiling_from,omitempty"`
+	BoundText   string                  `json:"bound_text,omitempty"`
+	Forecast    *capacity.ForecastCheck `json:"forecast,omitempty"`
 }
 
 // Level is one measured level, window or stage.
