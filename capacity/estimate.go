@@ -83,10 +83,7 @@ func EstimateStep(t *config.TestConfig) Estimate {
 	sweep := len(t.Sweep.Concurrency) + t.Sweep.Refine
 	typicalSweep := min(len(t.Sweep.Concurrency), 5) + min(t.Sweep.Refine, 2)
 	verify := t.Verify.Levels()
-	burst := time.Duration(0)
-	if b := t.Verify.Burst; b.Factor > 1 && b.For > 0 {
-		burst = warmup + time.Duration(b.For) + time.Duration(t.Verify.DrainWithin)/3
-	}
+	burst := burstTime(t)
 	hot := time.Duration(0)
 	if h := t.Verify.HotTenant; h != nil {
 		hot = warmup + max(time.Duration(h.For), time.Duration(w.Steady)) + drainAllowance
@@ -100,6 +97,15 @@ func EstimateStep(t *config.TestConfig) Estimate {
 		e.Typical, e.Most = 2*e.Typical, 2*e.Most
 	}
 	return e
+}
+
+// burstTime is what a test's burst is taken to take: its warm-up, its
+// length and a third of the drain it is allowed; 0 without a burst.
+func burstTime(t *config.TestConfig) time.Duration {
+	if b := t.Verify.Burst; b.Factor > 1 && b.For > 0 {
+		return time.Duration(t.Window.Warmup) + time.Duration(b.For) + time.Duration(t.Verify.DrainWithin)/3
+	}
+	return 0
 }
 
 // timeLeft is the running test's estimate of the time left at the start
@@ -151,8 +157,8 @@ func (s *Step) timeLeft(stage string) time.Duration {
 	default: // burst, hot tenant: one level each
 		left = expect("verify")
 	}
-	if b := t.Verify.Burst; stage != "burst" && stage != "hot-tenant" && b.Factor > 1 && b.For > 0 {
-		left += time.Duration(w.Warmup) + time.Duration(b.For) + drainAllowance
+	if stage != "burst" && stage != "hot-tenant" {
+		left += burstTime(t)
 	}
 	if s.passesLeft > 0 {
 		// A cache: both test's cold pass: the production pass after it

@@ -493,6 +493,11 @@ func (s *Step) summarize(l *Level, drain time.Duration, minRequests int, level f
 		batch = 0 // one request at a time: nothing to batch
 	}
 	summarize(l, &s.Load, s.col.Data(ws...), minRequests, batch, level)
+	if l.Sent == 0 && l.Stage != "burst" {
+		// Nothing of it was measured: it decides nothing (a level is
+		// judged on its own requests only).
+		l.Note = addNote(l.Note, "sent no request in its window: it decides nothing")
+	}
 	s.judge(l)
 	l.DrainSeconds = drain.Seconds()
 	if s.drainNote != "" {

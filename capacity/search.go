@@ -142,6 +142,14 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 		if _, err := run(rate, fmt.Sprintf("bisection between %.3g req/s and %s", offered(lo), between)); err != nil {
 			return nil, VerdictAborted, abortReason(ctx, err)
 		}
+		if lo2, hi2 := s.searchBounds(); offered(lo2) == offered(lo) && offered(hi2) == offered(hi) {
+			// Its window offered a rate outside the bracket (Poisson
+			// arrivals at 7.27 req/s offered 7.92, above 7.8, which
+			// leant to a miss): the next midpoint would be the same
+			// rate again.
+			s.run.Capacity.SearchEnd = fmt.Sprintf("the bisection's %.3g req/s offered %.3g, outside %.3g-%s: the bracket did not move", rate, s.run.Verify[len(s.run.Verify)-1].OfferedRate, offered(lo), between)
+			break
+		}
 	}
 	// 3. The forecast.
 	forecast, err := s.verifyForecast(ctx, run)

@@ -277,6 +277,24 @@ func TestSearch(t *testing.T) {
 			reason: "not concluded: busy host: no open-loop rate measured the target validly: prober-bound at 2.5 req/s (send_lag): busy host",
 		},
 		{
+			// The bisection's 7.25 req/s drew a window that offered 8.2,
+			// above 8, which leant to a miss: the bracket did not move,
+			// and the same midpoint would run again.
+			name:   "a bisection outside its bracket",
+			verify: config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.05},
+			target: func(rate float64) (float64, string, bool) {
+				switch rate {
+				case 8:
+					return 8, leaningMissed, false
+				case 6.5:
+					return 8.2, DecisionMet, false
+				}
+				return rate, DecisionMet, false
+			},
+			path:     "5 met, 8 inconclusive, 8.2 met",
+			verified: verifiedAt(5), bound: 8, verdict: VerdictPass,
+		},
+		{
 			name: "verify.max_levels", verify: config.VerifyConfig{Rates: []float64{0.5, 0.8, 1.0}, Resolution: 0.001, MaxLevels: 4},
 			target: below(6.6, 0),
 			path:   "5 met, 8 missed, 6.5 met, 7.25 missed", verified: verifiedAt(6.5), bound: 7.25, verdict: VerdictPass,
