@@ -83,8 +83,11 @@ func proberEffect(l *Level, spec *config.LoadSpec, w windowData, batch time.Dura
 	}
 	delays := readDelays(w.stalls, spans)
 	ds := make([]float64, len(delays))
-	for i, d := range delays {
-		ds[i] = d.Seconds()
+	for i := range delays {
+		// A goroutine a timer woke (the sampler's) runs ahead of those
+		// a read woke: the level's scheduler latency P99 on top.
+		delays[i] += w.sched
+		ds[i] = delays[i].Seconds()
 	}
 	pd := percentiles(ds) // sorts ds
 	p.ReadDelayP99, p.ReadDelayMax = pd.P99, ds[len(ds)-1]
@@ -255,9 +258,11 @@ func (p *ProberHealth) bursty() bool {
 // judgeEffect judges the prober's health over a test level by v (nil:
 // none): a level over v's thresholds is prober-bound only when the
 // prober's delays could change its decision (see the top of this file),
-// and its note says which rule held. A level whose stalls were not
+// and its note says which rule held. effect, if set, fills what they
+// could change (proberEffect), only for a level over the thresholds: it
+// costs the prober CPU while it measures. A level whose stalls were not
 // tracked is judged by the thresholds alone, as judgeProber does.
-func judgeEffect(l *Level, v *validity.Config) {
+func judgeEffect(l *Level, v *validity.Config, effect func()) {
 	p := l.Prober
 	if p == nil || v == nil {
 		return
@@ -265,6 +270,9 @@ func judgeEffect(l *Level, v *validity.Config) {
 	over := overThresholds(p, v)
 	if len(over) == 0 {
 		return
+	}
+	if effect != nil {
+		effect()
 	}
 	if p.DecisionIfBetter == "" {
 		judgeProber(l, v, "not used for the conclusion")
@@ -297,7 +305,7 @@ func judgeEffect(l *Level, v *validity.Config) {
 	default:
 		why = fmt.Sprintf("the sends came in bunches (dispersion %.2f against the schedule's %.2f)", p.SendDispersion, p.ScheduleDispersion)
 	}
-	l.Note = addNote(l.Note, fmt.Sprintf("prober-bound (%s, %s): %s: measured again", strings.Join(over, ", "), late, why))
+	l.Note = addNote(l.Note, fmt.Sprintf("prober-bound (%s, %s): %s: not used for the conclusion", strings.Join(over, ", "), late, why))
 }
 
 // idleClients reports whether a closed-loop level's clients waited on the

@@ -19,11 +19,13 @@ import (
 func TestReadDelays(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	stalls := []stall{
-		{due: at(100), late: 30 * time.Millisecond},  // 100-130 ms
-		{due: at(500), late: 300 * time.Millisecond}, // 500-800 ms
-		{due: at(900), late: 5 * time.Millisecond},   // 900-905 ms
-	}
+	s := newStalls(t0)
+	s.add(at(100), 30*time.Millisecond)  // 100-130 ms, kept to 140
+	s.add(at(500), 300*time.Millisecond) // 500-800 ms, kept to 810
+	s.add(at(505), 20*time.Millisecond)  // the same 10 ms: the longest stays
+	s.add(at(900), 5*time.Millisecond)   // 900-905 ms, kept to 915
+	stalls := s.between(t0, at(3000))
+	require.Len(t, stalls, 3, "the longest of each 10 ms")
 	base := stallPeriod + stallFloor
 	for _, tc := range []struct {
 		name     string
@@ -32,7 +34,7 @@ func TestReadDelays(t *testing.T) {
 	}{
 		{"before any stall", 0, 90, base},
 		{"over the first", 90, 200, base + 30*time.Millisecond},
-		{"between", 140, 490, base},
+		{"between", 150, 490, base},
 		{"inside the long one", 600, 700, base + 300*time.Millisecond},
 		{"from inside the long one to past the short one", 790, 950, base + 300*time.Millisecond},
 		{"after all", 1000, 2000, base},
@@ -40,23 +42,28 @@ func TestReadDelays(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got := readDelays(stalls, [][2]time.Time{{at(tc.from), at(tc.to)}})
 			require.Equal(t, []time.Duration{tc.want}, got)
+			// between looks back the longest stall before from.
+			require.Equal(t, got, readDelays(s.between(at(tc.from), at(tc.to)), [][2]time.Time{{at(tc.from), at(tc.to)}}))
 		})
 	}
 }
 
-// TestStallSampler: the sampler runs and stops, keeps the stalls it
-// records in order (one added here stands for a wake-up 40 ms past due,
-// which a test cannot make the host cause), and between returns those
-// overlapping a span.
+// TestStallSampler: the sampler runs and stops, keeps the longest stall
+// of each 10 ms for two hours, and between returns those that may overlap
+// a span (one added here stands for a wake-up 40 ms past due, which a
+// test cannot make the host cause).
 func TestStallSampler(t *testing.T) {
 	s := startStalls()
 	t0 := time.Now()
-	s.add(stall{due: t0, late: 40 * time.Millisecond})
+	s.add(t0, 40*time.Millisecond)
 	s.stop()
 	got := s.between(t0.Add(-time.Second), t0.Add(time.Second))
 	require.NotEmpty(t, got)
 	require.Equal(t, 40*time.Millisecond, got[len(got)-1].late)
-	require.Empty(t, s.between(t0.Add(time.Hour), t0.Add(2*time.Hour)))
+	require.Empty(t, s.between(t0.Add(time.Hour), t0.Add(time.Hour+time.Second)))
+	// Two hours on, the ring has reused the bucket: it is gone.
+	s.add(t0.Add(stallRetention), time.Millisecond)
+	require.Empty(t, s.between(t0.Add(-time.Second), t0.Add(time.Second)))
 	var none *stallSampler
 	require.Nil(t, none.between(t0, t0), "a collector without stalls tracked")
 }
@@ -175,7 +182,7 @@ func TestJudgeEffect(t *testing.T) {
 			tc.edit(&p)
 			l := &Level{Decision: tc.decision, Concurrency: tc.concurrency, Prober: &p}
 			l.E2E.P50 = tc.e2eP50
-			judgeEffect(l, &v)
+			judgeEffect(l, &v, nil)
 			require.Equal(t, []string{validity.ReasonSendLag}, p.Over)
 			require.Equal(t, tc.bound, l.ProberBound(), l.Note)
 			require.Contains(t, l.Note, tc.note)
@@ -184,12 +191,12 @@ func TestJudgeEffect(t *testing.T) {
 	}
 	// Under the thresholds: nothing to judge.
 	quiet := &Level{Decision: DecisionMissed, Prober: &ProberHealth{Sends: 200, LagP99: 0.001, GOMAXPROCS: 2, DecisionIfBetter: DecisionMet}}
-	judgeEffect(quiet, &v)
+	judgeEffect(quiet, &v, nil)
 	require.False(t, quiet.ProberBound())
 	require.Empty(t, quiet.Prober.Over)
 	require.Empty(t, quiet.Note)
 	// Stalls not tracked (a run before them): the thresholds alone.
 	untracked := &Level{Decision: DecisionMet, Prober: &ProberHealth{Sends: 200, LagP99: 0.033, GOMAXPROCS: 2}}
-	judgeEffect(untracked, &v)
+	judgeEffect(untracked, &v, nil)
 	require.True(t, untracked.ProberBound())
 }

@@ -2,7 +2,6 @@ package capacity
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/sloprober/sloprober/config"
@@ -53,36 +52,51 @@ type Estimate struct {
 	Typical, Most time.Duration
 }
 
-// String is "about 6m10s (at most 21m)".
+// String is "about 6m10s (up to 21m if every level takes its longest)".
 func (e Estimate) String() string {
-	return fmt.Sprintf("about %s (at most %s)", roughly(e.Typical), roughly(e.Most))
+	return fmt.Sprintf("about %s (up to %s if every level takes its longest)", roughly(e.Typical), roughly(e.Most))
 }
 
 // roughly writes a duration as a person would say it: to 10 s under 10
-// minutes ("6m10s"), to a minute under 2 hours ("21m"), to ten minutes
-// above ("2h30m").
+// minutes ("6m10s"), to a minute under 2 hours ("21m", "1h5m"), to ten
+// minutes above ("2h30m"), without zero units ("1h", not "1h0m0s").
 func roughly(d time.Duration) string {
 	switch {
 	case d < 10*time.Minute:
 		return d.Round(10 * time.Second).String()
 	case d < 2*time.Hour:
-		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+		d = d.Round(time.Minute)
+	default:
+		d = d.Round(10 * time.Minute)
 	}
-	return strings.TrimSuffix(d.Round(10*time.Minute).String(), "0s")
+	h, m := int(d/time.Hour), int(d%time.Hour/time.Minute)
+	switch {
+	case h == 0:
+		return fmt.Sprintf("%dm", m)
+	case m == 0:
+		return fmt.Sprintf("%dh", h)
+	}
+	return fmt.Sprintf("%dh%dm", h, m)
 }
 
-// EstimateStep is how long a step test t is expected to take, a
-// cache: both test twice.
-func EstimateStep(t *config.TestConfig) Estimate {
+// EstimateStep is how long a step test t of target is expected to take,
+// a cache: both test twice. Its longest: every level to its last look
+// (the forecast's to verify.forecast_max_steady), measured again retries
+// times after waiting for the prober, and the sweep's and the search's
+// level measured again to decide it.
+func EstimateStep(t *config.TestConfig, target *config.TargetConfig) Estimate {
 	w := t.Window
 	warmup := time.Duration(w.Warmup)
 	most := time.Duration(w.Steady) * time.Duration(w.MaxSteadyWindows())
 	share := func(f float64) time.Duration { return warmup + time.Duration(f*float64(most)) + drainAllowance }
-	full := warmup + most + drainAllowance
+	retry := min(validWait, time.Duration(w.Steady)) // waitValid
+	full := warmup + most + drainAllowance + time.Duration(t.Retries)*retry
 
-	sweep := len(t.Sweep.Concurrency) + t.Sweep.Refine
+	sweep := len(t.Sweep.Concurrency) + t.Sweep.Refine + 1
 	typicalSweep := min(len(t.Sweep.Concurrency), 5) + min(t.Sweep.Refine, 2)
 	verify := t.Verify.Levels()
+	forecast := forecastLevelCount(target)
+	forecastFull := warmup + max(t.ForecastMaxSteady(), most) + drainAllowance + time.Duration(t.Retries)*retry
 	burst := burstTime(t)
 	hot := time.Duration(0)
 	if h := t.Verify.HotTenant; h != nil {
@@ -90,13 +104,31 @@ func EstimateStep(t *config.TestConfig) Estimate {
 	}
 	baseline := time.Duration(t.Baseline.Requests) * typicalBaseline
 	e := Estimate{
-		Typical: baseline + time.Duration(typicalSweep)*share(typicalSweepShare) + time.Duration(verify)*share(typicalVerifyShare) + burst + hot,
-		Most:    baseline + time.Duration((sweep+verify)*(1+t.Retries))*full + burst + hot,
+		Typical: baseline + time.Duration(typicalSweep)*share(typicalSweepShare) + time.Duration(verify+forecast)*share(typicalVerifyShare) + burst + hot,
+		Most: baseline + time.Duration((sweep+verify+1)*(1+t.Retries))*full + time.Duration(forecast*(1+t.Retries))*forecastFull +
+			burst + hot,
 	}
 	if t.Cache == config.CacheBoth {
 		e.Typical, e.Most = 2*e.Typical, 2*e.Most
 	}
 	return e
+}
+
+// forecastLevelCount is how many levels a target's forecast adds to the
+// search: its peak, its average, the peak with one replica lost.
+func forecastLevelCount(target *config.TargetConfig) int {
+	f := target.Forecast
+	if f == nil {
+		return 0
+	}
+	n := 1
+	if f.AverageRate > 0 {
+		n++
+	}
+	if target.Replicas > 1 {
+		n++
+	}
+	return n
 }
 
 // burstTime is what a test's burst is taken to take: its warm-up, its
@@ -137,15 +169,7 @@ func (s *Step) timeLeft(stage string) time.Duration {
 	ran := func(st string) int { return len(s.took[st]) }
 	sweepLeft := max(0, min(len(t.Sweep.Concurrency), 5)-ran("sweep")) + max(0, min(t.Sweep.Refine, 2)-ran("refine"))
 	verifyLeft := max(0, t.Verify.Levels()-ran("verify"))
-	if f := s.Load.Target.Forecast; f != nil {
-		verifyLeft++ // the peak
-		if f.AverageRate > 0 {
-			verifyLeft++
-		}
-		if s.Load.Target.Replicas > 1 {
-			verifyLeft++ // one replica lost
-		}
-	}
+	verifyLeft += forecastLevelCount(&s.Load.Target)
 	var left time.Duration
 	switch stage {
 	case "baseline":

@@ -29,14 +29,22 @@ tests:
 // TestEstimateStep: a typical run of the first-look profile: 10 baseline
 // requests of 2 s, five sweep levels of 5 s + 35% of 60 s + 2 s, four
 // open-loop levels of 5 s + 80% of 60 s + 2 s, a burst of 5 s + 10 s + a
-// third of 30 s: 20 s + 140 s + 220 s + 25 s = 6m45s; at most every level
-// to 60 s, three times (retries 2).
+// third of 30 s: 20 s + 140 s + 220 s + 25 s = 6m45s.
 func TestEstimateStep(t *testing.T) {
-	e := EstimateStep(profileTest(t, config.ProfileFirstLook))
+	e := EstimateStep(profileTest(t, config.ProfileFirstLook), &config.TargetConfig{})
 	require.Equal(t, 6*time.Minute+45*time.Second, e.Typical)
-	require.Equal(t, 20*time.Second+time.Duration(9*3)*67*time.Second+25*time.Second, e.Most)
-	require.Equal(t, "about 6m50s (at most 31m)", e.String())
-	sign := EstimateStep(profileTest(t, config.ProfileSign))
+	// 11 levels (5 sweep, 4 open-loop, one each measured again to
+	// decide it), three times, each 5 s + 60 s + 2 s and two waits of
+	// 20 s for the prober.
+	require.Equal(t, 20*time.Second+time.Duration(11*3)*(67+40)*time.Second+25*time.Second, e.Most)
+	require.Equal(t, "about 6m50s (up to 1h if every level takes its longest)", e.String())
+	for d, want := range map[time.Duration]string{95 * time.Second: "1m40s", 21*time.Minute + 20*time.Second: "21m", 65 * time.Minute: "1h5m", 151 * time.Minute: "2h30m"} {
+		require.Equal(t, want, roughly(d))
+	}
+	// A forecast's peak and average: two more open-loop levels.
+	f := EstimateStep(profileTest(t, config.ProfileFirstLook), &config.TargetConfig{Forecast: &config.ForecastConfig{PeakRate: 6, AverageRate: 3}})
+	require.Equal(t, e.Typical+2*(5+48+2)*time.Second, f.Typical)
+	sign := EstimateStep(profileTest(t, config.ProfileSign), &config.TargetConfig{})
 	require.Greater(t, sign.Typical, 3*e.Typical, "a number to sign takes several times a first look")
 }
 
@@ -46,7 +54,7 @@ func TestEstimateStep(t *testing.T) {
 func TestTimeLeft(t *testing.T) {
 	s := &Step{Test: profileTest(t, config.ProfileFirstLook)}
 	// Before anything ran: the typical run less nothing.
-	require.Equal(t, EstimateStep(s.Test).Typical, s.timeLeft("baseline"))
+	require.Equal(t, EstimateStep(s.Test, &s.Load.Target).Typical, s.timeLeft("baseline"))
 	// The sweep done (five levels of 20 s), one open-loop level that
 	// stopped after 15 s: the next three are (2 x 55 s + 15 s) / 3 each,
 	// and the burst.

@@ -63,7 +63,8 @@ const minBatches = 3
 // have that variance, never more than N. With a
 // variance from batches, the quantile is Student's t with batches - 1
 // degrees of freedom rather than the normal one. Where the batches cannot
-// tell (fewer than 3, or every request good or every one bad), NEff is N.
+// tell (fewer than 3, or every request good or every one bad), NEff is N
+// over the autocorrelation time below.
 //
 // Batches see only the correlation they are longer than, and a queue's
 // swings can outlast them: 8 slots of 1.35 s at 4.4 req/s build a queue
@@ -73,7 +74,7 @@ const minBatches = 3
 // requests, and 12% of such levels met an objective of 95% in a
 // simulation of that queue (sequential_test.go). So NEff is also at most
 // N over the integrated autocorrelation time of the requests in the order
-// they were sent (Geyer's initial positive sequence, TestIntegratedTime):
+// they were sent (Geyer's initial monotone sequence, TestIntegratedTime):
 // of their good-or-not, and of their SLO pressure, each request's worst
 // latency over its SLO (a TTFT of 300 ms against 500 ms is 0.6), which
 // shows the queue's swings even where no request missed. Where that bound

@@ -154,7 +154,7 @@ func (s *Step) measure(ctx context.Context, l *Level, run, stop config.LoadSpec)
 // each awaited.
 func (s *Step) measureOnce(ctx context.Context, l *Level, stop config.LoadSpec) error {
 	s.col.ResetLevel()
-	s.leftShort = false
+	s.leftShort, s.boundLooks = false, 0
 	plan := s.lookPlan(strings.HasPrefix(l.Why, "forecast"))
 	if l.Stage == "hot-tenant" {
 		// Its window is verify.hot_tenant.for, whole: the other
@@ -275,11 +275,21 @@ func (s *Step) settled(ws []*Window, plan lookPlan, look int) bool {
 		return true
 	}
 	var l Level
-	summarize(&l, &s.Load, s.col.Data(ws...), 0, plan.batch, plan.confidence[look])
-	s.judge(&l)
+	data := s.col.Data(ws...)
+	summarize(&l, &s.Load, data, 0, plan.batch, plan.confidence[look])
+	s.judge(&l, data, plan.batch, plan.confidence[look])
 	if l.Decision != DecisionInconclusive {
-		return !l.ProberBound()
+		if !l.ProberBound() {
+			s.boundLooks = 0
+			return true
+		}
+		// Decided, but the prober's delays could change it: more of the
+		// same may settle it; two such looks in a row, and the level
+		// is measured again instead.
+		s.boundLooks++
+		return s.boundLooks >= 2
 	}
+	s.boundLooks = 0
 	if !shortOfRequests(&l) {
 		return false
 	}
@@ -290,14 +300,15 @@ func (s *Step) settled(ws []*Window, plan lookPlan, look int) bool {
 	return s.above
 }
 
-// judge judges the prober's health over a test level: judgeLevel in
-// tests, else by the effect of its delays (judgeEffect).
-func (s *Step) judge(l *Level) {
+// judge judges the prober's health over a test level summarized from w
+// in batches of batch at level: judgeLevel in tests, else by the effect
+// of its delays (judgeEffect).
+func (s *Step) judge(l *Level, w windowData, batch time.Duration, level float64) {
 	if s.judgeLevel != nil {
 		s.judgeLevel(l)
 		return
 	}
-	judgeEffect(l, s.Validity)
+	judgeEffect(l, s.Validity, func() { proberEffect(l, &s.Load, w, batch, level) })
 }
 
 // shortOfRequests reports whether an inconclusive level is so for want of
@@ -492,13 +503,14 @@ func (s *Step) summarize(l *Level, drain time.Duration, minRequests int, level f
 	if l.Stage == "baseline" {
 		batch = 0 // one request at a time: nothing to batch
 	}
-	summarize(l, &s.Load, s.col.Data(ws...), minRequests, batch, level)
+	data := s.col.Data(ws...)
+	summarize(l, &s.Load, data, minRequests, batch, level)
 	if l.Sent == 0 && l.Stage != "burst" {
 		// Nothing of it was measured: it decides nothing (a level is
 		// judged on its own requests only).
 		l.Note = addNote(l.Note, "sent no request in its window: it decides nothing")
 	}
-	s.judge(l)
+	s.judge(l, data, batch, level)
 	l.DrainSeconds = drain.Seconds()
 	if s.drainNote != "" {
 		l.Note = addNote(l.Note, s.drainNote)

@@ -286,10 +286,11 @@ type Window struct {
 	// not need; it keeps no records.
 	discarded  bool
 	cpu0, cpu1 time.Duration
-	// runtime is the Go runtime's scheduler-latency and GC-pause
-	// histograms at the start; sched and gc their P99s over the window.
-	runtime   *validity.RuntimeSnapshot
-	sched, gc time.Duration
+	// runtime and runtimeEnd are the Go runtime's scheduler-latency and
+	// GC-pause histograms at the start and at the end; sched and gc their
+	// P99s over the window.
+	runtime, runtimeEnd *validity.RuntimeSnapshot
+	sched, gc           time.Duration
 }
 
 // Collector keeps the windows of one test run and its requests in flight.
@@ -409,8 +410,8 @@ func (c *Collector) Roll(last *Window) *Window {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	next := c.open(time.Time{})
-	last.End, last.cpu1 = next.Start, proc.CPU()
-	last.sched, last.gc = last.runtime.P99s()
+	last.End, last.cpu1, last.runtimeEnd = next.Start, proc.CPU(), next.runtime
+	last.sched, last.gc = last.runtime.P99sTo(last.runtimeEnd)
 	return next
 }
 
@@ -453,8 +454,8 @@ func (c *Collector) Ended(ws ...*Window) bool {
 func (c *Collector) Close(w *Window, end time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w.End, w.cpu1 = end, proc.CPU()
-	w.sched, w.gc = w.runtime.P99s()
+	w.End, w.cpu1, w.runtimeEnd = end, proc.CPU(), validity.TakeRuntimeSnapshot()
+	w.sched, w.gc = w.runtime.P99sTo(w.runtimeEnd)
 }
 
 // windowData is a copy of what a window collected.
@@ -474,10 +475,15 @@ type windowData struct {
 	stallsTracked bool
 }
 
-// Data returns a copy of what windows collected, pooled: a level's
-// steady window and the windows that extended it, which follow each
-// other. Call it once the requests sent in them have ended.
+// Data returns a copy of what windows collected, pooled, with the
+// prober's stalls over their requests' flights: a level's batches, which
+// follow each other. Call it once the requests sent in them have ended.
 func (c *Collector) Data(ws ...*Window) windowData {
+	return c.withStalls(c.data(ws...))
+}
+
+// data is Data without the stalls.
+func (c *Collector) data(ws ...*Window) windowData {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d := windowData{dropped: map[prober.DropReason]int{}}
@@ -498,15 +504,31 @@ func (c *Collector) Data(ws ...*Window) windowData {
 	}
 	if len(ws) > 0 {
 		d.start, d.end = ws[0].Start, ws[len(ws)-1].End
-	}
-	if c.stalls != nil && len(d.records) > 0 {
-		from, to := d.records[0].Sent, d.records[0].Sent
-		for i := range d.records {
-			r := &d.records[i]
-			from, to = minTime(from, r.Sent), maxTime(to, r.Sent.Add(r.Ended))
+		if first, last := ws[0], ws[len(ws)-1]; first.runtime != nil && last.runtimeEnd != nil {
+			// The span's own P99s: over a level of 30 batches, the
+			// worst batch's P99 would be close to its maximum.
+			d.sched, d.gc = first.runtime.P99sTo(last.runtimeEnd)
 		}
-		d.stalls, d.stallsTracked = c.stalls.between(from, to), true
 	}
+	return d
+}
+
+// withStalls adds to d the stalls of its records' flights, where they are
+// tracked. The collector is not locked meanwhile: the sends and the
+// records of the load go on.
+func (c *Collector) withStalls(d windowData) windowData {
+	c.mu.Lock()
+	st := c.stalls
+	c.mu.Unlock()
+	if st == nil || len(d.records) == 0 {
+		return d
+	}
+	from, to := d.records[0].Sent, d.records[0].Sent
+	for i := range d.records {
+		r := &d.records[i]
+		from, to = minTime(from, r.Sent), maxTime(to, r.Sent.Add(r.Ended))
+	}
+	d.stalls, d.stallsTracked = st.between(from, to), true
 	return d
 }
 
@@ -590,7 +612,8 @@ func (c *Collector) Level() (finished, failed int, maxTTFT time.Duration) {
 }
 
 // LevelGood returns the good requests sent since ResetLevel that have
-// finished.
+// finished (a soak's progress: its window's, not those of the window
+// before that end in it).
 func (c *Collector) LevelGood() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -661,7 +684,9 @@ func (o *collectorObserver) Finished(r *prober.Result, m *prober.Measurement) {
 	o.c.mu.Lock()
 	defer o.c.mu.Unlock()
 	sent := r.Sent
-	if sent.IsZero() {
+	if sent.IsZero() || r.NotSent {
+		// Never sent: its Sent is when it ended; it belongs where it
+		// was due.
 		sent = r.Scheduled
 	}
 	isFailed := failed(r.Outcome)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sloprober/sloprober/config"
@@ -315,34 +316,32 @@ const CeilingClosedLoop = "closed loop"
 
 // BoundText says where the capacity lies above the verified rate, for
 // the sentence that states it: "below 4.33 req/s (missed)" when the
-// lowest rate above it that did not verify missed; else what that rate
-// was, with its attainment, and the ceiling: "at least 3.88 req/s: 4.11
-// req/s inconclusive (attained 97.4% [93.1, 99.2] of 230), at most 4.78
-// req/s (missed)". Empty when the run has neither (before ceilings).
+// lowest rate above it that did not verify missed; otherwise the ceiling
+// (the first rate above it that missed, or the closed loop's peak), then
+// what that rate was, with its attainment: an undecided rate is no
+// evidence that the capacity lies below it: "below 4.33 req/s (missed);
+// 4.11 req/s above it inconclusive (attained 97.4% [93.1, 99.2] of
+// 230)", "at most 11.2 req/s (the closed loop's peak); 7.03 req/s above
+// it inconclusive (...)". Empty when the run has neither.
 func (c *Capacity) BoundText() string {
-	v, _ := c.Verified()
-	ceiling := ""
-	switch {
-	case c.Ceiling <= 0:
-	case c.CeilingFrom == CeilingClosedLoop:
-		ceiling = fmt.Sprintf("at most %.3g req/s (the closed loop's peak)", c.Ceiling)
-	default:
-		ceiling = fmt.Sprintf("at most %.3g req/s (%s)", c.Ceiling, c.CeilingFrom)
-	}
+	var parts []string
 	switch {
 	case c.Bound > 0 && c.BoundDecision == DecisionMissed:
 		return fmt.Sprintf("below %.3g req/s (missed)", c.Bound)
-	case c.Bound > 0:
-		bound := fmt.Sprintf("%.3g req/s %s", c.Bound, c.BoundDecision)
+	case c.Ceiling <= 0:
+	case c.CeilingFrom == CeilingClosedLoop:
+		parts = append(parts, fmt.Sprintf("at most %.3g req/s (the closed loop's peak)", c.Ceiling))
+	default:
+		parts = append(parts, fmt.Sprintf("below %.3g req/s (%s)", c.Ceiling, c.CeilingFrom))
+	}
+	if c.Bound > 0 {
+		bound := fmt.Sprintf("%.3g req/s above it %s", c.Bound, c.BoundDecision)
 		if iv := c.BoundInterval; iv != nil {
 			bound += fmt.Sprintf(" (attained %.1f%% [%.1f, %.1f] of %d)", 100*c.BoundAttainment, lower(iv), upper(iv), iv.N)
 		}
-		if ceiling == "" {
-			return fmt.Sprintf("at least %.3g req/s: %s", v, bound)
-		}
-		return fmt.Sprintf("at least %.3g req/s: %s, %s", v, bound, ceiling)
+		parts = append(parts, bound)
 	}
-	return ceiling
+	return strings.Join(parts, "; ")
 }
 
 // Verified returns the verified rate and whether the run concluded on one

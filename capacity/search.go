@@ -114,15 +114,17 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 	}
 	// 2. Bisection, up to the closed loop's throughput when every rate
 	// tried verified.
-	ceiling := s.ceiling()
+	ceiling, known := s.ceiling()
 	for len(s.run.Verify) < v.Levels() {
 		lo, hi := s.searchBounds()
 		top, between := offered(hi), fmt.Sprintf("%.3g req/s", offered(hi))
 		switch {
 		case hi == nil && lo == nil:
 			top = 0 // nothing ran
+		case hi == nil && known:
+			top, between = ceiling, fmt.Sprintf("the closed loop's peak %.3g req/s", ceiling)
 		case hi == nil:
-			top, between = ceiling, fmt.Sprintf("the closed-loop rate %.3g req/s", ceiling)
+			top, between = ceiling, fmt.Sprintf("%.3g req/s (twice the closed loop's peak, which did not reach its knee)", ceiling)
 		}
 		if top-offered(lo) <= v.Resolution*base || hi != nil && wantsRequests(hi) {
 			break
@@ -147,7 +149,7 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 			// arrivals at 7.27 req/s offered 7.92, above 7.8, which
 			// leant to a miss): the next midpoint would be the same
 			// rate again.
-			s.run.Capacity.SearchEnd = fmt.Sprintf("the bisection's %.3g req/s offered %.3g, outside %.3g-%s: the bracket did not move", rate, s.run.Verify[len(s.run.Verify)-1].OfferedRate, offered(lo), between)
+			s.run.Capacity.SearchEnd = fmt.Sprintf("the bisection's %.3g req/s offered %.3g, outside the bracket from %.3g req/s to %s: it did not move", rate, s.run.Verify[len(s.run.Verify)-1].OfferedRate, offered(lo), between)
 			break
 		}
 	}
@@ -163,7 +165,9 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 		c.Bound, c.BoundDecision = hi.OfferedRate, searchDecision(hi)
 		c.BoundAttainment, c.BoundInterval = hi.Attainment, hi.Interval
 	}
-	c.Ceiling, c.CeilingFrom = ceiling, CeilingClosedLoop
+	if known && ceiling > offered(lo) {
+		c.Ceiling, c.CeilingFrom = ceiling, CeilingClosedLoop
+	}
 	for _, l := range s.ladder() {
 		if l.OfferedRate > offered(lo) && against(l) && l.Decided() == DecisionMissed {
 			c.Ceiling, c.CeilingFrom = l.OfferedRate, DecisionMissed
@@ -224,20 +228,28 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 		cause, valid[0].LoadName(), attainmentText(valid[0]), more, closed)
 }
 
-// ceiling is the most an open-loop rate can hold: the closed loop's
-// throughput (the highest completed rate of a sweep level the prober
-// measured validly), within max_rate. Arrivals above it queue without
+// ceiling is the most an open-loop rate can hold, and whether it is
+// known: the closed loop's throughput (the highest completed rate of a
+// sweep level the prober measured validly), within max_rate, where the
+// sweep went past its knee on its own. Arrivals above it queue without
 // end: 8 slots of 1.34 s complete 5.97 req/s, and Poisson arrivals at
-// 6 req/s wait longer and longer. When every rate tried verified, the
-// search bisects up to it.
-func (s *Step) ceiling() float64 {
+// 6 req/s wait longer and longer. A sweep that stopped before its knee (a
+// cap, max_rate, the prober, or its last level still growing) says no
+// more than that the throughput is higher than its peak: the search
+// then bisects up to twice its peak, within max_rate, and states no
+// ceiling from it. When every rate tried verified, the search bisects up
+// to it.
+func (s *Step) ceiling() (float64, bool) {
 	peak := 0.0
 	for _, l := range s.run.Sweep {
 		if !l.ProberBound() {
 			peak = max(peak, l.CompletedRate)
 		}
 	}
-	return min(peak, s.MaxRate)
+	if !s.saturated {
+		return min(2*peak, s.MaxRate), false
+	}
+	return min(peak, s.MaxRate), true
 }
 
 // decidable reports whether an open-loop level at rate could be decided

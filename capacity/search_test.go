@@ -21,10 +21,17 @@ type synthetic func(rate float64) (offered float64, decision string, bound bool)
 // completed 10 req/s, on synthetic levels, and returns the run.
 func search(t *testing.T, verify config.VerifyConfig, target synthetic, forecast *config.ForecastConfig, replicas int) (*Run, string, string) {
 	t.Helper()
+	return searchSweep(t, verify, target, forecast, replicas, true)
+}
+
+// searchSweep is search, its closed loop past its knee (saturated) or
+// not.
+func searchSweep(t *testing.T, verify config.VerifyConfig, target synthetic, forecast *config.ForecastConfig, replicas int, saturated bool) (*Run, string, string) {
+	t.Helper()
 	tc := &config.TestConfig{Name: "s", Kind: config.TestStep, Verify: verify}
 	// The closed loop: 8 clients met at 10 req/s, 16 missed completing
 	// 11 req/s, its throughput (the search's ceiling).
-	s := &Step{Test: tc, MaxRate: 100, run: &Run{Stages: Stages{Capacity: &Capacity{Concurrency: 8, Rate: 10},
+	s := &Step{Test: tc, MaxRate: 100, saturated: saturated, run: &Run{Stages: Stages{Capacity: &Capacity{Concurrency: 8, Rate: 10},
 		Sweep: []Level{{Concurrency: 8, CompletedRate: 10}, {Concurrency: 16, CompletedRate: 11}}}}}
 	s.Load.Target.Forecast, s.Load.Target.Replicas = forecast, replicas
 	s.openVerify = func(_ context.Context, stage string, rate float64, why string) (*Level, error) {
@@ -146,7 +153,7 @@ func TestSearch(t *testing.T) {
 			verify: config.VerifyConfig{Rates: []float64{0.5, 0.8, 1.0}, Resolution: 0.05, MaxLevels: 3},
 			target: below(8.9, 1),
 			path:   "5 met, 8 inconclusive, 10 missed", verified: verifiedAt(5), bound: 8, verdict: VerdictPass,
-			boundText: "at least 5 req/s: 8 req/s inconclusive (attained 97.0% [94.0, 99.0] of 100), at most 10 req/s (missed)",
+			boundText: "below 10 req/s (missed); 8 req/s above it inconclusive (attained 97.0% [94.0, 99.0] of 100)",
 		},
 		{
 			// A lucky window above a miss verifies nothing: 8 missed,
@@ -497,4 +504,17 @@ func TestSearchShortRateRemeasuredProberBound(t *testing.T) {
 	// rate, the second by the prober).
 	require.Contains(t, reason, "every request good but too few to show the objective, and measured again to decide it while the prober was the limit (prober-bound at ")
 	require.Contains(t, reason, "a quieter host decides it")
+}
+
+// TestSearchUnsaturated: a closed loop that did not reach its knee (its
+// highest level still met, completing 11 req/s) is no ceiling: the
+// search bisects up to twice its peak, and states none from it.
+func TestSearchUnsaturated(t *testing.T) {
+	run, verdict, _ := searchSweep(t, config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.05}, below(14.3, 0), nil, 1, false)
+	require.Equal(t, VerdictPass, verdict)
+	require.Equal(t, "5 met, 8 met, 15 missed, 11.5 met, 13.2 met, 14.1 met, 14.6 missed", path(run))
+	require.Equal(t, "below 14.6 req/s (missed)", run.Capacity.BoundText())
+	run, _, _ = searchSweep(t, config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.05, MaxLevels: 3}, below(30, 0), nil, 1, false)
+	require.Equal(t, "5 met, 8 met, 15 met", path(run))
+	require.Empty(t, run.Capacity.BoundText(), "no ceiling stated: the closed loop never reached its knee")
 }

@@ -32,7 +32,9 @@ import (
 // at 96 at the last; the rule it replaces looked three times at 98.3%
 // (2.39: 109 requests), a steady window at a time. The simulation study
 // (sequential_test.go) measures the rule's errors on levels with misses
-// in bunches: at or under 2.5% on each side.
+// in bunches: at true attainments a point and a half or more from the
+// objective, no more wrong decisions than an error rate of 2.5% a side
+// gives.
 
 // The shares of the error of a level's looks: half at the last look, half
 // over the others.

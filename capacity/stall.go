@@ -1,7 +1,6 @@
 package capacity
 
 import (
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -18,14 +17,21 @@ import (
 //
 // The stall sampler answers it: a goroutine that sleeps stallPeriod at a
 // time and records, each time it wakes later than due by more than
-// stallFloor, when it was due and how late it woke. A stall of the process
-// (or of its goroutines' turn to run) that delayed a read also delayed the
-// sampler's wake-up due within it, and a read that arrived during a stall
-// waited at most that stall's length. A request's read delay is then at
-// most stallPeriod + stallFloor + the longest lateness of a stall
-// overlapping its flight: 2.5 ms on a quiet host, 40 ms on a 2-core host
-// whose CPUs a build holds. The sampler costs 500 wake-ups a second, about
-// 0.2% of a CPU, and runs only while a step test does.
+// stallFloor, how late it woke. A stall of the process that delayed a
+// read also delayed the sampler's wake-up due within it, and a read that
+// arrived during a stall waited at most that stall's length. A request's
+// read delay is then at most stallPeriod + stallFloor + the longest
+// lateness of a stall overlapping its flight, plus the level's scheduler
+// latency P99 (effect.go: a goroutine woken by a timer runs ahead of
+// those a read woke, and may be on time while they wait): 2.5 ms on a
+// quiet host, 40 ms on a 2-core host whose CPUs a build holds. The
+// sampler costs 500 wake-ups a second, about 0.2% of a CPU, and runs only
+// while a step test does.
+//
+// The stalls are kept as the longest of each 10 ms (stallBucket), in a
+// ring of two hours (stallRetention, longer than any level: 5.8 MB): on a
+// host where every wake-up is late, 500 stalls a second would otherwise
+// pile up.
 
 // stallPeriod is how often the sampler wakes; stallFloor the lateness it
 // keeps (a Go timer wakes within tens of microseconds on an idle host).
@@ -34,29 +40,49 @@ const (
 	stallFloor  = 500 * time.Microsecond
 )
 
-// maxStalls bounds the stalls kept: 1 M stalls are 24 MiB, over half an
-// hour of a host where every wake-up is late.
-const maxStalls = 1 << 20
+// stallBucket is the resolution the stalls are kept at, stallRetention how
+// long.
+const (
+	stallBucket    = 10 * time.Millisecond
+	stallRetention = 2 * time.Hour
+	stallBuckets   = int64(stallRetention / stallBucket)
+)
 
-// stall is one late wake-up of the sampler: the process could not run it
-// from due until due + late.
+// stall is the longest late wake-up of the sampler due within a bucket
+// from due: the process could not run it for late, ending at the latest
+// at end (the bucket's end plus late).
 type stall struct {
-	due  time.Time
-	late time.Duration
+	due, end time.Time
+	late     time.Duration
 }
 
 // stallSampler records the prober's late wake-ups while it runs.
 type stallSampler struct {
 	mu     sync.Mutex
-	stalls []stall // in order of due
-	quit   chan struct{}
-	done   chan struct{}
+	origin time.Time
+	// ids and lates are the ring: bucket i holds bucket number ids[i]
+	// (since origin) and its longest lateness in microseconds.
+	ids     []int64
+	lates   []int32
+	longest time.Duration // of every stall kept so far
+	quit    chan struct{}
+	done    chan struct{}
 }
 
 // startStalls starts a stall sampler; stop ends it.
 func startStalls() *stallSampler {
-	s := &stallSampler{quit: make(chan struct{}), done: make(chan struct{})}
+	s := newStalls(time.Now())
 	go s.run()
+	return s
+}
+
+// newStalls is a sampler whose buckets start at origin, not running.
+func newStalls(origin time.Time) *stallSampler {
+	s := &stallSampler{origin: origin, ids: make([]int64, stallBuckets), lates: make([]int32, stallBuckets),
+		quit: make(chan struct{}), done: make(chan struct{})}
+	for i := range s.ids {
+		s.ids[i] = -1
+	}
 	return s
 }
 
@@ -73,22 +99,28 @@ func (s *stallSampler) run() {
 		}
 		now := time.Now()
 		if late := now.Sub(due); late > stallFloor {
-			s.add(stall{due: due, late: late})
+			s.add(due, late)
 		}
 		due = now.Add(stallPeriod)
 		timer.Reset(stallPeriod)
 	}
 }
 
-func (s *stallSampler) add(st stall) {
+// add records a wake-up due at due, late by late.
+func (s *stallSampler) add(due time.Time, late time.Duration) {
+	b := int64(due.Sub(s.origin) / stallBucket)
+	if b < 0 {
+		return
+	}
+	late = min(late, time.Duration(1<<31-1)*time.Microsecond)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.stalls) >= maxStalls {
-		// The oldest half goes: a level needs the stalls of its own
-		// time.
-		s.stalls = slices.Delete(s.stalls, 0, maxStalls/2)
+	i := b % stallBuckets
+	if s.ids[i] != b {
+		s.ids[i], s.lates[i] = b, 0
 	}
-	s.stalls = append(s.stalls, st)
+	s.lates[i] = max(s.lates[i], int32(late/time.Microsecond))
+	s.longest = max(s.longest, late)
 }
 
 // stop ends the sampling.
@@ -97,21 +129,25 @@ func (s *stallSampler) stop() {
 	<-s.done
 }
 
-// between returns a copy of the stalls that overlap [from, to].
+// between returns the stalls that may overlap [from, to], in order of
+// due: the buckets from the longest stall's length before from.
 func (s *stallSampler) between(from, to time.Time) []stall {
 	if s == nil {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	last := int64(to.Sub(s.origin) / stallBucket)
+	first := max(int64(from.Add(-s.longest-stallBucket).Sub(s.origin)/stallBucket), last-stallBuckets+1, 0)
 	var out []stall
-	for _, st := range s.stalls {
-		if st.due.After(to) {
-			break
+	for b := first; b <= last; b++ {
+		i := b % stallBuckets
+		if s.ids[i] != b || s.lates[i] == 0 {
+			continue
 		}
-		if !st.due.Add(st.late).Before(from) {
-			out = append(out, st)
-		}
+		due := s.origin.Add(time.Duration(b) * stallBucket)
+		late := time.Duration(s.lates[i]) * time.Microsecond
+		out = append(out, stall{due: due, end: due.Add(stallBucket + late), late: late})
 	}
 	return out
 }
@@ -122,16 +158,16 @@ func (s *stallSampler) between(from, to time.Time) []stall {
 // stall overlapping the span. A span no stall overlapped gets 2.5 ms.
 func readDelays(stalls []stall, spans [][2]time.Time) []time.Duration {
 	out := make([]time.Duration, len(spans))
-	longestAll := maxLate(stalls)
+	longestAll := maxLate(stalls) + stallBucket
 	for i, sp := range spans {
 		from, to := sp[0], sp[1]
 		var longest time.Duration
-		// Stalls are in order of due and none is longer than the
-		// longest: the first that can overlap starts after from less
-		// the longest lateness.
+		// Stalls are in order of due and none ends later than
+		// stallBucket after its due plus the longest lateness: the
+		// first that can overlap is due after from less that.
 		j := sort.Search(len(stalls), func(k int) bool { return !stalls[k].due.Before(from.Add(-longestAll)) })
 		for ; j < len(stalls) && !stalls[j].due.After(to); j++ {
-			if st := stalls[j]; !st.due.Add(st.late).Before(from) {
+			if st := stalls[j]; !st.end.Before(from) {
 				longest = max(longest, st.late)
 			}
 		}

@@ -201,7 +201,6 @@ func summarize(l *Level, spec *config.LoadSpec, w windowData, minRequests int, b
 	l.Server = serverSignals(records)
 	l.Lengths, l.Longest = lengths(spec, records)
 	l.Prober = proberHealth(w)
-	proberEffect(l, spec, w, batch, level)
 	if h := spec.HotTenant; h != nil {
 		l.HotTenant = hotTenantResult(spec, records, w.start, batch, level)
 	}
@@ -245,8 +244,8 @@ func pressure(r *Record, slos []config.SLO) float64 {
 		return maxPressure
 	}
 	p, has := 0.0, false
-	ratio := func(v, t time.Duration, has bool) {
-		if has && t > 0 {
+	ratio := func(v, t time.Duration, known bool) {
+		if known && t > 0 {
 			p, has = max(p, v.Seconds()/t.Seconds()), true
 		}
 	}

@@ -87,6 +87,12 @@ type Step struct {
 	leftShort bool
 	short     map[int]bool
 	drainNote string // what the last drain left for its level's note
+	// saturated: the sweep went past its knee on its own, so that its
+	// peak is the open loop's ceiling (ceiling).
+	saturated bool
+	// boundLooks counts the running level's looks in a row that decided
+	// it while the prober's delays could have changed that (settled).
+	boundLooks int
 	run       *Run
 	start     time.Time
 	level     int
@@ -114,13 +120,13 @@ type QueueProbe interface {
 var errStopRule = errors.New("stop rule")
 
 // plan implements procedure: "step test knee on target sim: sweep [1 2 4
-// 8], windows 5s + 30s a level (up to 1m30s to decide); about 6m10s (at
-// most 21m)".
+// 8], windows 5s + 30s a level (up to 1m30s to decide); about 6m10s (up
+// to 21m if every level takes its longest)".
 func (s *Step) plan() string {
 	t := s.Test
 	return fmt.Sprintf("step test %s on target %s: sweep %v, windows %s + %s a level (up to %s to decide); %s", t.Name, s.Load.Target.Name,
 		t.Sweep.Concurrency, time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady),
-		time.Duration(t.Window.Steady)*time.Duration(t.Window.MaxSteadyWindows()), EstimateStep(t))
+		time.Duration(t.Window.Steady)*time.Duration(t.Window.MaxSteadyWindows()), EstimateStep(t, &s.Load.Target))
 }
 
 // Run runs the test until it ends or ctx is done (an abort: the partial
@@ -332,7 +338,10 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 		s.run.Capacity.LimitedBy = end.limited
 	}
 
-	// Step 5: the open loop.
+	// Step 5: the open loop. The closed loop's peak is its ceiling where
+	// the sweep went past the knee on its own: not where it stopped at
+	// a cap, max_rate or the prober.
+	s.saturated = s.run.Knee != nil && s.run.Knee.Reached && end.limited == "" && end.proberBound == "" && !strings.HasPrefix(end.capped, "capped by")
 	verified, verdict, reason := s.verify(ctx, capLevel)
 	if verified == nil {
 		return verdict, reason

@@ -378,7 +378,7 @@ func levelNotes(l *Level, queue bool) []string {
 	switch {
 	case l.Batches > 0 && l.ToDecide != nil:
 		notes = append(notes, fmt.Sprintf("undecided after %s: %s would decide it", seconds(l.WindowSeconds), l.ToDecide.Text()))
-	case l.Batches > 0 && l.Looks > 1 && l.Decision != DecisionInconclusive:
+	case l.Batches > 0 && l.Looks > 0 && l.Decision != DecisionInconclusive:
 		notes = append(notes, fmt.Sprintf("decided after %s", seconds(l.WindowSeconds)))
 	case l.Batches == 0 && l.Extensions > 0:
 		notes = append(notes, fmt.Sprintf("window extended %dx", l.Extensions)) // a run before sequential looks

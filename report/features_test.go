@@ -160,7 +160,7 @@ func TestBoundStated(t *testing.T) {
 	c.BoundInterval = &capacity.Interval{Lower: 0.931, Upper: 0.992, N: 230, NEff: 200, Batches: 20}
 	c.Ceiling, c.CeilingFrom = 11.6, capacity.CeilingClosedLoop
 	md, r := markdownOf(t, run)
-	require.Contains(t, md, "Where the capacity lies above it: at least 9.2 req/s: 11 req/s inconclusive (attained 97.4% [93.1, 99.2] of 230), at most 11.6 req/s (the closed loop's peak).")
+	require.Contains(t, md, "Where the capacity lies above it: at most 11.6 req/s (the closed loop's peak); 11 req/s above it inconclusive (attained 97.4% [93.1, 99.2] of 230).")
 	require.False(t, strings.Contains(md, "The capacity lies between"), "an undecided rate above is no bound")
 	require.Equal(t, 11.6, r.Capacity.Ceiling)
 }

@@ -705,7 +705,7 @@ func (m *mdWriter) levelTable(levels []Level, gpus bool) bool {
 		switch {
 		case l.Batches > 0 && l.ToDecide != nil:
 			note = strings.TrimSpace(note + fmt.Sprintf(" undecided after %s: %s would decide it", fmtSeconds(l.WindowSeconds), l.ToDecide.Text()))
-		case l.Batches > 0 && l.Looks > 1 && l.Decision != capacity.DecisionInconclusive:
+		case l.Batches > 0 && l.Looks > 0 && l.Decision != capacity.DecisionInconclusive:
 			note = strings.TrimSpace(note + fmt.Sprintf(" decided after %s", fmtSeconds(l.WindowSeconds)))
 		case l.Batches == 0 && l.Extensions > 0:
 			note = strings.TrimSpace(note + fmt.Sprintf(" window extended %dx", l.Extensions)) // a run before sequential looks

@@ -88,6 +88,21 @@ func TestSchema(t *testing.T) {
 		run.Provenance.Validity = &capacity.ValiditySetup{WindowSeconds: 60, SustainSeconds: 120, CPU: 0.9,
 			SchedulerP99Seconds: 0.005, GCPauseP99Seconds: 0.005, SendLagP99Seconds: 0.01, PoolWaitP99Seconds: 0.001}
 		run.Identity.SimulatorConfig = `{"slots":8}`
+		// What a step test's levels record of the prober's delays, the
+		// sequential looks and the search's ceiling.
+		for i := range run.Verify {
+			l := &run.Verify[i]
+			l.Prober = &capacity.ProberHealth{Sends: 200, LagP99: 0.033, LagMax: 0.05, CPUSeconds: 1, CPUShare: 0.05, GOMAXPROCS: 2,
+				Over: []string{"send_lag"}, Rule: "met despite the prober's delays, which only make a level look worse", Diagnosis: "busy host: ...",
+				ReadDelayP99: 0.03, ReadDelayMax: 0.041, DecisionIfBetter: "met", DecisionIfWorse: "met", SendDispersion: 1.02, ScheduleDispersion: 1, LateDrops: 1}
+			l.Batches, l.Looks, l.ToDecide = 20, 6, &capacity.ToDecide{Requests: 610, Seconds: 163}
+			if l.Interval != nil {
+				l.Interval.Correlation = 1.7
+			}
+		}
+		if c := run.Capacity; c != nil {
+			c.Ceiling, c.CeilingFrom = 12, capacity.CeilingClosedLoop
+		}
 		r := report.Build(withID(run, "id"))
 		b, err := json.Marshal(r)
 		require.NoError(t, err)

@@ -504,19 +504,42 @@ func SinceStart() (schedulerP99, gcPauseP99 time.Duration) {
 // the monitor's window (a benchmark's level, a test's level).
 type RuntimeSnapshot struct {
 	sched, gc []uint64 // nil: since the process started
+	// schedBuckets and gcBuckets are the histograms' bucket boundaries
+	// (the runtime's, the same at every read).
+	schedBuckets, gcBuckets []float64
 }
 
 // TakeRuntimeSnapshot reads the histograms now.
 func TakeRuntimeSnapshot() *RuntimeSnapshot {
 	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}, {Name: "/sched/pauses/total/gc:seconds"}}
 	metrics.Read(s)
-	counts := func(v metrics.Value) []uint64 {
+	counts := func(v metrics.Value) ([]uint64, []float64) {
 		if v.Kind() != metrics.KindFloat64Histogram {
-			return nil
+			return nil, nil
 		}
-		return append([]uint64(nil), v.Float64Histogram().Counts...)
+		h := v.Float64Histogram()
+		return append([]uint64(nil), h.Counts...), h.Buckets
 	}
-	return &RuntimeSnapshot{sched: counts(s[0].Value), gc: counts(s[1].Value)}
+	r := &RuntimeSnapshot{}
+	r.sched, r.schedBuckets = counts(s[0].Value)
+	r.gc, r.gcBuckets = counts(s[1].Value)
+	return r
+}
+
+// P99sTo returns the P99s of what the histograms counted from the
+// snapshot to a later one: a span made of several windows is judged at
+// its own P99, not at the worst of theirs.
+func (r *RuntimeSnapshot) P99sTo(end *RuntimeSnapshot) (schedulerP99, gcPauseP99 time.Duration) {
+	p99 := func(buckets []float64, before, after []uint64) time.Duration {
+		if len(after) == 0 || len(buckets) != len(after)+1 {
+			return 0
+		}
+		if len(before) != len(after) {
+			before = make([]uint64, len(after))
+		}
+		return deltaP99(buckets, before, after)
+	}
+	return p99(end.schedBuckets, r.sched, end.sched), p99(end.gcBuckets, r.gc, end.gc)
 }
 
 // P99s returns the P99s of what the histograms counted since the snapshot.

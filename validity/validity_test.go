@@ -232,3 +232,15 @@ func TestJudge(t *testing.T) {
 	s2, _ := snap.P99s()
 	require.Positive(t, s2, "the scheduler measured its latency under load")
 }
+
+// TestRuntimeSnapshotSpan: the P99s of a span between two snapshots are
+// of what happened in it: a GC's pauses between them, none after.
+func TestRuntimeSnapshotSpan(t *testing.T) {
+	before := TakeRuntimeSnapshot()
+	runtime.GC()
+	after := TakeRuntimeSnapshot()
+	_, gc := before.P99sTo(after)
+	require.Positive(t, gc, "a GC's stop-the-world pauses")
+	_, none := after.P99sTo(after)
+	require.Zero(t, none, "nothing between a snapshot and itself")
+}

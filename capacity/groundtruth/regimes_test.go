@@ -182,7 +182,7 @@ func runRegime(t *testing.T, bin, burn, dir string, rg regime, profile string, i
 }
 
 // estimateRE finds the estimate `test run` prints as it starts.
-var estimateRE = regexp.MustCompile(`about [0-9hms.]+ \(at most [0-9hms.]+\)`)
+var estimateRE = regexp.MustCompile(`about [0-9hms.]+ \(up to [0-9hms.]+ if every level takes its longest\)`)
 
 // regimeTruth is the model's capacity at the service time the run's
 // closed loop measured with every slot busy, and the wait the SLO allows

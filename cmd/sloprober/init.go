@@ -31,6 +31,7 @@ func newInitCommand(app *kingpin.Application) *initCommand {
 	c.output = c.cmd.Flag("output", "File to write; standard output when not given. An existing file is not overwritten without --force.").Short('o').String()
 	c.force = c.cmd.Flag("force", "Overwrite the --output file if it exists.").Bool()
 	c.starter = addStarterFlags(c.cmd)
+	c.starter.addProfileFlag(c.cmd)
 	return c
 }
 

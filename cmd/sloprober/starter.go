@@ -76,9 +76,14 @@ func addStarterFlags(cmd *kingpin.CmdClause) *starter {
 	cmd.Flag("model", "The model to ask for. Default: the first model the endpoint lists at /models.").StringVar(&s.model)
 	cmd.Flag("bearer-token-file", "File holding a bearer token sent as `Authorization: Bearer <token>` (the file is read at each request, never copied into a configuration).").StringVar(&s.bearerTokenFile)
 	cmd.Flag("header", "A header to send with every request, as 'Name: value'; repeatable. `init` never writes its value: its configuration names an environment variable (SLOPROBER_HEADER_<NAME>) read with --config.expand-env.").StringsVar(&s.headers)
-	cmd.Flag("profile", "The step test's profile: first-look (short windows: minutes) or sign (a number to sign: 2-minute windows up to 6 minutes a level, refined; tens of minutes). The estimate of its duration is printed as it starts.").
-		Default(config.ProfileFirstLook).EnumVar(&s.profile, config.Profiles...)
 	return s
+}
+
+// addProfileFlag adds --profile, the step test's profile of an endpoint
+// given by URL (`init`, `test run`).
+func (s *starter) addProfileFlag(cmd *kingpin.CmdClause) {
+	cmd.Flag("profile", "The step test's profile, with --target: first-look (short windows: minutes) or sign (a number to sign: 2-minute windows up to 6 minutes a level, refined; tens of minutes). The estimate of its duration is printed as it starts.").
+		EnumVar(&s.profile, config.Profiles...)
 }
 
 // unused reports an error when a flag describing an endpoint by URL was
@@ -87,7 +92,7 @@ func (s *starter) unused() error {
 	if s.api != "" || s.model != "" || s.bearerTokenFile != "" || len(s.headers) > 0 {
 		return errors.New("--api, --model, --bearer-token-file and --header describe an endpoint given by URL: with a configuration file, set them in its target")
 	}
-	if s.profile != "" && s.profile != config.ProfileFirstLook {
+	if s.profile != "" {
 		return errors.New("--profile chooses the step test of an endpoint given by URL (--target): with a configuration file, set its test's windows")
 	}
 	return nil

@@ -66,6 +66,7 @@ func newTestCommand(app *kingpin.Application) *testCommand {
 	c.source = addConfigFlags(c.cmd)
 	c.url = c.cmd.Flag("target", "An endpoint's OpenAI base URL (e.g. http://127.0.0.1:8000/v1), tested with the configuration `sloprober init` writes for it (its step test \"capacity\"); instead of --config.file.").String()
 	c.starter = addStarterFlags(c.cmd)
+	c.starter.addProfileFlag(c.cmd)
 	c.simArg = c.cmd.Flag("sim.listen-address", "Address of the built-in simulator started without --config.file (loopback only).").Default("127.0.0.1:0").String()
 	c.execFaults = addExecFaultsFlag(c.cmd)
 	addValidityFlags(c.cmd, &c.validity)
