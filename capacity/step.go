@@ -93,11 +93,11 @@ type Step struct {
 	// boundLooks counts the running level's looks in a row that decided
 	// it while the prober's delays could have changed that (settled).
 	boundLooks int
-	run       *Run
-	start     time.Time
-	level     int
-	levels    int
-	goodput   float64
+	run        *Run
+	start      time.Time
+	level      int
+	levels     int
+	goodput    float64
 	// took is what each stage's levels took, from one level's start to
 	// the next's (drains and re-measurements included), for the time
 	// left (estimate.go); levelStage and levelStart the running level's.
