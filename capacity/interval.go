@@ -104,13 +104,22 @@ type Interval struct {
 }
 
 // outcome is one counted request for an interval: when it was sent,
-// whether it was good, and its SLO pressure (its worst latency over that
-// SLO's threshold; NaN when it has none).
+// whether it was good, and its SLO pressure on each latency SLO (its
+// latency over that SLO's threshold, in the order of config.SLONames;
+// NaN where it has none).
 type outcome struct {
 	sent     time.Time
 	good     bool
-	pressure float64
+	pressure pressures
 }
+
+// pressures are a request's SLO pressures, in the order of
+// config.SLONames (ttft, tpot, e2e, max_itl, ttfa).
+type pressures [5]float64
+
+// noPressure is a request's pressures where its scenario has no latency
+// SLO.
+var noPressure = pressures{math.NaN(), math.NaN(), math.NaN(), math.NaN(), math.NaN()}
 
 // attainmentInterval is the interval at level of the attainment of
 // outcomes sent from start on, in batches of batch (0: one batch); nil
@@ -135,40 +144,50 @@ func goodOf(outcomes []outcome) int {
 }
 
 // correlation is the integrated autocorrelation time of outcomes in the
-// order they were sent: the larger of their good-or-not's and of their
-// SLO pressure's (where every one has it), at least 1.
+// order they were sent: the largest of their good-or-not's and of each
+// SLO's pressure series (where every one has it, and one came near it),
+// at least 1.
 func correlation(outcomes []outcome) float64 {
 	sorted := slices.SortedStableFunc(slices.Values(outcomes), func(a, b outcome) int { return a.sent.Compare(b.sent) })
-	goods, pressures := make([]float64, len(sorted)), make([]float64, len(sorted))
-	havePressure := true
+	goods := make([]float64, len(sorted))
 	for i, o := range sorted {
 		if o.good {
 			goods[i] = 1
 		}
-		// Only a pressure near the SLO can turn into a miss: below
-		// pressureFloor every request is alike, however its latency
-		// wanders.
-		pressures[i] = max(o.pressure, pressureFloor)
-		havePressure = havePressure && !math.IsNaN(o.pressure)
 	}
 	tau := integratedTime(goods)
-	if havePressure && slices.Max(pressures) >= pressureNear {
-		tau = max(tau, integratedTime(pressures))
+	series := make([]float64, len(sorted))
+	for k := range len(pressures{}) {
+		near, every := false, true
+		for i, o := range sorted {
+			p := o.pressure[k]
+			if math.IsNaN(p) {
+				every = false
+				break
+			}
+			// Only a pressure near the SLO can turn into a miss:
+			// below pressureFloor every request is alike, however
+			// its latency wanders.
+			series[i] = max(p, pressureFloor)
+			near = near || p >= pressureNear
+		}
+		if every && near {
+			tau = max(tau, integratedTime(series))
+		}
 	}
 	return tau
 }
 
-// pressureNear is the SLO pressure a request must reach for the series'
-// correlation to count: a level whose every request stayed under half
-// its SLO has latencies that wander (a TPOT of 15 to 25 ms against 100 ms
-// follows the batch's size) without coming near a miss.
+// pressureNear is the SLO pressure a request must reach for that SLO's
+// series' correlation to count: where every request stayed under half of
+// an SLO, its latency wanders (a TPOT of 15 to 23 ms against 50 ms
+// follows the batch's size) without coming near a miss of it.
 const pressureNear = 0.5
 
 // pressureFloor is the SLO pressure below which requests count alike for
-// their correlation: a fifth of their SLO. A TPOT of 15 to 20 ms against
-// an SLO of 100 ms follows the batch's size, far from any miss; a floor
-// of a third hid the first waits of a queue from the simulation study
-// (4% of its levels at 93.5% decided met), a fifth did not.
+// their correlation: a fifth of their SLO. A floor of a third hid the
+// first waits of a queue from the simulation study (4% of its levels at
+// 93.5% decided met), a fifth did not.
 const pressureFloor = 0.2
 
 // integratedTime is the integrated autocorrelation time of a series, 1 +

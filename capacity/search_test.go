@@ -302,6 +302,30 @@ func TestSearch(t *testing.T) {
 			verified: verifiedAt(5), bound: 8, verdict: VerdictPass,
 		},
 		{
+			// 0.5x and 0.8x short of requests, 0.8x's window a lull
+			// (it offered 5.66, below 0.5x's 6.7), 1.0x missed: 0.5x
+			// is measured again and met, then 0.8x, above it, is too.
+			name:   "two rates short of requests, measured again in turn",
+			verify: config.VerifyConfig{Rates: []float64{0.5, 0.8, 1.0}, Resolution: 0.05, MaxLevels: 5},
+			target: func() synthetic {
+				seen := map[float64]int{}
+				return func(rate float64) (float64, string, bool) {
+					seen[rate]++
+					switch {
+					case rate == 10:
+						return 10, DecisionMissed, false
+					case seen[rate] == 1 && rate == 5:
+						return 6.7, allGood, false
+					case seen[rate] == 1 && rate == 8:
+						return 5.66, allGood, false
+					}
+					return rate, DecisionMet, false
+				}
+			}(),
+			path:     "5 met, 8 met, 10 missed, 9 met, 9.5 met",
+			verified: verifiedAt(9.5), bound: 10, verdict: VerdictPass,
+		},
+		{
 			name: "verify.max_levels", verify: config.VerifyConfig{Rates: []float64{0.5, 0.8, 1.0}, Resolution: 0.001, MaxLevels: 4},
 			target: below(6.6, 0),
 			path:   "5 met, 8 missed, 6.5 met, 7.25 missed", verified: verifiedAt(6.5), bound: 7.25, verdict: VerdictPass,

@@ -53,7 +53,9 @@ func (m queueModel) level(r *rand.Rand, rate, duration float64, start time.Time)
 		heap.Push(&free, begin+m.service)
 		if t >= 0 {
 			ttft := begin - t + m.prefill*r.Float64()
-			out = append(out, outcome{sent: start.Add(time.Duration(t * float64(time.Second))), good: ttft <= m.wait, pressure: ttft / m.wait})
+			p := noPressure
+			p[0] = ttft / m.wait // the TTFT's
+			out = append(out, outcome{sent: start.Add(time.Duration(t * float64(time.Second))), good: ttft <= m.wait, pressure: p})
 		}
 	}
 }

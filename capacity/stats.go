@@ -233,40 +233,45 @@ func sloMap(spec *config.LoadSpec) map[string][]config.SLO {
 // SLO of 100 ms would otherwise swamp the series it is judged in).
 const maxPressure = 4
 
-// pressure is a request's SLO pressure: its worst latency over that SLO's
-// threshold (a TTFT of 300 ms against an SLO of 500 ms is 0.6; a request
-// is good on latency at 1 or under), maxPressure for a request that
-// failed or carried no text, NaN when its scenario has no latency SLO. A
+// pressure is a request's SLO pressure on each latency SLO of its
+// scenario: its latency over that SLO's threshold (a TTFT of 300 ms
+// against an SLO of 500 ms is 0.6; a request is good on latency at 1 or
+// under), at most maxPressure; maxPressure on each for a request that
+// failed or carried no text; NaN for an SLO the scenario does not set. A
 // queue shows in it before it shows in misses: the interval's
 // correlation (Interval) reads it.
-func pressure(r *Record, slos []config.SLO) float64 {
-	if r.Outcome != prober.OutcomeOK || !r.HasE2E {
-		return maxPressure
-	}
-	p, has := 0.0, false
-	ratio := func(v, t time.Duration, known bool) {
-		if known && t > 0 {
-			p, has = max(p, v.Seconds()/t.Seconds()), true
-		}
-	}
+func pressure(r *Record, slos []config.SLO) pressures {
+	out := noPressure
+	failed := r.Outcome != prober.OutcomeOK || !r.HasE2E
 	for _, s := range slos {
+		k := slices.Index(config.SLONames, s.Name)
+		if k < 0 || k >= len(out) || s.Threshold <= 0 {
+			continue // a quality check
+		}
+		var v time.Duration
+		known := false
 		switch s.Name {
 		case "ttft":
-			ratio(r.TTFT, s.Threshold, r.HasTTFT)
+			v, known = r.TTFT, r.HasTTFT
 		case "ttfa":
-			ratio(r.TTFA, s.Threshold, r.HasTTFA)
+			v, known = r.TTFA, r.HasTTFA
 		case "tpot":
-			ratio(r.TPOT, s.Threshold, r.HasTPOT)
+			v, known = r.TPOT, r.HasTPOT
 		case "e2e":
-			ratio(r.E2E, s.Threshold, r.HasE2E)
+			v, known = r.E2E, r.HasE2E
 		case "max_itl":
-			ratio(r.MaxITL, s.Threshold, r.HasMaxITL)
+			v, known = r.MaxITL, r.HasMaxITL
+		}
+		switch {
+		case failed:
+			out[k] = maxPressure
+		case known:
+			out[k] = min(v.Seconds()/s.Threshold.Seconds(), maxPressure)
+		default:
+			out[k] = 0 // met, as Measure counts a TPOT or gap it cannot measure
 		}
 	}
-	if !has {
-		return math.NaN()
-	}
-	return min(p, maxPressure)
+	return out
 }
 
 func float64s(v []float32) []float64 {
