@@ -62,6 +62,13 @@ func TestTimeLeft(t *testing.T) {
 		"verify": {15 * time.Second}}
 	verify := (2*55*time.Second + 15*time.Second) / 3
 	require.Equal(t, 3*verify+25*time.Second, s.timeLeft("verify"))
+	// The sweep completed 11 req/s: an open-loop level at about 7.7
+	// req/s is expected to decide in 200 requests, 26 s, not 48.
+	s.run = &Run{Stages: Stages{Sweep: []Level{{Concurrency: 8, CompletedRate: 11}}}}
+	need := 200 / (0.7 * 11.0)
+	prior := 5*time.Second + time.Duration(need*float64(time.Second)) + 2*time.Second
+	require.Equal(t, 3*((2*prior+15*time.Second)/3)+25*time.Second, s.timeLeft("verify"))
+	s.run = nil
 	// A cache: both test's cold pass: the production pass after it is
 	// about as long again.
 	s.passesLeft, s.passStart = 1, time.Now().Add(-4*time.Minute)
