@@ -227,20 +227,21 @@ func mdcTruth(run *capacity.Run, objective float64) (truth, d, w float64) {
 }
 
 // TestStepMDcGroundTruth: the verified open-loop capacity of an M/D/16
-// simulator is within 10% of the model's at objectives 0.95 and 0.99, and
-// the closed loop's rate is above it (a closed loop hides the queue).
-// One run lands outside 10% about once in 20 (make bench-capacity
-// measures the distribution): a run outside is followed by a second,
-// which must not be. A run may instead end inconclusive when it says
-// why: the host was busy (a level prober-bound after its retry, diagnosed
-// "busy host"; beside a CPU burner on a 2-core host, the sweep's
-// scheduler latency P99 was 200 ms and the simulator's 100 ms service
-// took 530 ms). It then states no capacity, which is not a wrong one.
-// A second run under the model by more than 10% passes only when its
-// verify levels measured the prober busy (a busy host verifies less; it
-// never verifies more). Any other inconclusive or failed run, and any
-// capacity stated off the model's, fails. About a minute and a half: the two objectives run side
-// by side.
+// simulator against the model's, at objectives 0.95 and 0.99: never above
+// it by more than 5% (a capacity to sign must not overclaim), and at 0.95
+// at least 80% of it; the closed loop's rate above it (a closed loop
+// hides the queue). A run at 0.95 under 80% is followed by a second,
+// which must not be, unless its levels measured the prober busy (a busy
+// host verifies less; it never verifies more). A run may conclude nothing
+// when it says why: the host was busy (beside a CPU burner on a 2-core
+// host, the sweep's scheduler latency P99 was 200 ms and the simulator's
+// 100 ms service took 530 ms), or no rate had requests enough to decide
+// within window.max_steady (at 0.99, the misses come in the bunches of a
+// queue at 0.75 load: 281 requests all good were [77.7%, 100%]). It then
+// states no capacity, which is not a wrong one; at 0.95 it must conclude.
+// A closed loop the host slowed (beside a CPU burner: 114.98 req/s where
+// 115.20 held open loop) is a busy host too. A minute and a half to four
+// minutes: the two objectives run side by side.
 func TestStepMDcGroundTruth(t *testing.T) {
 	for _, objective := range []float64{0.95, 0.99} {
 		t.Run(fmt.Sprint(objective), func(t *testing.T) {
@@ -252,37 +253,33 @@ func TestStepMDcGroundTruth(t *testing.T) {
 				var b strings.Builder
 				capacity.WriteTable(&b, run)
 				t.Logf("objective %g, run %d: service %.1f ms, wait allowed %.1f ms, truth %.2f req/s\n%s%s", objective, try, 1e3*d, 1e3*w, truth, b.String(), levelsHealth(run))
-				if run.Verdict == capacity.VerdictInconclusive && busyHost(run) {
-					// The run concluded nothing, and says why: the host
-					// was busy. No capacity stated is not a wrong one.
-					_, ok := run.Capacity.Verified()
+				verified, ok := run.Capacity.Verified()
+				if run.Verdict == capacity.VerdictInconclusive {
+					// The run concluded nothing, and says why. No
+					// capacity stated is not a wrong one.
 					require.False(t, ok, "an inconclusive run states no capacity")
-					t.Logf("run %d: inconclusive on a busy host (%s): it states no capacity", try, run.Reason)
+					tooFew := strings.Contains(run.Reason, "too few to show the objective") || strings.Contains(run.Reason, "was decided within window.max_steady")
+					require.True(t, busyHost(run) || objective > 0.95 && tooFew, "inconclusive for a reason the test does not allow: %s", run.Reason)
+					t.Logf("run %d: inconclusive (%s): it states no capacity", try, run.Reason)
 					return
 				}
 				require.Equal(t, capacity.VerdictPass, run.Verdict, run.Reason)
 				if run.Capacity.Rate <= truth {
-					// A closed loop the host slowed completes less (beside a
-					// CPU burner: 114.98 req/s where 115.20 held open loop):
-					// a busy host, which the run must have seen.
 					require.True(t, busyHost(run), "the closed loop's rate %.2f is above what holds open loop (%.2f), unless the host was busy", run.Capacity.Rate, truth)
 					t.Logf("run %d: the closed loop completed %.2f req/s, not above the %.2f that hold open loop: the host was busy", try, run.Capacity.Rate, truth)
 				}
-				verified, ok := run.Capacity.Verified()
 				require.True(t, ok)
-				if verified < 0.9*truth && try == 2 && proberBusy(run) {
-					// A busy host lowers what it can verify (beside a CPU
-					// burner: 96.4 req/s of 107.3, the verify levels' send
-					// lag P99 11-17 ms): conservative, said in the run's
-					// table, never above the model.
-					t.Logf("run %d: verified %.2f req/s, %.0f%% under the model's %.2f, with the prober busy", try, verified, 100*(verified/truth-1), truth)
+				require.LessOrEqual(t, verified, 1.05*truth, "verified %.2f req/s: above the model's %.2f by more than 5%% (run %d)", verified, truth, try)
+				if objective > 0.95 || verified >= 0.8*truth {
+					t.Logf("run %d: verified %.2f req/s, %.0f%% of the model's %.2f", try, verified, 100*verified/truth, truth)
 					return
 				}
-				if within := verified >= 0.9*truth && verified <= 1.1*truth; within || try == 2 {
-					require.InEpsilon(t, truth, verified, 0.10, "verified %.2f req/s against the model's %.2f (run %d)", verified, truth, try)
+				if try == 2 {
+					require.True(t, proberBusy(run) || busyHost(run), "verified %.2f req/s, under 80%% of the model's %.2f twice, the prober not busy", verified, truth)
+					t.Logf("run %d: verified %.2f req/s, %.0f%% of the model's %.2f, with the prober busy", try, verified, 100*verified/truth, truth)
 					return
 				}
-				t.Logf("run %d: verified %.2f req/s, %.0f%% off the model's %.2f: one in 20 is; a second run must not be", try, verified, 100*(verified/truth-1), truth)
+				t.Logf("run %d: verified %.2f req/s, %.0f%% of the model's %.2f: a second run must not be under 80%%", try, verified, 100*verified/truth, truth)
 			}
 		})
 	}
