@@ -101,6 +101,10 @@ type Interval struct {
 	// once, the confidence of the look that settled a level looked at
 	// as its batches came (sequential.go).
 	Confidence float64 `json:"confidence,omitempty"`
+
+	// nearest is the largest SLO pressure of its requests (0 where none
+	// has a latency SLO): how close the closest came to a miss.
+	nearest float64
 }
 
 // outcome is one counted request for an interval: when it was sent,
@@ -129,7 +133,15 @@ func attainmentInterval(outcomes []outcome, start time.Time, batch time.Duration
 	if n == 0 {
 		return nil
 	}
-	return batchInterval(batchesOf(outcomes, start, batch), goodOf(outcomes), n, level, correlation(outcomes))
+	iv := batchInterval(batchesOf(outcomes, start, batch), goodOf(outcomes), n, level, correlation(outcomes))
+	for _, o := range outcomes {
+		for _, p := range o.pressure {
+			if p > iv.nearest { // NaN is not
+				iv.nearest = p
+			}
+		}
+	}
+	return iv
 }
 
 // goodOf counts the good outcomes.

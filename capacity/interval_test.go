@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -72,6 +73,14 @@ func TestAttainmentInterval(t *testing.T) {
 	require.Equal(t, 2, iv.Batches)
 	require.InDelta(t, 10.1, iv.NEff, 0.5, "%+v", iv)
 	require.InDelta(t, 9.9, iv.Correlation, 0.5, "%+v", iv)
+
+	// The nearest a request came to its SLO: the largest pressure, an
+	// SLO without one (NaN) aside.
+	near := outcomes(t0, window, 3, func(int) bool { return false })
+	near[0].pressure = pressures{0.3, math.NaN(), 0.5, math.NaN(), math.NaN()}
+	near[1].pressure = pressures{0.9, math.NaN(), 0.6, math.NaN(), math.NaN()}
+	near[2].pressure = noPressure
+	require.InDelta(t, 0.9, attainmentInterval(near, t0, batch, confidence).nearest, 1e-12)
 }
 
 // TestIntegratedTime: Geyer's estimate of the integrated autocorrelation

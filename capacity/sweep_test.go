@@ -226,6 +226,16 @@ func TestUndecidable(t *testing.T) {
 		{"1 all good in 3 of 20, objective 85%", func() *Level { l := level(1, 1); l.Scenarios[0].Objective = 0.85; return l }(), 3, newLookPlan(3*time.Second, 20), true},
 		{"2 all good in 3 of 20, objective 85%", func() *Level { l := level(2, 2); l.Scenarios[0].Objective = 0.85; return l }(), 3, newLookPlan(3*time.Second, 20), false},
 		{"a miss: more requests may decide either way", level(23, 22), 3, thirty, false},
+		{"3 all good, one at 80% of its SLO: a miss may come", func() *Level {
+			l := level(3, 3)
+			l.Scenarios[0].Interval = &Interval{N: 3, nearest: 0.8}
+			return l
+		}(), 3, thirty, false},
+		{"3 all good, the nearest at 70% of its SLO", func() *Level {
+			l := level(3, 3)
+			l.Scenarios[0].Interval = &Interval{N: 3, nearest: 0.7}
+			return l
+		}(), 3, thirty, true},
 		{"a level decided is not undecidable", &Level{Decision: DecisionMet, Counted: 23}, 3, thirty, false},
 		{"nothing counted", level(0, 0), 3, thirty, false},
 		{"a scenario decided and one short of requests", &Level{Decision: DecisionInconclusive, Counted: 300, Scenarios: []ScenarioResult{
