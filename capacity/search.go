@@ -180,6 +180,7 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 	}
 	forecast.decide(offered(lo), hi)
 	if lo != nil {
+		impliedBy(s.ladder(), lo)
 		rate := lo.OfferedRate
 		c.VerifiedRate, c.VerifiedGoodput = &rate, lo.Goodput
 		return lo, "", ""
@@ -366,6 +367,21 @@ func (s *Step) ladder() []*Level {
 		return 0
 	})
 	return out
+}
+
+// impliedBy notes on each level below the verified one (lo) that stayed
+// undecided for want of requests alone that the verified rate implies it:
+// a level at 6 req/s that drew 22 requests, all good, is not kept going
+// when 8 req/s follows, and 8's met decides it.
+func impliedBy(ladder []*Level, lo *Level) {
+	for _, l := range ladder {
+		if l.OfferedRate >= lo.OfferedRate {
+			break
+		}
+		if l != lo && l.Decided() == DecisionInconclusive && shortOfRequests(l) && !l.ProberBound() && l.Note == "" {
+			l.Note = fmt.Sprintf("too few requests to decide; implied by %.3g req/s, which met", lo.OfferedRate)
+		}
+	}
 }
 
 // searchBounds returns the verified level (nil: none) and the lowest
