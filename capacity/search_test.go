@@ -481,6 +481,29 @@ func TestSearchShortRates(t *testing.T) {
 	require.Equal(t, "5 met, 8 missed, 6.5 missed, 5.75 missed, 5.38 missed", path(run))
 }
 
+// TestSearchShortRateBurst: a configured rate left short of requests
+// whose few seconds drew a burst, offering more than the next rate's
+// whole window that leant to a miss, is measured again all the same.
+func TestSearchShortRateBurst(t *testing.T) {
+	calls := 0
+	run, verdict, reason := search(t, config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.05, MaxLevels: 3}, func(rate float64) (float64, string, bool) {
+		switch {
+		case rate == 5 && calls == 0:
+			calls++
+			return 8.6, allGood, false
+		case rate == 5:
+			calls++
+			return 5.1, DecisionMet, false
+		case rate == 8:
+			return 8.2, DecisionMissed, false
+		}
+		return rate, DecisionMissed, false
+	}, nil, 1)
+	require.Equal(t, 2, calls, "the 5 req/s level measured again")
+	require.Equal(t, VerdictPass, verdict, reason)
+	require.Equal(t, "5.1 met, 8.2 missed, 6.65 missed", path(run))
+}
+
 // TestSearchShortRatesHighest: of two configured rates short of requests
 // below a miss, the higher is measured again: if it meets, it implies
 // the lower, which is not measured again.
@@ -537,9 +560,14 @@ func TestSearchShortRateRemeasuredProberBound(t *testing.T) {
 func TestSearchUnsaturated(t *testing.T) {
 	run, verdict, _ := searchSweep(t, config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.05}, below(14.3, 0), nil, 1, false)
 	require.Equal(t, VerdictPass, verdict)
-	require.Equal(t, "5 met, 8 met, 15 missed, 11.5 met, 13.2 met, 14.1 met, 14.6 missed", path(run))
-	require.Equal(t, "below 14.6 req/s (missed)", run.Capacity.BoundText())
+	// Up to the closed loop's peak (11 req/s) first, then to twice it.
+	require.Equal(t, "5 met, 8 met, 9.5 met, 10.2 met, 10.6 met, 16.3 missed, 13.5 met, 14.9 missed", path(run))
+	require.Equal(t, "below 14.9 req/s (missed)", run.Capacity.BoundText())
+	// A capacity just under the peak, as most servers': found in as
+	// many levels as with the peak a known ceiling.
+	run, _, _ = searchSweep(t, config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.05, MaxLevels: 4}, below(10.5, 0), nil, 1, false)
+	require.Equal(t, "5 met, 8 met, 9.5 met, 10.2 met", path(run))
 	run, _, _ = searchSweep(t, config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.05, MaxLevels: 3}, below(30, 0), nil, 1, false)
-	require.Equal(t, "5 met, 8 met, 15 met", path(run))
+	require.Equal(t, "5 met, 8 met, 9.5 met", path(run))
 	require.Empty(t, run.Capacity.BoundText(), "no ceiling stated: the closed loop never reached its knee")
 }
