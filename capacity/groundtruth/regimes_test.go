@@ -200,8 +200,12 @@ func regimeTruth(t *testing.T, run *capacity.Run, rg regime) (truth, d, w float6
 	return mdcCapacity(rg.slots, d, w, 0.95), d, w
 }
 
-// boundOf says where the capacity lies above the verified rate.
+// boundOf says where the capacity lies above the verified rate ("-"
+// with none verified).
 func boundOf(run *capacity.Run) string {
+	if _, ok := run.Capacity.Verified(); !ok {
+		return "-"
+	}
 	if c := run.Capacity; c != nil {
 		if b := c.BoundText(); b != "" {
 			return b
