@@ -368,15 +368,18 @@ func undecidable(l *Level, batches int, plan lookPlan) bool {
 }
 
 // pressureRising is the SLO pressure at which a level short of requests
-// goes on however few it drew: a request that came within a quarter of
-// an SLO says a miss may come. Worked numbers: the README's example
-// server at 10.8 req/s offered (its closed loop's peak 10.7): 65
-// requests in 6 s, all good, their TTFT P99 1.88 s against an SLO of 2
-// s, TTFT rising request after request (the queue building), so that 20
-// in a row were worth one independent request: projected undecidable, it
-// stopped inconclusive, where seconds more would have shown it missed
-// and let the search bisect below it.
-const pressureRising = 0.75
+// goes on however few it drew: a request that took half of an SLO says a
+// queue is forming and a miss may come (pressureNear, the pressure at
+// which a series' correlation counts). Worked numbers: the README's
+// example server (closed loop 10 req/s) at 11 req/s offered: 66 requests
+// in 6 s, all good, their TTFT P50 617 ms and P99 1.25 s against an SLO
+// of 2 s and rising (the queue building without end), so correlated
+// that they were worth a few independent requests: projected
+// undecidable, it stopped inconclusive, where seconds more would have
+// shown it missed and let the search bisect below it. At 0.75 that
+// level still stopped; at 8 req/s the same server's slowest TTFT was
+// 0.6 s.
+const pressureRising = pressureNear
 
 // batch is the length of a level's batches for its attainment interval:
 // a tenth of the steady window.

@@ -231,9 +231,9 @@ func TestUndecidable(t *testing.T) {
 			l.Scenarios[0].Interval = &Interval{N: 3, nearest: 0.8}
 			return l
 		}(), 3, thirty, false},
-		{"3 all good, the nearest at 70% of its SLO", func() *Level {
+		{"3 all good, the nearest at 40% of its SLO", func() *Level {
 			l := level(3, 3)
-			l.Scenarios[0].Interval = &Interval{N: 3, nearest: 0.7}
+			l.Scenarios[0].Interval = &Interval{N: 3, nearest: 0.4}
 			return l
 		}(), 3, thirty, true},
 		{"a level decided is not undecidable", &Level{Decision: DecisionMet, Counted: 23}, 3, thirty, false},
