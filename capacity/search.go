@@ -295,8 +295,10 @@ func (s *Step) decidable(rate float64) (int, bool) {
 
 // unconfirmedRate is the index in Verify of the highest open-loop level
 // below the first one against the objectives that is short of requests,
-// was measured so (short) and has no verified rate above it; -1 for
-// none (see unconfirmed).
+// was measured so (short) and has no verified rate above it, or, where
+// nothing verified, the highest such level run at a rate below the
+// first against them whatever its few seconds offered; -1 for none (see
+// unconfirmed).
 func (s *Step) unconfirmedRate(short map[int]bool) int {
 	var top, stop *Level
 	verified := false
