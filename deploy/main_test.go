@@ -67,16 +67,35 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-// freePort returns a loopback port that was free a moment ago.
+// freePort returns a loopback port that was free a moment ago and never
+// returned before in this test binary.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !portsHanded[port] {
+			portsHanded[port] = true
+			return port
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("no loopback port that was not handed out before")
+	return 0
 }
+
+// The ports freePort handed out: the kernel may return a port again to the
+// next listen on :0 before the process given it has bound it (as the main
+// module's internal/testkit/freeport says; this module cannot import it).
+var (
+	portsMu     sync.Mutex
+	portsHanded = map[int]bool{}
+)
 
 // httpGet GETs url with a short timeout and returns the status and body;
 // status 0 when there was no answer.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/internal/testkit/freeport"
 )
 
 func prometheusConfig(t testing.TB, url, selector string) *Config {
@@ -62,7 +63,7 @@ scrape_configs:
   - job_name: dcgm
     static_configs: [{targets: [%q, %q]}]
 `, strings.TrimPrefix(h100.URL, "http://"), strings.TrimPrefix(gb200.URL, "http://"))), 0o600))
-	addr := freeAddr(t)
+	addr := freeport.Addr(t)
 	startProcess(t, prom, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr, "--log.level=warn")
 
@@ -96,14 +97,6 @@ scrape_configs:
 	rd, err = none.Read(context.Background())
 	require.NoError(t, err)
 	assert.Empty(t, rd.Devices, "no series: nothing served, not an error")
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // startProcess runs a process for the rest of the test, and shows its

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sloprober/sloprober/internal/dashrender"
 	"github.com/sloprober/sloprober/internal/testkit/browser"
+	"github.com/sloprober/sloprober/internal/testkit/freeport"
 )
 
 // drawDashboards draws every dashboard from the Prometheus of p over the
@@ -104,7 +105,7 @@ func TestDashboardPictures(t *testing.T) {
 		require.GreaterOrEqual(t, minutes, 4, "SLOPROBER_DASHBOARD_MINUTES: the step test takes about 3 minutes")
 	}
 	prom, bin, dir := e2eSetup(t)
-	proberAddr, simAddr, promAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	proberAddr, simAddr, promAddr := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)
 	start(t, "sloprober", bin, "run", "--web.listen-address="+proberAddr, "--sim.listen-address="+simAddr,
 		"--storage.path="+t.TempDir(), "--web.enable-test-api")
 	p := startPrometheus(t, prom, dir, proberAddr, promAddr, "2s")

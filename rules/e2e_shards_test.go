@@ -20,6 +20,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sloprober/sloprober/internal/testkit/freeport"
 	"github.com/sloprober/sloprober/report/canary"
 )
 
@@ -34,7 +35,7 @@ import (
 // say the shards are incomplete. It takes about 50 s.
 func TestEndToEndShards(t *testing.T) {
 	prom, bin, dir := e2eSetup(t)
-	simAddr, promAddr := freeAddr(t), freeAddr(t)
+	simAddr, promAddr := freeport.Addr(t), freeport.Addr(t)
 	simCfg := filepath.Join(dir, "sim.yml")
 	require.NoError(t, os.WriteFile(simCfg, []byte("slots: 0\nfixed: {ttft: 5ms, itl: 2ms}\nfaults: {error_rate: {\"503\": 0.03}}\n"), 0o600))
 	start(t, "simulator", bin, "sim", "--config.file="+simCfg, "--web.listen-address="+simAddr)
@@ -48,7 +49,7 @@ canary: [{target: sim, scenario: chat, rate: 20, arrival: constant}]
 	var shards, shardAddrs []string
 	var stopShard2 func()
 	for i := range 3 {
-		addr := freeAddr(t)
+		addr := freeport.Addr(t)
 		shards, shardAddrs = append(shards, fmt.Sprintf("%q", addr)), append(shardAddrs, addr)
 		args := []string{"run", "--config.file=" + cfg, "--web.listen-address=" + addr,
 			"--storage.path=" + filepath.Join(dir, fmt.Sprint("runs", i)), fmt.Sprintf("--shard=%d/3", i)}
@@ -59,7 +60,7 @@ canary: [{target: sim, scenario: chat, rate: 20, arrival: constant}]
 		start(t, fmt.Sprintf("shard %d", i), bin, args...)
 	}
 	sentLog := logSent(t, shardAddrs)
-	single := freeAddr(t)
+	single := freeport.Addr(t)
 	start(t, "single", bin, "run", "--config.file="+cfg, "--web.listen-address="+single, "--storage.path="+filepath.Join(dir, "runs-single"))
 
 	rulesFile, err := filepath.Abs("sloprober.rules.yml")

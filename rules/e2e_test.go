@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,6 +19,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v2"
+
+	"github.com/sloprober/sloprober/internal/testkit/freeport"
 )
 
 // TestEndToEnd runs sloprober on its embedded default and a real
@@ -32,7 +33,7 @@ import (
 func TestEndToEnd(t *testing.T) {
 	prom, bin, dir := e2eSetup(t)
 
-	proberAddr, simAddr, promAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	proberAddr, simAddr, promAddr := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)
 	start(t, "sloprober", bin, "run", "--web.listen-address="+proberAddr, "--sim.listen-address="+simAddr, "--storage.path="+t.TempDir())
 
 	api := startPrometheus(t, prom, dir, proberAddr, promAddr, "2s")
@@ -153,14 +154,6 @@ scrape_configs:
 // embedded default's chat scenario.
 func chatOnly(expr string) string {
 	return fmt.Sprintf(`(%s) * on (target, scenario, test) group_left () (target_scenario_test:sloprober_intended_request_rate:sum{scenario="chat"} * 0 + 1)`, expr)
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // start runs a process for the rest of the test, and shows its output if

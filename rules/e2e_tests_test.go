@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/internal/testkit/freeport"
 )
 
 // TestEndToEndTests runs a short step test and a short soak through the
@@ -28,7 +30,7 @@ func TestEndToEndTests(t *testing.T) {
 	// batches come (a few dozen requests all good, within max_steady 24s);
 	// verify.max_levels 1 keeps the search from bisecting on up to the
 	// closed loop's 12.5 req/s, minutes of levels these rules do not need.
-	simAddr, proberAddr, promAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	simAddr, proberAddr, promAddr := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)
 	simCfg := filepath.Join(dir, "sim.yml")
 	require.NoError(t, os.WriteFile(simCfg, []byte("slots: 4\nprefill: {base: 4ms, per_token: 0s}\ndecode: {base: 8ms, per_sequence: 2ms}\n"), 0o600))
 	start(t, "simulator", bin, "sim", "--config.file="+simCfg, "--web.listen-address="+simAddr)

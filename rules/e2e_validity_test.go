@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/internal/testkit/freeport"
 )
 
 // TestEndToEndStarvedProber starves sloprober on purpose, with a real
@@ -54,7 +56,7 @@ func TestEndToEndStarvedProber(t *testing.T) {
 	bin := filepath.Join(dir, "sloprober-burn")
 	out, err := exec.Command("go", "build", "-tags", "sloprober_burn", "-o", bin, "../cmd/sloprober").CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	simAddr, proberAddr, promAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	simAddr, proberAddr, promAddr := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)
 	simCfg := filepath.Join(dir, "sim.yml")
 	require.NoError(t, os.WriteFile(simCfg, []byte("slots: 0\nfixed: {ttft: 10ms, itl: 1ms}\n"), 0o600))
 	start(t, "simulator", bin, "sim", "--config.file="+simCfg, "--web.listen-address="+simAddr)

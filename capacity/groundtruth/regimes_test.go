@@ -19,6 +19,7 @@ import (
 
 	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/internal/testkit/freeport"
 )
 
 // The capacity benchmark (`make bench-capacity`): a step test profile run
@@ -149,7 +150,7 @@ tests:
 // profile's step test against it with `sloprober test run`.
 func runRegime(t *testing.T, bin, burn, dir string, rg regime, profile string, i int) regimeRun {
 	t.Helper()
-	addr := freeAddress(t)
+	addr := freeport.Addr(t)
 	simFile := filepath.Join(dir, fmt.Sprintf("sim-%s-%d.yml", rg.name, i))
 	require.NoError(t, os.WriteFile(simFile, fmt.Appendf(nil, "slots: %d\nprefill: {base: 0s, per_token: 0s}\ndecode: {base: %s, per_sequence: 0s}\n",
 		rg.slots, rg.step), 0o644))
@@ -212,16 +213,6 @@ func boundOf(run *capacity.Run) string {
 		}
 	}
 	return "-"
-}
-
-// freeAddress is a loopback address no one listens on.
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
 }
 
 // waitListening waits until addr accepts connections.

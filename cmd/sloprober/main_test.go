@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/sloprober/sloprober/internal/testkit/freeport"
 	"github.com/sloprober/sloprober/simulator"
 	"github.com/sloprober/sloprober/simulator/simtest"
 )
@@ -48,16 +48,6 @@ func self(t *testing.T) string {
 	path, err := os.Executable()
 	require.NoError(t, err)
 	return path
-}
-
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
 }
 
 // output is a writer safe for the goroutines of a running sloprober.
@@ -114,7 +104,7 @@ func daemonArgs(t *testing.T, addr string, args []string) []string {
 // binary.
 func start(t *testing.T, args ...string) *process {
 	t.Helper()
-	p := &process{addr: freeAddr(t), done: make(chan int, 1)}
+	p := &process{addr: freeport.Addr(t), done: make(chan int, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
 	exit := func(code int) { t.Errorf("sloprober called exit(%d): its stop outlasted the deadline", code) }
@@ -135,7 +125,7 @@ func start(t *testing.T, args ...string) *process {
 // the tests of signals and exit codes.
 func startProcess(t *testing.T, args ...string) *process {
 	t.Helper()
-	p := &process{addr: freeAddr(t), done: make(chan int, 1)}
+	p := &process{addr: freeport.Addr(t), done: make(chan int, 1)}
 	p.cmd = exec.Command(self(t), daemonArgs(t, p.addr, args)...)
 	p.cmd.Env = append(os.Environ(), asSloprober+"=1")
 	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
@@ -366,7 +356,7 @@ scenarios:
 canary:
   - {target: down, scenario: chat, rate: 10, arrival: constant}
   - {target: sim, scenario: chat, rate: 20, arrival: constant}
-`, srv.URL, freeAddr(t))
+`, srv.URL, freeport.Addr(t))
 	write(good)
 	p := startProcess(t, "--config.file="+file)
 	p.waitReady(t)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/internal/testkit/freeport"
 )
 
 // TestReportCanaryErrors: `report canary` exits 2 with one line naming
@@ -17,7 +19,7 @@ import (
 func TestReportCanaryErrors(t *testing.T) {
 	notProm := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(notProm.Close)
-	closed := "http://" + freeAddr(t)
+	closed := "http://" + freeport.Addr(t)
 	for _, tc := range []struct {
 		name string
 		args []string

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sloprober/sloprober/internal/testkit/freeport"
 	"github.com/sloprober/sloprober/simulator/simtest"
 )
 
@@ -43,7 +44,7 @@ targets:
   - {name: bearer, url: "http://%[3]s/v1", model: sim-model, authorization: {credentials: %[2]s}}
   - {name: down, url: "http://user:%[1]s@%[4]s/v1", model: sim-model, timeout: 1s}
 scenarios: [{name: chat, input_tokens: 16, output_tokens: 2, ignore_eos: true, slo: {ttft: 1s}}]
-`, password, token, host, freeAddr(t))
+`, password, token, host, freeport.Addr(t))
 	good := targets + `canary:
   - {target: userinfo, scenario: chat, rate: 10, arrival: constant}
   - {target: bearer, scenario: chat, rate: 10, arrival: constant}
