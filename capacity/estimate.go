@@ -56,17 +56,6 @@ const (
 	openShare      = 0.7
 )
 
-// closedPeak is the most a sweep level of the run has completed, req/s.
-func (s *Step) closedPeak() float64 {
-	peak := 0.0
-	if s.run != nil {
-		for _, l := range s.run.Sweep {
-			peak = max(peak, l.CompletedRate)
-		}
-	}
-	return peak
-}
-
 // priorWeight is how many levels the estimate before a stage runs counts
 // as, beside the levels that ran.
 const priorWeight = 2
@@ -183,7 +172,7 @@ func (s *Step) timeLeft(stage string) time.Duration {
 		"verify":   time.Duration(w.Warmup) + time.Duration(typicalVerifyShare*float64(most)) + drainAllowance,
 	}
 	prior["refine"] = prior["sweep"]
-	if peak := s.closedPeak(); peak > 0 {
+	if peak := s.peak(); peak > 0 {
 		// The open-loop levels run at about 0.7x of what the closed
 		// loop completed, and decide in about verifyRequests requests:
 		// a target of 11 req/s decides in 26 s where one of 3.5 req/s

@@ -260,8 +260,11 @@ func (s *Step) ceiling() (float64, bool) {
 }
 
 // peak is the highest completed rate of a sweep level the prober
-// measured validly.
+// measured validly; 0 before the sweep.
 func (s *Step) peak() float64 {
+	if s.run == nil {
+		return 0
+	}
 	peak := 0.0
 	for _, l := range s.run.Sweep {
 		if !l.ProberBound() {
