@@ -126,16 +126,23 @@ func parseURL(raw string) (base, api string, err error) {
 	return u.String(), api, nil
 }
 
-// targetName is a target name ([a-zA-Z0-9_-]+) made of the URL's host.
+// targetName is a target name ([a-zA-Z0-9_-]+) made of the URL's host
+// and its port where it names one: two servers on one host
+// (http://127.0.0.1:8000 and :8001) are two targets, 127-0-0-1-8000 and
+// 127-0-0-1-8001, whose stored runs are never mixed up.
 func targetName(base string) string {
 	u, err := url.Parse(base)
 	if err != nil || u.Hostname() == "" {
 		return "target"
 	}
-	if name := strings.Trim(nonName.ReplaceAllString(u.Hostname(), "-"), "-"); name != "" {
-		return name
+	name := strings.Trim(nonName.ReplaceAllString(u.Hostname(), "-"), "-")
+	if name == "" {
+		name = "target" // a host of no ASCII letter or digit
 	}
-	return "target" // a host of no ASCII letter or digit
+	if p := u.Port(); p != "" {
+		name += "-" + p
+	}
+	return name
 }
 
 var nonName = regexp.MustCompile(`[^a-zA-Z0-9_-]+`)

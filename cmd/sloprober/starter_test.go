@@ -45,10 +45,12 @@ func TestParseURL(t *testing.T) {
 		require.Equal(t, c.base, base, c.in)
 		require.Equal(t, c.api, api, c.in)
 	}
-	require.Equal(t, "127-0-0-1", targetName("http://127.0.0.1:8000/v1"))
-	require.Equal(t, "1", targetName("http://[::1]:8000/v1"))
+	require.Equal(t, "127-0-0-1-8000", targetName("http://127.0.0.1:8000/v1"))
+	require.Equal(t, "127-0-0-1-8001", targetName("http://127.0.0.1:8001/v1"), "two servers on one host are two targets")
+	require.Equal(t, "1-8000", targetName("http://[::1]:8000/v1"))
 	require.Equal(t, "vllm-prod_eu", targetName("https://vllm.prod_eu/v1"))
 	require.Equal(t, "target", targetName("http://пример/v1"), "no ASCII letter or digit")
+	require.Equal(t, "target-8000", targetName("http://пример:8000/v1"))
 }
 
 // seenHeaders wraps a simulator's handler and records the Authorization
@@ -97,7 +99,8 @@ func TestInit(t *testing.T) {
 		"--bearer-token-file="+token, "--header=X-Tenant: team-a")
 	require.Equal(t, 0, code, stderr)
 	require.Empty(t, stdout)
-	require.Contains(t, stderr, "Wrote "+file+": target 127-0-0-1, model sim-model, API chat.")
+	name := "127-0-0-1-" + sim.URL[strings.LastIndex(sim.URL, ":")+1:] // host and port
+	require.Contains(t, stderr, "Wrote "+file+": target "+name+", model sim-model, API chat.")
 	require.Equal(t, []string{"Bearer s3cret|team-a"}, heads.at("/v1/models"), "the model is read with the credentials")
 
 	b, err := os.ReadFile(file)
@@ -121,7 +124,7 @@ func TestInit(t *testing.T) {
 	require.Equal(t, "chat", tg.API)
 	require.Equal(t, "sim-model", tg.Model)
 	// The file's configuration sends what the environment holds.
-	code, _, stderr = runCLI(t, "probe", "--config.file="+file, "--config.expand-env", "--target=127-0-0-1", "--scenario=chat")
+	code, _, stderr = runCLI(t, "probe", "--config.file="+file, "--config.expand-env", "--target="+name, "--scenario=chat")
 	require.Equal(t, 0, code, stderr)
 	require.Equal(t, []string{"Bearer s3cret|team-b"}, heads.at("/v1/chat/completions"))
 	cfg, err = config.LoadFile(file, true)
@@ -185,7 +188,7 @@ func TestProbeURL(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "probe", sim.URL+"/v1", "--bearer-token-file="+token, "--header=X-Tenant: team-a")
 	require.Equal(t, 0, code, stdout+stderr)
 	require.NotContains(t, stdout+stderr, "team-a")
-	require.Contains(t, stdout, "target:     127-0-0-1 (chat API, model sim-model, "+sim.URL+"/v1)")
+	require.Contains(t, stdout, "target:     127-0-0-1-"+sim.URL[strings.LastIndex(sim.URL, ":")+1:]+" (chat API, model sim-model, "+sim.URL+"/v1)")
 	require.Contains(t, stdout, "scenario:   chat (input 512 tokens, output 128 tokens")
 	require.Contains(t, stdout, "verdict: good")
 	require.Equal(t, []string{"Bearer s3cret|team-a"}, heads.at("/v1/chat/completions"))
@@ -225,7 +228,7 @@ func TestTestRunURL(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("test run did not stop")
 	}
-	require.Contains(t, stderr.String(), "Running step test capacity on target 127-0-0-1")
+	require.Contains(t, stderr.String(), "Running step test capacity on target 127-0-0-1-"+sim.URL[strings.LastIndex(sim.URL, ":")+1:])
 	var printed capacity.Run
 	require.NoError(t, json.Unmarshal([]byte(stdout.String()), &printed), "--output json: %s", stdout.String())
 	require.Equal(t, capacity.VerdictAborted, printed.Verdict)
