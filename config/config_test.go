@@ -75,6 +75,19 @@ func TestLoadFileErrors(t *testing.T) {
 line 9: scenarios[0].input_tokens: a length is a number or a mapping with a distribution key, got "abc"
 line 10: scenarios[0].objectve: no such key (did you mean "objective"?)
 line 12: test: no such key (did you mean "tests"?)`},
+		// Ten mistakes, the decoding errors and those of what decodes of
+		// the rest told together (a misspelled reference beside a bad
+		// duration), each with what was meant where it can be guessed.
+		{"ten_mistakes.yml", `testdata/ten_mistakes.yml: line 2: global.max_rate: must be positive and at most 10000 req/s, got 0
+line 4: targets[0].url: is required: the endpoint's base URL, e.g. http://127.0.0.1:8000/v1
+line 6: targets[0].timout: no such key (did you mean "timeout"?)
+line 8: targets[1].url: must start with http:// or https://, e.g. http://127.0.0.1:8000/v1, got "127.0.0.1:30000/v1"
+line 14: scenarios[0].slo.ttft: not a valid duration string: "2": a duration needs its unit: "2s", "2ms"?
+line 15: scenarios[0].objective: must be between 0 and 1 (exclusive), got 95 (95%? write 0.95)
+line 17: canary[0].target: unknown target "vlm" (did you mean "vllm"?)
+line 21: canary[1].scenario: unknown scenario "chta" (did you mean "chat"?)
+line 23: canary[1].arrival: must be constant, poisson or gamma, got "bursty"
+line 24: test: no such key (did you mean "tests"?)`},
 		{"unknown_key.yml", "testdata/unknown_key.yml: line 5: targets[0].timout: no such key (did you mean \"timeout\"?)"},
 		{"bad_duration.yml", `testdata/bad_duration.yml: line 3: scenarios[0].slo.ttft: not a valid duration string: "fast"`},
 		{"bad_timeout.yml", `testdata/bad_timeout.yml: line 5: targets[0].timeout: not a valid duration string: "five"`},
@@ -175,7 +188,7 @@ line 7: scenarios[0].name: must be at most 64 bytes, got 100 bytes ("sssssssssss
 		// A bad URL is named, its password redacted (issue 9, item 13).
 		{"secret_url.yml", `testdata/secret_url.yml: line 2: targets[0].url: scheme must be http or https, got "ftp://user:xxxxx@127.0.0.1/v1"
 line 3: targets[1].url: invalid URL, got "http://user:xxxxx@127.0.0.1:port/v1"
-line 4: targets[2].url: scheme must be http or https, got "user:xxxxx@127.0.0.1:8000/v1"`},
+line 4: targets[2].url: must start with http:// or https://, e.g. http://127.0.0.1:8000/v1, got "user:xxxxx@127.0.0.1:8000/v1"`},
 		{"secret_proxy.yml", `testdata/secret_proxy.yml: line 5: targets[0].proxy_url: parse "http://proxy:xxxxx@proxy host:3128": invalid character " " in host name`},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
@@ -312,7 +325,7 @@ func TestExpandEnv(t *testing.T) {
 	require.NotContains(t, c.String(), "s3cret")
 
 	_, err = LoadFile("testdata/env.yml", false)
-	require.EqualError(t, err, `testdata/env.yml: line 3: targets[0].url: scheme must be http or https, got "${SLOPROBER_TEST_URL}"`+"\n"+
+	require.EqualError(t, err, `testdata/env.yml: line 3: targets[0].url: must start with http:// or https://, e.g. http://127.0.0.1:8000/v1, got "${SLOPROBER_TEST_URL}"`+"\n"+
 		"(the file has ${VAR} references, the first ${SLOPROBER_TEST_URL} on line 3: they are expanded with --config.expand-env)")
 
 	t.Setenv("SLOPROBER_TEST_URL", "")

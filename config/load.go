@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 
 	commoncfg "github.com/prometheus/common/config"
@@ -80,9 +81,23 @@ func Parse(b []byte, expandEnv bool, dir string) (*Config, error) {
 			return nil, fmt.Errorf("with environment variables expanded: %w", errTooLarge)
 		}
 	}
+	c, err := decode(b, dir)
+	if err != nil {
+		return nil, envHint(b, expandEnv, redactErr(withRest(b, dir, err)))
+	}
+	c.hash = hex.EncodeToString(sum[:])
+	if err := c.validate(c.readTraces()); err != nil {
+		return nil, envHint(b, expandEnv, redactErr(withLines(b, err)))
+	}
+	return c, nil
+}
+
+// decode decodes b, a file of dir, strictly, with the defaults where it
+// leaves a key out.
+func decode(b []byte, dir string) (*Config, error) {
 	c := &Config{Global: DefaultGlobalConfig, Tracing: DefaultTracingConfig}
 	if err := strictyaml.Unmarshal(b, c); err != nil {
-		return nil, envHint(b, expandEnv, redactErr(err))
+		return nil, err
 	}
 	for _, t := range c.Targets {
 		if t != nil {
@@ -96,11 +111,54 @@ func Parse(b []byte, expandEnv bool, dir string) (*Config, error) {
 		c.Tracing = DefaultTracingConfig // `tracing:` with nothing under it
 	}
 	c.Tracing.TLSConfig.SetDirectory(dir)
-	c.dir, c.hash = dir, hex.EncodeToString(sum[:])
-	if err := c.validate(c.readTraces()); err != nil {
-		return nil, envHint(b, expandEnv, redactErr(withLines(b, err)))
-	}
+	c.dir = dir
 	return c, nil
+}
+
+// withRest adds to the decoding errors err of b the validation errors of
+// what decodes of b without the keys to blame (strictyaml.Error.Rest):
+// a misspelled target reference is told beside a bad duration, not after
+// it is fixed. An error of a key left out, or of a key above or below one
+// (its value, or the mapping that lost it: "set scenario or mix"), is left
+// to the decoding error.
+func withRest(b []byte, dir string, err error) error {
+	var se *strictyaml.Error
+	if !errors.As(err, &se) || se.Rest == nil {
+		return err
+	}
+	c, rerr := decode(se.Rest, dir)
+	if rerr != nil {
+		return err
+	}
+	verr := c.validate(c.readTraces())
+	joined, ok := withLines(b, verr).(interface{ Unwrap() []error })
+	if !ok {
+		return err
+	}
+	ls := slices.Clone(se.Lines)
+	for _, e := range joined.Unwrap() {
+		text := e.Error()
+		line, key := 0, text
+		if n, _ := fmt.Sscanf(text, "line %d: ", &line); n == 1 {
+			_, key, _ = strings.Cut(text, ": ")
+		}
+		key, _, _ = strings.Cut(key, ": ")
+		if slices.ContainsFunc(se.Lines, func(l strictyaml.Line) bool { return related(key, l.Path) }) {
+			continue
+		}
+		ls = append(ls, strictyaml.Line{Line: line, Path: key, Text: text})
+	}
+	return errors.New(strictyaml.Join(ls))
+}
+
+// related reports whether the key paths a and b are one, or one is above
+// the other: targets[0] and targets[0].url, not targets[0].url and
+// targets[0].urls.
+func related(a, b string) bool {
+	under := func(x, y string) bool {
+		return strings.HasPrefix(x, y) && (len(x) == len(y) || x[len(y)] == '.' || x[len(y)] == '[')
+	}
+	return under(a, b) || under(b, a)
 }
 
 // withLines prefixes each of the joined validation errors err with the line

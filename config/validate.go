@@ -25,6 +25,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/sloprober/sloprober/faults"
+	"github.com/sloprober/sloprober/internal/strictyaml"
 	"github.com/sloprober/sloprober/workload"
 )
 
@@ -108,7 +109,9 @@ func (v *validation) validateTargets(targets []*TargetConfig) {
 
 // validateTarget checks a target's fields but its name.
 func (v *validation) validateTarget(key string, t *TargetConfig) {
-	if err := validateURL(t.URL); err != nil {
+	if t.URL == "" {
+		v.bad(key+".url", "is required: the endpoint's base URL, e.g. http://127.0.0.1:8000/v1")
+	} else if err := validateURL(t.URL); err != nil {
 		v.bad(key+".url", "%v, got %q", err, RedactURL(t.URL))
 	}
 	if !slices.Contains(APIs, t.API) {
@@ -240,7 +243,11 @@ func (v *validation) validateScenario(key string, s *ScenarioConfig) {
 		}
 	}
 	if !(s.Objective > 0 && s.Objective < 1) {
-		v.bad(key+".objective", "must be between 0 and 1 (exclusive), got %g", s.Objective)
+		hint := ""
+		if s.Objective > 1 && s.Objective < 100 {
+			hint = fmt.Sprintf(" (%g%%? write %g)", s.Objective, s.Objective/100)
+		}
+		v.bad(key+".objective", "must be between 0 and 1 (exclusive), got %g%s", s.Objective, hint)
 	}
 	for _, slo := range s.SLO.List() {
 		if slo.Threshold <= 0 {
@@ -294,7 +301,7 @@ func (v *validation) validateLoad(key string, l *LoadConfig) *TargetConfig {
 func (v *validation) validateTargetScenarios(key, target, scenario string, mix map[string]float64) *TargetConfig {
 	t, ok := v.targets[target]
 	if !ok {
-		v.bad(key+".target", "unknown target %q", target)
+		v.bad(key+".target", "unknown target %q%s", target, didYouMean(target, v.targets))
 	}
 	switch {
 	case scenario != "" && len(mix) > 0:
@@ -303,18 +310,27 @@ func (v *validation) validateTargetScenarios(key, target, scenario string, mix m
 		v.bad(key, "set scenario or mix")
 	case scenario != "":
 		if _, ok := v.scenarios[scenario]; !ok {
-			v.bad(key+".scenario", "unknown scenario %q", scenario)
+			v.bad(key+".scenario", "unknown scenario %q%s", scenario, didYouMean(scenario, v.scenarios))
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(mix)) {
 		if _, ok := v.scenarios[name]; !ok {
-			v.bad(key+".mix", "unknown scenario %q", name)
+			v.bad(key+".mix", "unknown scenario %q%s", name, didYouMean(name, v.scenarios))
 		}
 		if w := mix[name]; !(w > 0) || math.IsInf(w, 0) {
 			v.bad(key+".mix."+name, "weight must be positive, got %g", w)
 		}
 	}
 	return t
+}
+
+// didYouMean is " (did you mean \"sim\"?)" when name is most likely a
+// typo of a name of known, else "" (strictyaml.Suggest).
+func didYouMean[T any](name string, known map[string]T) string {
+	if s := strictyaml.Suggest(name, slices.Sorted(maps.Keys(known))); s != "" {
+		return fmt.Sprintf(" (did you mean %q?)", s)
+	}
+	return ""
 }
 
 // validateReplay checks a replay load: its speed, and its trace if read.
@@ -477,6 +493,9 @@ func (v *validation) validateHeaderValues(key string, c *commoncfg.HTTPClientCon
 }
 
 func validateURL(s string) error {
+	if !strings.Contains(s, "://") {
+		return errors.New("must start with http:// or https://, e.g. http://127.0.0.1:8000/v1")
+	}
 	u, err := url.Parse(s)
 	if err != nil {
 		return errors.New("invalid URL")

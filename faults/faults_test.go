@@ -43,7 +43,7 @@ func TestParse(t *testing.T) {
 		`{"error_rate": {"200": 0.1}}`:                     `faults.error_rate: key must be an HTTP status from 400 to 599, got "200"`,
 		`{"error_rate": {"503": 0.75, "500": 0.5}}`:        "faults.error_rate: rates must add up to at most 1, got 1.25",
 		"reset_rate: 1.5\nstall: {rate: -1}":               "faults.reset_rate: must be between 0 and 1, got 1.5\nfaults.stall.rate: must be between 0 and 1, got -1",
-		`{"header_delay": 5}`:                              `line 1: header_delay: time: missing unit in duration "5"`,
+		`{"header_delay": 5}`:                              `line 1: header_delay: time: missing unit in duration "5": a duration needs its unit: "5s", "5ms"?`,
 	} {
 		_, err := Parse([]byte(body))
 		require.EqualError(t, err, want, body)

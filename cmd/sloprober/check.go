@@ -42,6 +42,12 @@ func (c *checkCommand) run(stdout, stderr io.Writer) int {
 			code = 1
 			continue
 		}
+		if len(cfg.Targets) == 0 {
+			// Valid, and probing nothing: an empty file, or the wrong one.
+			fmt.Fprintf(stderr, "FAILED: %s: no targets: it probes nothing (sloprober init --target URL writes a starter)\n", f)
+			code = 1
+			continue
+		}
 		fmt.Fprintf(stdout, "SUCCESS: %s is valid: %s, %s, %s, %s\n", f, count(len(cfg.Targets), "target"),
 			count(len(cfg.Scenarios), "scenario"), count(len(cfg.Canary), "canary load"), count(len(cfg.Tests), "test"))
 	}

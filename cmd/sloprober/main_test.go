@@ -497,7 +497,15 @@ func TestCheckConfig(t *testing.T) {
 	code, stdout, stderr = runCLI(t, "check", "config", "testdata/good.yml", "testdata/bad.yml")
 	require.Equal(t, 1, code)
 	require.Contains(t, stdout, "SUCCESS: testdata/good.yml")
-	require.Equal(t, "FAILED: testdata/bad.yml: line 5: targets[0].timeout: not a valid duration string: \"-5s\"\n", stderr)
+	require.Equal(t, "FAILED: testdata/bad.yml: line 5: targets[0].timeout: not a valid duration string: \"-5s\"\n"+
+		"line 9: canary[0].target: unknown target \"remote\"\n", stderr, "the reference is told beside the bad duration, not after it is fixed")
+
+	// An empty file is valid YAML and probes nothing: the wrong file.
+	empty := filepath.Join(t.TempDir(), "empty.yml")
+	require.NoError(t, os.WriteFile(empty, []byte("# nothing yet\n"), 0o600))
+	code, _, stderr = runCLI(t, "check", "config", empty)
+	require.Equal(t, 1, code)
+	require.Equal(t, "FAILED: "+empty+": no targets: it probes nothing (sloprober init --target URL writes a starter)\n", stderr)
 
 	// The shipped examples are valid.
 	for _, f := range []string{"../../examples/production-like.yml", "../../examples/quality/sloprober.yml"} {

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v2"
@@ -17,11 +19,14 @@ import (
 // thousand bad entries says so in 20 lines, not a thousand.
 const maxProblems = 20
 
-// problem is one error of a file, at its line and key path.
+// problem is one error of a file, at its line and key path. key is the
+// mapping key the error is a value (or a name) of, nil for an element of
+// a sequence: what the file is without it (Error.Rest) leaves it out.
 type problem struct {
 	line int
 	path string
 	msg  string
+	key  *yaml3.Node
 }
 
 func (p problem) String() string {
@@ -40,21 +45,60 @@ func (p problem) String() string {
 // that decodes is never blamed, whatever a type's own UnmarshalYAML makes
 // of its keys. A failing subtree in which no part is to blame is itself
 // the error. It returns nil when the document does not parse as yaml v3.
-func check(b []byte, v any) []problem {
+//
+// It also returns the document without the keys to blame, to be checked
+// further (Error.Rest), or nil when a problem is not a key's (an element
+// of a sequence: leaving it out would renumber the ones after it).
+func check(b []byte, v any) ([]problem, []byte) {
 	t := reflect.TypeOf(v)
 	if t == nil || t.Kind() != reflect.Pointer {
-		return nil
+		return nil, nil
 	}
 	var doc yaml3.Node
 	if yaml3.Unmarshal(b, &doc) != nil || doc.Kind != yaml3.DocumentNode || len(doc.Content) != 1 {
-		return nil
+		return nil, nil
 	}
-	ps := walk(doc.Content[0], t.Elem(), "")
+	ps := walk(doc.Content[0], nil, t.Elem(), "")
 	slices.SortStableFunc(ps, func(a, b problem) int { return a.line - b.line })
-	return ps
+	return ps, without(&doc, ps)
 }
 
-func walk(n *yaml3.Node, t reflect.Type, path string) []problem {
+// without is the document doc without the keys of ps (each with its
+// value), encoded; nil if a problem has no key.
+func without(doc *yaml3.Node, ps []problem) []byte {
+	blamed := map[*yaml3.Node]bool{}
+	for _, p := range ps {
+		if p.key == nil {
+			return nil
+		}
+		blamed[p.key] = true
+	}
+	var cut func(n *yaml3.Node)
+	cut = func(n *yaml3.Node) {
+		if n.Kind == yaml3.MappingNode {
+			kept := n.Content[:0:0]
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if !blamed[n.Content[i]] {
+					kept = append(kept, n.Content[i], n.Content[i+1])
+				}
+			}
+			n.Content = kept
+		}
+		for _, c := range n.Content {
+			cut(c)
+		}
+	}
+	cut(doc)
+	b, err := yaml3.Marshal(doc)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// walk checks n, the value of the mapping key key (nil for an element of
+// a sequence, or the document), against t.
+func walk(n, key *yaml3.Node, t reflect.Type, path string) []problem {
 	if n.Kind == yaml3.AliasNode {
 		return nil // its anchor's subtree is checked where it is
 	}
@@ -88,23 +132,23 @@ func walk(n *yaml3.Node, t reflect.Type, path string) []problem {
 				if s := suggest(k, keys); s != "" {
 					msg += fmt.Sprintf(" (did you mean %q?)", s)
 				}
-				ps = append(ps, problem{n.Content[i].Line, join(path, k), msg})
+				ps = append(ps, problem{n.Content[i].Line, join(path, k), msg, n.Content[i]})
 				continue
 			}
-			ps = append(ps, walk(n.Content[i+1], ft, join(path, k))...)
+			ps = append(ps, walk(n.Content[i+1], n.Content[i], ft, join(path, k))...)
 		}
 	case n.Kind == yaml3.MappingNode && t.Kind() == reflect.Map:
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			ps = append(ps, walk(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value))...)
+			ps = append(ps, walk(n.Content[i+1], n.Content[i], t.Elem(), join(path, n.Content[i].Value))...)
 		}
 	case n.Kind == yaml3.SequenceNode && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array):
 		for i, c := range n.Content {
-			ps = append(ps, walk(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i))...)
+			ps = append(ps, walk(c, nil, t.Elem(), fmt.Sprintf("%s[%d]", path, i))...)
 		}
 	}
 	if len(ps) == 0 && path != "" && !alias {
 		// The document as a whole is left to Unmarshal's own report.
-		ps = append(ps, problem{n.Line, path, message(err)})
+		ps = append(ps, problem{n.Line, path, message(err), key})
 	}
 	return ps
 }
@@ -143,9 +187,31 @@ func message(err error) string {
 		if j := strings.Index(m, " in type "); j > 0 {
 			m = m[:j]
 		}
-		msgs[i] = m
+		msgs[i] = UnitHint(m)
 	}
 	return strings.Join(msgs, "; ")
+}
+
+// bareDuration is the error of a duration written as a bare number.
+var bareDuration = regexp.MustCompile(`(not a valid duration string: |in duration )"([0-9]+(\.[0-9]+)?)"$`)
+
+// UnitHint adds to a duration's decoding error the unit its bare number
+// is missing: `ttft: 2` is `not a valid duration string: "2": a duration
+// needs its unit: "2s", "2ms"?`; `ttft: 1.5` is `... "1500ms"?`
+// (Prometheus's durations take no fraction: "1.5s" is refused too).
+func UnitHint(msg string) string {
+	m := bareDuration.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	if m[3] == "" {
+		return fmt.Sprintf(`%s: a duration needs its unit: "%ss", "%sms"?`, msg, m[2], m[2])
+	}
+	x, err := strconv.ParseFloat(m[2], 64)
+	if ms := x * 1000; err == nil && ms == math.Trunc(ms) {
+		return fmt.Sprintf(`%s: a duration needs its unit, in whole numbers: "%.0fms"?`, msg, ms)
+	}
+	return msg
 }
 
 // fieldsAndRest is fields, and the element type of an inlined map, which
@@ -176,13 +242,19 @@ func fieldsAndRest(t reflect.Type) (map[string]reflect.Type, reflect.Type) {
 	return fields(t, nil), rest
 }
 
-// suggest returns the known key that key is most likely a typo of: within
-// an edit distance of 2 (a third of the key's length for short keys), the
-// nearest; "" if none is near.
+// suggest returns the known key that key is most likely a typo of.
 func suggest(key string, known map[string]reflect.Type) string {
-	best, bestD := "", max(1, min(2, len(key)/3))+1
-	for _, k := range slices.Sorted(maps.Keys(known)) {
-		if d := distance(key, k); d < bestD {
+	return Suggest(key, slices.Sorted(maps.Keys(known)))
+}
+
+// Suggest returns the name of known that name is most likely a typo of:
+// within an edit distance of 2 (a third of the name's length for short
+// names), the nearest, the first of known on a tie; "" if none is near.
+// A canary load's `target: simm` is a typo of the target sim.
+func Suggest(name string, known []string) string {
+	best, bestD := "", max(1, min(2, len(name)/3))+1
+	for _, k := range known {
+		if d := distance(name, k); d < bestD {
 			best, bestD = k, d
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v2"
@@ -27,15 +28,12 @@ func Unmarshal(b []byte, v any) error {
 		return nil
 	}
 	// Every error of the file, not the first: a user fixes them in one go.
-	if ps := check(b, v); len(ps) > 0 {
-		msgs := make([]string, 0, min(len(ps), maxProblems)+1)
-		for _, p := range ps[:min(len(ps), maxProblems)] {
-			msgs = append(msgs, p.String())
+	if ps, rest := check(b, v); len(ps) > 0 {
+		e := &Error{Rest: rest}
+		for _, p := range ps {
+			e.Lines = append(e.Lines, Line{p.line, p.path, p.String()})
 		}
-		if len(ps) > maxProblems {
-			msgs = append(msgs, fmt.Sprintf("and %d more errors", len(ps)-maxProblems))
-		}
-		return errors.New(strings.Join(msgs, "\n"))
+		return e
 	}
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
@@ -49,6 +47,45 @@ func Unmarshal(b []byte, v any) error {
 		msgs[i] = m
 	}
 	return errors.New(strings.Join(msgs, "\n"))
+}
+
+// Error is Unmarshal's error when it found every error of the file: each
+// at its line and key path.
+type Error struct {
+	Lines []Line
+	// Rest is the file without the keys to blame (nil when an error is
+	// an element of a sequence's): what decodes of it, checked further
+	// (its references, its values' ranges), tells the rest of the
+	// errors in the same go, not after these are fixed.
+	Rest []byte
+}
+
+// Line is an error of a file: its line, the key path it names and its
+// text, "line 7: targets[0].timeout: ...".
+type Line struct {
+	Line int
+	Path string
+	Text string
+}
+
+// Error is the errors, a line each, the first maxProblems of them.
+func (e *Error) Error() string {
+	return Join(e.Lines)
+}
+
+// Join writes errors a line each, sorted by their line (stable), at most
+// maxProblems of them and how many more there are.
+func Join(ls []Line) string {
+	ls = slices.Clone(ls)
+	slices.SortStableFunc(ls, func(a, b Line) int { return a.Line - b.Line })
+	msgs := make([]string, 0, min(len(ls), maxProblems)+1)
+	for _, l := range ls[:min(len(ls), maxProblems)] {
+		msgs = append(msgs, l.Text)
+	}
+	if len(ls) > maxProblems {
+		msgs = append(msgs, fmt.Sprintf("and %d more errors", len(ls)-maxProblems))
+	}
+	return strings.Join(msgs, "\n")
 }
 
 // locate finds where a value's own UnmarshalYAML failed with err, which
@@ -71,6 +108,9 @@ func locate(b []byte, v any, err error) error {
 	path, line, ok := find(doc.Content[0], t.Elem(), "", err.Error())
 	if !ok || path == "" {
 		return err
+	}
+	if hint := UnitHint(err.Error()); hint != err.Error() {
+		return fmt.Errorf("line %d: %s: %s", line, path, hint)
 	}
 	return fmt.Errorf("line %d: %s: %w", line, path, err)
 }

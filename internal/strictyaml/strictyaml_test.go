@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
@@ -65,7 +66,7 @@ func TestUnmarshalErrors(t *testing.T) {
 			"line 1: picky: picky: want ok\n" +
 				`line 3: items[0].timeout: not a valid duration string: "five"` + "\n" +
 				`line 4: items[1].tmeout: no such key (did you mean "timeout"?)` + "\n" +
-				`line 5: plain: not a valid duration string: "5"` + "\n" +
+				`line 5: plain: not a valid duration string: "5": a duration needs its unit: "5s", "5ms"?` + "\n" +
 				"line 6: count: cannot unmarshal !!str `x` into int"},
 		{"inlined map takes any key", "labels: {a: 1s, b: soon}\n", `line 1: labels.b: not a valid duration string: "soon"`},
 		// Anchors, aliases and merge keys are valid: an error elsewhere
@@ -77,7 +78,7 @@ func TestUnmarshalErrors(t *testing.T) {
 		{"map value", "by_name: {a: 1s, b: soon}\n", `line 1: by_name.b: not a valid duration string: "soon"`},
 		{"custom type", "picky: no\n", "line 1: picky: picky: want ok"},
 		{"custom type in a list", "pickys: [ok, ok,\n  no]\n", "line 2: pickys[2]: picky: want ok"},
-		{"lowercased field name", "plain: 5\n", `line 1: plain: not a valid duration string: "5"`},
+		{"lowercased field name", "plain: 1.5\n", `line 1: plain: unknown unit "." in duration "1.5": a duration needs its unit, in whole numbers: "1500ms"?`},
 		{"inline", "name: a\nafter: later\n", `line 2: after: not a valid duration string: "later"`},
 		{"flow mapping on one line", "items: [{timeout: 1s}, {timeout: x}]", `line 1: items[1].timeout: not a valid duration string: "x"`},
 		{"syntax", "a:\n  - b\n  c: d\n", "yaml: line 2: did not find expected '-' indicator"},
@@ -88,6 +89,27 @@ func TestUnmarshalErrors(t *testing.T) {
 			require.EqualError(t, Unmarshal([]byte(tc.yaml), &d), tc.err)
 		})
 	}
+}
+
+// TestUnmarshalRest: the file without the keys to blame decodes, with
+// every other key as it was, so that what the rest says is checked in
+// the same go; none when an element of a list is to blame (leaving it out
+// would renumber the rest).
+func TestUnmarshalRest(t *testing.T) {
+	var d doc
+	err := Unmarshal([]byte("name: a\nnmae: b\nitems:\n  - timeout: five\n  - timeout: 2s\ncount: x\n"), &d)
+	var se *Error
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, []string{"nmae", "items[0].timeout", "count"}, []string{se.Lines[0].Path, se.Lines[1].Path, se.Lines[2].Path})
+	var rest doc
+	require.NoError(t, Unmarshal(se.Rest, &rest), "%s", se.Rest)
+	require.Equal(t, "a", rest.Name)
+	require.Len(t, rest.Items, 2, "the list keeps its elements")
+	require.Equal(t, model.Duration(2*time.Second), rest.Items[1].Timeout)
+
+	err = Unmarshal([]byte("pickys: [ok, no]\nnmae: b\n"), &d)
+	require.ErrorAs(t, err, &se)
+	require.Nil(t, se.Rest, "an element of a list to blame")
 }
 
 // TestUnmarshalManyErrors: a file of many errors is reported with the
