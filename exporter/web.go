@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/version"
 
+	"github.com/sloprober/sloprober/internal/human"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/validity"
 )
@@ -295,7 +296,16 @@ func ms(d time.Duration) string {
 }
 
 var landingTemplate = template.Must(template.New("landing").Funcs(template.FuncMap{
-	"ms": ms,
+	"ms":    ms,
+	"human": human.Duration,
+	// A diagnostic's P99: 0 is none, not unknown ("&le; 0.0 ms", not
+	// "&le; -").
+	"p99": func(d time.Duration) string {
+		if d == 0 {
+			return "0.0 ms"
+		}
+		return ms(d)
+	},
 	"pct": func(good, total int64) string {
 		if total == 0 {
 			return "-"
@@ -328,13 +338,13 @@ table.trend td{vertical-align:middle}svg.spark{vertical-align:middle;margin-left
 {{range .Notes}}<p>{{.}}</p>{{end}}
 <p><a href="/metrics">Metrics</a> · <a href="/config">Configuration</a> · <a href="/-/healthy">Health</a> · <a href="/-/ready">Readiness</a></p>
 {{with .Health}}{{$pending := pending . ""}}<p class="{{if not .Valid}}bad{{else if $pending}}pending{{else}}good{{end}}"><strong>Prober health: measurements {{if .Valid}}valid{{if $pending}}, but pending: {{$pending}} over the threshold; they become NOT VALID if it lasts{{end}}{{else}}NOT VALID ({{join .AllReasons ", "}}): the prober, not the target, is the limit; latencies include its own delays, and the SLO alerts of the targets marked below are held{{end}}.</strong>
-Over the last window: CPU {{printf "%.0f" (mul100 .CPUShare)}}% of GOMAXPROCS, scheduler latency P99 &le; {{ms .SchedulerP99}}, GC pause P99 &le; {{ms .GCPauseP99}}{{range $t, $s := .Targets}}; {{$t}}: send lag P99 &le; {{ms $s.SendLagP99}}, connection wait P99 &le; {{ms $s.PoolWaitP99}}{{end}}.</p>{{end}}
+Over the last window: CPU {{printf "%.0f" (mul100 .CPUShare)}}% of GOMAXPROCS, scheduler latency P99 &le; {{p99 .SchedulerP99}}, GC pause P99 &le; {{p99 .GCPauseP99}}{{range $t, $s := .Targets}}; {{$t}}: send lag P99 &le; {{p99 $s.SendLagP99}}, connection wait P99 &le; {{p99 $s.PoolWaitP99}}{{end}}.</p>{{end}}
 <h2>Loads</h2>
 <table>
 <tr><th>target</th><th>scenario</th><th>test</th><th>arrival</th><th>load</th><th>in flight</th><th>finished</th><th>good</th><th>SLOs</th><th>measurements</th></tr>
 {{range .Loads}}<tr><td>{{.Target}}</td><td>{{.Scenario}}</td><td>{{.Test}}</td><td>{{.Arrival}}</td>
 <td>{{if not .Enabled}}paused{{else if eq .Arrival "closed"}}{{.Clients}} clients (closed loop){{else}}{{.Rate}} req/s{{end}}</td><td>{{.InFlight}}</td><td>{{.Total}}</td><td>{{pct .Good .Total}}</td>
-<td>{{range .SLOs}}{{if .IsQuality}}{{.Name}} check {{else}}{{.Name}} &le; {{ms .Threshold}} {{end}}{{end}}</td>
+<td>{{range .SLOs}}{{if .IsQuality}}{{.Name}} check {{else}}{{.Name}} &le; {{human .Threshold}} {{end}}{{end}}</td>
 <td class="{{if eq .Measured "valid"}}good{{else if hasPrefix .Measured "valid"}}pending{{else if .Measured}}bad{{end}}">{{.Measured}}</td></tr>
 {{else}}<tr><td colspan="10">No loads configured.</td></tr>{{end}}
 </table>

@@ -312,6 +312,10 @@ func TestLandingHealth(t *testing.T) {
 			return validity.Status{Valid: true, CPUShare: 0.12, SchedulerP99: 256 * time.Microsecond,
 				Targets: map[string]validity.TargetStatus{"t": {Valid: true, SendLagP99: 2 * time.Millisecond}}}
 		}, want: []string{`<p class="good"><strong>Prober health: measurements valid.</strong>`, "CPU 12% of GOMAXPROCS", "t: send lag P99 &le; 2.0 ms",
+			// No wait measured is none, not unknown.
+			"connection wait P99 &le; 0.0 ms.",
+			// The SLOs as a report writes them.
+			"<td>ttft &le; 1 s </td>",
 			`<td class="good">valid</td>`}},
 		{name: "pending", health: func() validity.Status {
 			return validity.Status{Valid: true, Sustain: 2 * time.Minute,

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/gpu"
+	"github.com/sloprober/sloprober/internal/human"
 	"github.com/sloprober/sloprober/prober"
 )
 
@@ -788,14 +789,4 @@ func joinAnd(s []string) string {
 }
 
 // fmtSeconds writes seconds readably: "12.3 ms", "3.5 s", "2m30s".
-func fmtSeconds(s float64) string {
-	switch {
-	case math.IsNaN(s) || math.IsInf(s, 0):
-		return "-"
-	case s < 1:
-		return fmt.Sprintf("%.3g ms", 1e3*s)
-	case s < 60:
-		return fmt.Sprintf("%.3g s", s)
-	}
-	return time.Duration(s * float64(time.Second)).Round(time.Second).String()
-}
+func fmtSeconds(s float64) string { return human.Seconds(s) }
