@@ -71,8 +71,12 @@ func newTargetClient(logger *slog.Logger, factory ObserverFactory, t *config.Tar
 		overhead, perWord := tc.cal.Model()
 		args := []any{"target", t.Name, "context_tokens", info.Context, "context_from", info.ContextSource,
 			"template_overhead_from", info.Template, "overhead_tokens", overhead, "tokens_per_word", perWord}
-		if info.Tokenize == "" {
-			logger.Info("Prompt lengths calibrated from usage only: no token counts from /tokenize", append(args, "err", info.Err)...)
+		switch {
+		case info.Tokenize == "" && NoTokenize(info.Err):
+			logger.Info("Prompt lengths calibrated from the replies' usage: the target has no /tokenize", args...)
+			return
+		case info.Tokenize == "":
+			logger.Info("Prompt lengths calibrated from the replies' usage: no token counts from /tokenize", append(args, "err", info.Err)...)
 			return
 		}
 		logger.Info("Prompt lengths calibrated from /tokenize", append(args, "tokenize_form", info.Tokenize)...)

@@ -126,12 +126,38 @@ func (c *Client) call(ctx context.Context, method, url string, body []byte) ([]b
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: HTTP %d", config.RedactURL(url), resp.StatusCode)
+		return nil, &statusError{url: config.RedactURL(url), code: resp.StatusCode}
 	}
 	if len(b) > maxInfoReplyBytes {
 		return nil, fmt.Errorf("%s: reply longer than %d bytes", config.RedactURL(url), maxInfoReplyBytes)
 	}
 	return b, nil
+}
+
+// statusError is a calibration request answered with a status other than
+// 200.
+type statusError struct {
+	url  string // redacted
+	code int
+}
+
+func (e *statusError) Error() string { return fmt.Sprintf("%s: HTTP %d", e.url, e.code) }
+
+// NoTokenize reports whether err, a Calibration's, says only that the
+// target has no /tokenize (each form answered 404): a server that does
+// not offer it, not an error to log as one.
+func NoTokenize(err error) bool {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok || len(joined.Unwrap()) == 0 {
+		return false
+	}
+	for _, e := range joined.Unwrap() {
+		var se *statusError
+		if !errors.As(e, &se) || se.code != http.StatusNotFound {
+			return false
+		}
+	}
+	return true
 }
 
 // Tokenize calibrates cal from the target before any probe: it learns the

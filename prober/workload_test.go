@@ -351,6 +351,28 @@ func TestTokenizeSmallContext(t *testing.T) {
 	require.NoError(t, info.Err)
 }
 
+// TestNoTokenize: a server without /tokenize (404 to each form) is told
+// apart from one whose /tokenize fails: the first is logged in plain
+// words, without its two 404s as an error.
+func TestNoTokenize(t *testing.T) {
+	for code, want := range map[int]bool{http.StatusNotFound: true, http.StatusInternalServerError: false} {
+		sim := simtest.StartWith(t, "slots: 0\nfixed: {ttft: 1ms, itl: 1ms}\n", func(h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/tokenize" {
+					http.Error(w, "no", code)
+					return
+				}
+				h.ServeHTTP(w, r)
+			})
+		})
+		info := newClient(t, target(sim.URL+"/v1")).Tokenize(context.Background(), prober.NewCalibrator())
+		require.Empty(t, info.Tokenize)
+		require.Error(t, info.Err)
+		require.Equal(t, want, prober.NoTokenize(info.Err), "HTTP %d: %v", code, info.Err)
+	}
+	require.False(t, prober.NoTokenize(nil))
+}
+
 // TestCheckInputLength: a quality check's additions (its question, its
 // message, the tool definitions a chat template renders into the prompt)
 // are measured from the server's counts, so that filler and additions make
