@@ -8,7 +8,9 @@ VERSION   ?= $(shell cat VERSION)
 REVISION  ?= $(shell git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)
 BRANCH    ?= $(shell git symbolic-ref --short -q HEAD 2>/dev/null || echo unknown)
 BUILDUSER ?= $(shell whoami)@$(shell hostname)
-BUILDDATE ?= $(shell date -u +%Y%m%d-%H:%M:%S)
+# The last commit's date, not now: an unchanged tree builds the same binary,
+# which `go build` then does not link again (`make demo`, `make run`).
+BUILDDATE ?= $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y%m%d-%H:%M:%S 2>/dev/null || date -u +%Y%m%d-%H:%M:%S)
 LDFLAGS   := -X $(PKG).Version=$(VERSION) -X $(PKG).Revision=$(REVISION) \
              -X $(PKG).Branch=$(BRANCH) -X $(PKG).BuildUser=$(BUILDUSER) \
              -X $(PKG).BuildDate=$(BUILDDATE)

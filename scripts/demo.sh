@@ -24,7 +24,10 @@ SLOPROBER_PORT=${SLOPROBER_PORT:-9477}
 PROMETHEUS_PORT=${PROMETHEUS_PORT:-9090}
 GRAFANA_PORT=${GRAFANA_PORT:-3000}
 
-say() { printf 'demo: %s\n' "$*"; }
+# say tolerates a closed stdout: `make demo | tee log` then Ctrl-C ends
+# tee first, and a message that killed this script (SIGPIPE) or failed it
+# (set -e) would leave the processes running.
+say() { printf 'demo: %s\n' "$*" 2>/dev/null || true; }
 die() { printf 'demo: %s\n' "$*" >&2; exit 1; }
 
 if [ -z "${SLOPROBER_BIN:-}" ]; then
@@ -77,7 +80,7 @@ stop() {
   local code=$?
   [ "$stopping" = 1 ] && return
   stopping=1
-  trap '' INT TERM
+  trap '' INT TERM PIPE
   say "stopping"
   local i order=()
   # sloprober before Prometheus: Prometheus scrapes its final counts.
