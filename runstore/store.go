@@ -252,9 +252,11 @@ func Open(dir string, retention Retention, logger *slog.Logger) (*Store, error) 
 }
 
 // OpenReadOnly opens the store in dir for a process that Open failed for
-// with why (ErrUnwritable): it indexes the run files it can read, and changes
-// nothing on disk (a run found running is served as aborted, no file is
-// set aside, no retention applied). Each Begin tries Open again: until it
+// with why (ErrUnwritable, or ErrLocked: another sloprober, a `test run`,
+// holds it): it indexes the run files it can read, and changes nothing on
+// disk (a run found running is served as aborted, no file is set aside,
+// no retention applied; where another process holds the lock, a run found
+// running is its own, running, and left out). Each Begin tries Open again: until it
 // succeeds, Begin fails with Open's error, naming the directory; once it
 // does, the store is as Open returns it. logger may be nil.
 func OpenReadOnly(dir string, retention Retention, why error, logger *slog.Logger) *Store {
@@ -314,6 +316,9 @@ func (s *Store) loadReadOnly() {
 			skipped++
 			continue
 		}
+		if m.Verdict == VerdictRunning && errors.Is(s.unwritable, ErrLocked) {
+			continue // the lock holder's run: not this process's to judge
+		}
 		if m.Verdict == VerdictRunning {
 			end := modTime.UTC()
 			if end.Before(m.Start) {
@@ -339,6 +344,9 @@ func (s *Store) reopen() error {
 		s.mu.Lock()
 		s.unwritable = err
 		s.mu.Unlock()
+		if errors.Is(err, ErrLocked) {
+			return fmt.Errorf("the storage %s is in use by another sloprober until it ends: %w", s.dir, err)
+		}
 		return fmt.Errorf("the storage %s cannot be written: %w", s.dir, err)
 	}
 	s.lock = n.lock

@@ -363,6 +363,13 @@ func (c *runCommand) run(ctx context.Context, logger *slog.Logger, exit func(int
 		logger.Warn("The storage of test runs cannot be written: starting without it; the stored runs that can be read are served, and test runs fail until it can be written",
 			"storage.path", *c.storage, "err", serr)
 		store = runstore.OpenReadOnly(*c.storage, retention, serr, logger)
+	case errors.Is(serr, runstore.ErrLocked):
+		// Another sloprober holds it, most often a `test run` in the
+		// same directory: the canary must not wait for it. The next
+		// test run of the daemon opens the storage once it is free.
+		logger.Warn("The storage of test runs is in use by another sloprober (a test run?): starting without it; its finished runs are served, and test runs fail until it is free",
+			"storage.path", *c.storage, "err", serr)
+		store = runstore.OpenReadOnly(*c.storage, retention, serr, logger)
 	case serr != nil:
 		logger.Error("Error opening the storage of test runs", "storage.path", *c.storage, "err", serr)
 		return 1
@@ -537,7 +544,10 @@ func (c *runCommand) handler(d *daemon, logger *slog.Logger, reg prometheus.Gath
 		Health:   d.validity.Status,
 		Notes: func() []string {
 			var notes []string
-			if err := d.tests.StorageError(); err != nil {
+			switch err := d.tests.StorageError(); {
+			case errors.Is(err, runstore.ErrLocked):
+				notes = append(notes, fmt.Sprintf("Test runs cannot be stored: --storage.path %s is in use by another sloprober (%v); a test run fails until it is free.", *c.storage, err))
+			case err != nil:
 				notes = append(notes, fmt.Sprintf("Test runs cannot be stored: --storage.path %s cannot be written (%v); a test run fails until it can be.", *c.storage, err))
 			}
 			if sim == nil {

@@ -24,7 +24,9 @@ import (
 // each test run with the storage's error, naming the path, counted;
 // once the storage can be written the next test run stores again. Both
 // failures stop root as they stop anyone: a path under a regular file,
-// and a lock file that cannot be opened (a directory in its place).
+// and a lock file that cannot be opened (a directory in its place). And
+// storage another sloprober holds (a `test run`) is waited for the same
+// way.
 func TestUnwritableStorage(t *testing.T) {
 	t.Run("under a file", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "file")
@@ -88,6 +90,52 @@ func TestUnwritableStorage(t *testing.T) {
 		runs, err := os.ReadDir(filepath.Join(storage, "runs"))
 		require.NoError(t, err)
 		require.Len(t, runs, 2)
+	})
+
+	// A `test run` in the daemon's directory (here this test's store,
+	// holding its lock) does not keep the canary from starting: the
+	// daemon serves the finished runs, leaves the other process's running
+	// run alone, and stores its own test runs once the lock is free.
+	t.Run("locked by a test run", func(t *testing.T) {
+		storage := t.TempDir()
+		s, err := runstore.Open(storage, runstore.Retention{}, nil)
+		require.NoError(t, err)
+		began := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
+		run := &capacity.Run{Summary: capacity.Summary{Test: "knee", Kind: config.TestStep, Target: "sim", Start: began}}
+		done, err := s.Begin(run)
+		require.NoError(t, err)
+		run.End, run.Verdict, run.Reason = began.Add(time.Minute), capacity.VerdictPass, "ok"
+		require.NoError(t, s.Finish(done, run))
+		running, err := s.Begin(&capacity.Run{Summary: capacity.Summary{Test: "knee", Kind: config.TestStep, Target: "sim", Start: began.Add(time.Hour)}})
+		require.NoError(t, err)
+
+		p := start(t, "--storage.path="+storage, "--web.enable-test-api")
+		p.waitReady(t)
+		require.Contains(t, p.logs(), `msg="The storage of test runs is in use by another sloprober (a test run?): starting without it;`)
+		_, page := p.get(t, "/")
+		require.Contains(t, page, "Test runs cannot be stored: --storage.path "+storage+" is in use by another sloprober")
+		code, body := p.get(t, "/api/v1/runs")
+		require.Equal(t, http.StatusOK, code)
+		require.Contains(t, body, string(done))
+		require.NotContains(t, body, string(running), "the other process's run, running, is not judged aborted here")
+		code, body = p.post(t, "/api/v1/tests/knee/run")
+		require.Equal(t, http.StatusInternalServerError, code)
+		require.Contains(t, body, "the storage "+storage+" is in use by another sloprober until it ends")
+
+		// The test run ends: the daemon's next test run is stored.
+		require.NoError(t, s.Finish(running, &capacity.Run{Summary: capacity.Summary{Test: "knee", Kind: config.TestStep, Target: "sim",
+			Start: began.Add(time.Hour), End: began.Add(2 * time.Hour), Verdict: capacity.VerdictPass}}))
+		require.NoError(t, s.Close())
+		code, body = p.post(t, "/api/v1/tests/knee/run")
+		require.Equal(t, http.StatusAccepted, code, body)
+		_, page = p.get(t, "/")
+		require.NotContains(t, page, "Test runs cannot be stored")
+		code, body = p.post(t, "/api/v1/tests/knee/abort")
+		require.Equal(t, http.StatusOK, code, body)
+		require.Equal(t, 0, p.stop(t))
+		runs, err := os.ReadDir(filepath.Join(storage, "runs"))
+		require.NoError(t, err)
+		require.Len(t, runs, 3)
 	})
 }
 
