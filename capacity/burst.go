@@ -24,7 +24,7 @@ func (s *Step) burst(ctx context.Context, verified *Level) (string, string, bool
 		return "", "", true
 	}
 	from := verified.OfferedRate
-	if fc := s.run.Capacity.Forecast; fc != nil && fc.Holds {
+	if fc := s.run.Capacity.Forecast; fc != nil && fc.Holds != nil && *fc.Holds {
 		from = fc.Peak.Rate
 	}
 	l, err := s.burstLevel(ctx, from, verified.E2E.P95)

@@ -26,9 +26,13 @@ import (
 // its window (sent or dropped, where version 1 counted the requests
 // sent), it has a decision and an interval, a capacity's verified_rate is
 // null when the run concluded nothing, and a soak's drift compares
-// per-request samples with intervals. Version 1 runs still read and
+// per-request samples with intervals. Version 3: a forecast's holds and
+// holds_one_lost are null where its level was not verified (undecided,
+// measured while the prober was the limit, not run), where version 2
+// wrote false, as for a level that missed; a version 2 run read now
+// takes them from its levels' decisions. Version 1 runs still read and
 // render as they were written.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // ErrNewerSchema is wrapped by the error of decoding a run written by a
 // newer sloprober, whose fields this one may misread.
@@ -104,6 +108,10 @@ func DecodeRun(data []byte) (*Run, error) {
 	}
 	if err := checkSchema(&r.SchemaVersion); err != nil {
 		return nil, err
+	}
+	if r.SchemaVersion < 3 && r.Capacity != nil && r.Capacity.Forecast != nil {
+		// Version 2 wrote false for a peak not verified too.
+		r.Capacity.Forecast.setHolds()
 	}
 	r.Summary = r.Header()
 	return &r, nil
@@ -369,9 +377,11 @@ type ForecastCheck struct {
 	Average *ForecastLevel `json:"average,omitempty"`
 	Peak    *ForecastLevel `json:"peak,omitempty"`
 	OneLost *ForecastLevel `json:"one_lost,omitempty"`
-	// Holds: the peak per replica met the objectives; HoldsOneLost: the
-	// peak on one replica fewer met them too (nil with one replica).
-	Holds        bool  `json:"holds"`
+	// Holds: the peak per replica met the objectives (true), missed them
+	// (false), or was not verified (nil: undecided, measured while the
+	// prober was the limit, not run). HoldsOneLost: the same of the peak
+	// on one replica fewer (absent with one replica, or not verified).
+	Holds        *bool `json:"holds"`
 	HoldsOneLost *bool `json:"holds_one_lost,omitempty"`
 }
 

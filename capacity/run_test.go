@@ -51,14 +51,40 @@ func TestDecodeRunBeforeSchemaVersion(t *testing.T) {
 	}
 }
 
+// TestDecodeRunForecastHolds: a version 2 run wrote a forecast's holds
+// false for a peak not verified as for one that missed; read now, it is
+// null (not verified) or false from the level's decision. A version 3
+// run's holds are read as written.
+func TestDecodeRunForecastHolds(t *testing.T) {
+	for _, tc := range []struct {
+		version, decision, holds string
+		want                     *bool
+	}{
+		{"2", "inconclusive", "false", nil},
+		{"2", "missed", "false", ptrBool(false)},
+		{"2", "met", "true", ptrBool(true)},
+		{"3", "inconclusive", "null", nil},
+		{"3", "met", "true", ptrBool(true)},
+	} {
+		body := `{"schema_version": ` + tc.version + `, "test": "k", "kind": "step", "verdict": "pass",
+			"capacity": {"verified_rate": 5, "forecast": {"peak_rate": 6, "replicas": 1, "spare_replicas": 0,
+			"peak": {"rate": 6, "offered": 6, "decision": "` + tc.decision + `"}, "holds": ` + tc.holds + `}}}`
+		run, err := capacity.DecodeRun([]byte(body))
+		require.NoError(t, err, body)
+		require.Equal(t, tc.want, run.Capacity.Forecast.Holds, "version %s, %s", tc.version, tc.decision)
+	}
+}
+
+func ptrBool(b bool) *bool { return &b }
+
 // TestDecodeRunSchemaVersion: a run of a newer schema is refused, not
 // misread; the header's verified rate is derived, never taken from the
 // file.
 func TestDecodeRunSchemaVersion(t *testing.T) {
 	_, err := capacity.DecodeRun([]byte(`{"schema_version": 99, "test": "knee", "kind": "step", "verdict": "pass"}`))
 	require.True(t, errors.Is(err, capacity.ErrNewerSchema), "%v", err)
-	require.EqualError(t, err, "run written by a newer sloprober: schema_version 99, this sloprober reads up to 2")
-	_, err = capacity.DecodeSummary([]byte(`{"schema_version": 3}`))
+	require.EqualError(t, err, "run written by a newer sloprober: schema_version 99, this sloprober reads up to 3")
+	_, err = capacity.DecodeSummary([]byte(`{"schema_version": 4}`))
 	require.ErrorIs(t, err, capacity.ErrNewerSchema)
 	_, err = capacity.DecodeRun([]byte(`{"schema_version": -1}`))
 	require.EqualError(t, err, "schema_version -1: not a version")

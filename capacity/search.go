@@ -574,11 +574,28 @@ func (fl *forecastLevels) decide(verified float64, bound *Level) {
 			f.Decision = searchDecision(l)
 		}
 	}
-	fc.Holds = fc.Peak != nil && fc.Peak.Decision == DecisionMet
-	if fc.OneLost != nil {
-		holds := fc.OneLost.Decision == DecisionMet
-		fc.HoldsOneLost = &holds
+	fc.setHolds()
+}
+
+// setHolds sets Holds and HoldsOneLost from the levels' decisions: true
+// met, false missed (or above a rate that missed), nil otherwise.
+func (fc *ForecastCheck) setHolds() {
+	holds := func(f *ForecastLevel) *bool {
+		if f == nil {
+			return nil
+		}
+		var h bool
+		switch f.Decision {
+		case DecisionMet:
+			h = true
+		case DecisionMissed, forecastAboveMiss:
+			h = false
+		default:
+			return nil
+		}
+		return &h
 	}
+	fc.Holds, fc.HoldsOneLost = holds(fc.Peak), holds(fc.OneLost)
 }
 
 // Verdict is what a forecast adds to a run that verified a capacity: a

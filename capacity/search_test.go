@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -363,30 +364,45 @@ func TestSearchForecast(t *testing.T) {
 		path     string
 		fail     bool
 		reason   string
+		// holds and holdsOneLost as the run's JSON writes them.
+		holds, holdsOneLost string
 	}{
 		{
 			name:     "holds with one replica lost",
 			forecast: config.ForecastConfig{PeakRate: 12, AverageRate: 6}, replicas: 3,
 			path:   "5 met, 8 met, 2 met, 4 met, 6 met",
 			reason: "the deployment holds the forecast peak 12 req/s (4 per replica on 3 replicas), and with one replica lost (6 per replica on 2 replicas)",
+			holds:  "true", holdsOneLost: "true",
 		},
 		{
 			name:     "not with one replica lost",
 			forecast: config.ForecastConfig{PeakRate: 21}, replicas: 3,
 			path: "5 met, 8 met, 7 met, 10.5 missed", fail: true,
 			reason: "the deployment holds the forecast peak 21 req/s (7 per replica on 3 replicas), but not with one replica lost (10.5 per replica on 2 replicas): missed (spare_replicas 1)",
+			holds:  "true", holdsOneLost: "false",
 		},
 		{
 			name:     "not with one replica lost, no spares planned",
 			forecast: config.ForecastConfig{PeakRate: 21, SpareReplicas: spare(0)}, replicas: 3,
 			path:   "5 met, 8 met, 7 met, 10.5 missed",
 			reason: "but not with one replica lost (10.5 per replica on 2 replicas): missed",
+			holds:  "true", holdsOneLost: "false",
 		},
 		{
 			name:     "not the peak",
 			forecast: config.ForecastConfig{PeakRate: 9.5}, replicas: 1,
 			path: "5 met, 8 met, 9.5 missed", fail: true,
 			reason: "the deployment does not hold the forecast peak 9.5 req/s (9.5 per replica on 1 replica): missed",
+			holds:  "false", holdsOneLost: "absent",
+		},
+		{
+			// Undecided is not verified: null, not false as for a miss.
+			name:     "the peak not verified",
+			forecast: config.ForecastConfig{PeakRate: 9}, replicas: 1,
+			target: below(9, 0.5),
+			path:   "5 met, 8 met, 9 inconclusive",
+			reason: "the forecast peak 9 req/s (9 per replica on 1 replica) could not be verified: inconclusive",
+			holds:  "null", holdsOneLost: "absent",
 		},
 		{
 			// The peak per replica met on its own, above a rate that
@@ -401,6 +417,7 @@ func TestSearchForecast(t *testing.T) {
 			},
 			path: "5 met, 8 missed, 9.5 met", fail: true,
 			reason: "the deployment does not hold the forecast peak 9.5 req/s (9.5 per replica on 1 replica): above a rate that missed",
+			holds:  "false", holdsOneLost: "absent",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -414,6 +431,16 @@ func TestSearchForecast(t *testing.T) {
 			fail, text := run.Capacity.Forecast.Verdict()
 			require.Equal(t, tc.fail, fail, text)
 			require.Contains(t, text, tc.reason)
+			b, err := json.Marshal(run.Capacity.Forecast)
+			require.NoError(t, err)
+			var fields map[string]json.RawMessage
+			require.NoError(t, json.Unmarshal(b, &fields))
+			require.Equal(t, tc.holds, string(fields["holds"]))
+			oneLost, ok := fields["holds_one_lost"]
+			if !ok {
+				oneLost = json.RawMessage("absent")
+			}
+			require.Equal(t, tc.holdsOneLost, string(oneLost))
 		})
 	}
 }
