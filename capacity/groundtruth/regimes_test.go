@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -58,6 +59,9 @@ type regimeRun struct {
 	run      *capacity.Run
 	took     time.Duration
 	estimate string
+	// progress is the progress estimate's error from a quarter of the
+	// run on (progressError).
+	progress string
 }
 
 // TestCapacityRegimes runs SLOPROBER_BENCH_CAPACITY runs of each regime
@@ -85,8 +89,15 @@ func TestCapacityRegimes(t *testing.T) {
 
 	var table strings.Builder
 	fmt.Fprintf(&table, "Profile `%s`.\n\n", profile)
-	fmt.Fprintln(&table, "| regime | run | verdict | truth req/s | verified req/s | verified / truth | where it lies above | open-loop levels | took | estimated at its start |")
-	fmt.Fprintln(&table, "|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(&table, "| regime | run | verdict | truth req/s | verified req/s | verified / truth | where it lies above | open-loop levels | took | estimated at its start | progress estimate from a quarter on |")
+	fmt.Fprintln(&table, "|---|---|---|---|---|---|---|---|---|---|---|")
+	// The table is written after every run: a benchmark of hours stopped
+	// half way keeps the runs it made.
+	write := func() {
+		if path := os.Getenv("SLOPROBER_BENCH_CAPACITY_OUT"); path != "" {
+			require.NoError(t, os.WriteFile(path, []byte(table.String()), 0o644))
+		}
+	}
 	for _, name := range names {
 		rg, ok := regimes[strings.TrimSpace(name)]
 		require.True(t, ok, "regime %q", name)
@@ -105,8 +116,9 @@ func TestCapacityRegimes(t *testing.T) {
 			if rr.run.Verdict == capacity.VerdictPass {
 				passed++
 			}
-			fmt.Fprintf(&table, "| %s | %d | %s | %.3g | %s | %s | %s | %d | %s | %s |\n", rg.name, i+1, rr.run.Verdict, truth, cell, ratio,
-				boundOf(rr.run), len(rr.run.Verify), rr.took.Round(time.Second), rr.estimate)
+			fmt.Fprintf(&table, "| %s | %d | %s | %.3g | %s | %s | %s | %d | %s | %s | %s |\n", rg.name, i+1, rr.run.Verdict, truth, cell, ratio,
+				boundOf(rr.run), len(rr.run.Verify), rr.took.Round(time.Second), rr.estimate, rr.progress)
+			write()
 			var b strings.Builder
 			capacity.WriteTable(&b, rr.run)
 			t.Logf("regime %s run %d (service %.0f ms, wait allowed %.0f ms, truth %.3g req/s), %s:\n%s", rg.name, i+1, 1e3*d, 1e3*w, truth, rr.took.Round(time.Second), b.String())
@@ -116,12 +128,10 @@ func TestCapacityRegimes(t *testing.T) {
 		if len(ratios) > 0 {
 			summary += fmt.Sprintf("; verified / truth min %.3f, median %.3f, max %.3f", ratios[0], ratios[len(ratios)/2], ratios[len(ratios)-1])
 		}
-		fmt.Fprintf(&table, "| %s | **%s** | | | | | | | | |\n", rg.name, summary)
+		fmt.Fprintf(&table, "| %s | **%s** | | | | | | | | | |\n", rg.name, summary)
+		write()
 	}
 	t.Logf("\n%s", table.String())
-	if path := os.Getenv("SLOPROBER_BENCH_CAPACITY_OUT"); path != "" {
-		require.NoError(t, os.WriteFile(path, []byte(table.String()), 0o644))
-	}
 }
 
 func cmpOr(a, b string) string {
@@ -179,7 +189,32 @@ func runRegime(t *testing.T, bin, burn, dir string, rg regime, profile string, i
 	require.NoError(t, err, "the run's JSON; stderr:\n%s", stderr.String())
 	run, err := capacity.DecodeRun(data)
 	require.NoError(t, err)
-	return regimeRun{run: run, took: took, estimate: estimateRE.FindString(stderr.String())}
+	return regimeRun{run: run, took: took, estimate: estimateRE.FindString(stderr.String()), progress: progressError(stderr.String(), took)}
+}
+
+// progressRE finds a level's progress line (a line a level when stderr
+// is no terminal): its elapsed time and the estimate of the time left.
+var progressRE = regexp.MustCompile(`elapsed ([0-9hms.]+), about ([0-9hms.]+) left`)
+
+// progressError is the range of the relative error of the progress
+// estimate (elapsed plus the time left, against the time the run took)
+// over the levels that started from a quarter of the run on: "-8%..+21%";
+// "-" without such a level.
+func progressError(stderr string, took time.Duration) string {
+	lo, hi, n := math.Inf(1), math.Inf(-1), 0
+	for _, m := range progressRE.FindAllStringSubmatch(stderr, -1) {
+		elapsed, err1 := time.ParseDuration(m[1])
+		left, err2 := time.ParseDuration(m[2])
+		if err1 != nil || err2 != nil || elapsed < took/4 {
+			continue
+		}
+		e := (elapsed + left - took).Seconds() / took.Seconds()
+		lo, hi, n = min(lo, e), max(hi, e), n+1
+	}
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%+.0f%%..%+.0f%%", 100*lo, 100*hi)
 }
 
 // estimateRE finds the estimate `test run` prints as it starts.
@@ -225,4 +260,16 @@ func waitListening(t *testing.T, addr string) {
 		}
 		return err == nil
 	}, 10*time.Second, 20*time.Millisecond, "the simulator listening on %s", addr)
+}
+
+// TestProgressError: the progress estimate's error is read from the
+// progress lines from a quarter of the run on, against what it took.
+func TestProgressError(t *testing.T) {
+	stderr := `level 1 of about 11: baseline, 1 client; elapsed 0s, about 6m45s left
+level 5 of about 11: sweep, 8 clients; elapsed 1m0s, about 3m0s left; last goodput 5 good req/s
+level 9 of about 11: verify, 4 req/s; elapsed 3m0s, about 1m30s left; last goodput 4 good req/s`
+	// A 4-minute run: 1m0s + 3m0s is right, 3m0s + 1m30s 12.5% over;
+	// the first line is before a quarter of it.
+	require.Equal(t, "+0%..+12%", progressError(stderr, 4*time.Minute))
+	require.Equal(t, "-", progressError("no progress", time.Minute))
 }
