@@ -329,11 +329,17 @@ func withBound(text string, c *Capacity) string {
 
 // searchText is the open-loop search's path, in the order it ran:
 // "5.55 met, 8.88 inconclusive, 7.2 met (bisection)".
+// SearchText is the open-loop search of the run, in the order run: each
+// level's offered rate and decision, "4.09 req/s met, 5.4 req/s missed
+// (bisection)". The CLI's summary, the report and the comparison all
+// state it from here.
+func (r *Run) SearchText() string { return searchText(r.Verify) }
+
 func searchText(verify []Level) string {
 	var parts []string
 	for i := range verify {
 		l := &verify[i]
-		if l.Prober == nil || l.Decision == "" {
+		if l.Decision == "" {
 			continue // not run, or a schema-1 run (its rows say it)
 		}
 		part := fmt.Sprintf("%.3g req/s %s", l.OfferedRate, searchDecision(l))

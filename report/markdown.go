@@ -258,7 +258,7 @@ func (m *mdWriter) capacity(r *Report) {
 		m.P("**No open-loop rate met every objective**: the closed-loop capacity below is not a sustainable rate.")
 	}
 	m.P("")
-	if search := searchPath(r.Levels); search != "" {
+	if search := c.Search; search != "" {
 		m.P("Search (open loop, in the order run): %s.", search)
 		m.P("")
 	}
@@ -741,29 +741,6 @@ func (m *mdWriter) levelTable(levels []Level, gpus bool) bool {
 	return judged
 }
 
-// searchPath is the open-loop search in the order it ran, each level's
-// offered rate and decision: "5.55 req/s met, 8.88 req/s inconclusive,
-// 7.2 req/s met (bisection)". Empty for a schema-1 run.
-func searchPath(levels []Level) string {
-	var parts []string
-	for _, l := range levels {
-		if l.Stage != "verify" || l.Decision == "" {
-			continue
-		}
-		part := fmt.Sprintf("%.3g req/s %s", l.OfferedRate, l.Decision)
-		if l.Prober != nil && len(l.Prober.Invalid) > 0 {
-			part = fmt.Sprintf("%.3g req/s prober-bound", l.OfferedRate)
-		}
-		switch {
-		case strings.HasPrefix(l.Why, "bisection"):
-			part += " (bisection)"
-		case strings.HasPrefix(l.Why, "forecast"):
-			part += " (" + strings.SplitN(l.Why, ":", 2)[0] + ")"
-		}
-		parts = append(parts, part)
-	}
-	return strings.Join(parts, ", ")
-}
 
 func p99(p capacity.Percentiles) string {
 	if p.N == 0 {

@@ -226,6 +226,9 @@ type CapacitySummary struct {
 	CeilingFrom string                  `json:"ceiling_from,omitempty"`
 	BoundText   string                  `json:"bound_text,omitempty"`
 	Forecast    *capacity.ForecastCheck `json:"forecast,omitempty"`
+	// Search is the open-loop search in the order run, as the run
+	// states it (capacity.Run.SearchText).
+	Search string `json:"search,omitempty"`
 }
 
 // Level is one measured level, window or stage.
@@ -502,7 +505,7 @@ func Build(run *capacity.Run) *Report {
 			VerifiedRate: rate, VerifiedGoodput: c.VerifiedGoodput, Concurrency: c.Concurrency, ClosedRate: c.Rate,
 			Replicas: reps, RatePerReplica: rate / float64(reps), ConcurrencyPerReplica: float64(c.Concurrency) / float64(reps),
 			Knee: run.Knee, LimitedBy: c.LimitedBy, Bound: c.Bound, BoundDecision: c.BoundDecision, Forecast: c.Forecast,
-			Ceiling: c.Ceiling, CeilingFrom: c.CeilingFrom, BoundText: c.BoundText(),
+			Ceiling: c.Ceiling, CeilingFrom: c.CeilingFrom, BoundText: c.BoundText(), Search: run.SearchText(),
 		}
 		if v := run.VerifiedLevel(rate); v != nil {
 			r.Capacity.VerifiedAttainment, r.Capacity.VerifiedInterval = v.Attainment, v.Interval
