@@ -741,7 +741,6 @@ func (m *mdWriter) levelTable(levels []Level, gpus bool) bool {
 	return judged
 }
 
-
 func p99(p capacity.Percentiles) string {
 	if p.N == 0 {
 		return "-"
