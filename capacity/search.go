@@ -479,6 +479,9 @@ func offered(l *Level) float64 {
 // attainmentText is a level's attainment with its interval and sample:
 // "attained 96.6% [90.6, 98.8] of 89".
 func attainmentText(l *Level) string {
+	if l.Counted == 0 && (l.Interval == nil || l.Interval.N == 0) {
+		return "no request counted" // not "attained 0.0% of 0"
+	}
 	if iv := l.Interval; iv != nil {
 		return fmt.Sprintf("attained %.1f%% [%.1f, %.1f] of %d", 100*l.Attainment, lower(iv), upper(iv), iv.N)
 	}

@@ -598,3 +598,12 @@ func TestSearchUnsaturated(t *testing.T) {
 	require.Equal(t, "5 met, 8 met, 9.5 met", path(run))
 	require.Empty(t, run.Capacity.BoundText(), "no ceiling stated: the closed loop never reached its knee")
 }
+
+// TestAttainmentText: a level's attainment as sentences state it; a level
+// that counted no request says so, not "attained 0.0% of 0".
+func TestAttainmentText(t *testing.T) {
+	require.Equal(t, "no request counted", attainmentText(&Level{}))
+	require.Equal(t, "attained 96.6% of 89", attainmentText(&Level{Attainment: 0.966, Counted: 89}))
+	require.Equal(t, "attained 96.6% [90.6, 98.8] of 89", attainmentText(&Level{Attainment: 0.966, Counted: 89,
+		Interval: &Interval{Lower: 0.906, Upper: 0.988, N: 89}}))
+}
