@@ -607,3 +607,10 @@ func TestAttainmentText(t *testing.T) {
 	require.Equal(t, "attained 96.6% [90.6, 98.8] of 89", attainmentText(&Level{Attainment: 0.966, Counted: 89,
 		Interval: &Interval{Lower: 0.906, Upper: 0.988, N: 89}}))
 }
+
+// TestSignedPercent: a change as the knee's reason writes it, never "-0%".
+func TestSignedPercent(t *testing.T) {
+	for x, want := range map[float64]string{1: "+100%", -0.21: "-21%", -0.003: "-0.3%", 0.0004: "0%", 0: "0%", 0.25: "+25%"} {
+		require.Equal(t, want, signedPercent(x), "%g", x)
+	}
+}

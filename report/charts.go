@@ -61,15 +61,14 @@ func charts(r *Report) []namedChart {
 		if obj := objective(r); obj > 0 {
 			att.HLines = append(att.HLines, chart.Marker{Value: 100 * obj, Label: fmt.Sprintf("objective %g%%", 100*obj)})
 		}
-		if c := r.Capacity; c != nil {
-			if k := c.Knee; k != nil && k.Reached {
-				gp.VLines = append(gp.VLines, chart.Marker{Value: float64(k.Concurrency), Label: "knee"})
-				att.VLines = append(att.VLines, chart.Marker{Value: float64(k.Concurrency), Label: "knee"})
-			}
-			if c.Concurrency > 0 {
-				gp.VLines = append(gp.VLines, chart.Marker{Value: float64(c.Concurrency), Label: "capacity"})
-				att.VLines = append(att.VLines, chart.Marker{Value: float64(c.Concurrency), Label: "capacity"})
-			}
+		if k := r.Knee; k != nil && k.Reached {
+			gp.VLines = append(gp.VLines, chart.Marker{Value: float64(k.Concurrency), Label: "knee"})
+			att.VLines = append(att.VLines, chart.Marker{Value: float64(k.Concurrency), Label: "knee"})
+		}
+		if c := r.ClosedLoop; c != nil {
+			// The closed loop's, not the (open-loop) verified capacity.
+			gp.VLines = append(gp.VLines, chart.Marker{Value: float64(c.Concurrency), Label: "closed-loop capacity"})
+			att.VLines = append(att.VLines, chart.Marker{Value: float64(c.Concurrency), Label: "closed-loop capacity"})
 		}
 		out = append(out,
 			namedChart{ID: "goodput-load", Caption: goodputCaption(r), c: gp},
@@ -189,7 +188,10 @@ func notJudged(ls []Level, x, y func(Level) float64) (chart.Series, bool) {
 // one was found.
 func goodputCaption(r *Report) string {
 	const c = "Completed and good requests per second at each closed-loop level"
-	if r.Capacity != nil && r.Capacity.Knee != nil && r.Capacity.Knee.Reached {
+	switch k := r.Knee; {
+	case k == nil:
+		return c + "."
+	case k.Reached:
 		return c + "; goodput stops growing at the knee."
 	}
 	return c + "; no knee was found within the levels run: goodput still grew at the last."

@@ -96,13 +96,23 @@ func Compare(a, b *Report) *Comparison {
 	num("capacity per replica, req/s", capOf(func(c *CapacitySummary) float64 { return c.RatePerReplica }), "%.3g")
 	numNoise("goodput at capacity, req/s", capOf(func(c *CapacitySummary) float64 { return c.VerifiedGoodput }), "%.3g", false, goodputNoise)
 	numNoise("attainment at capacity, %", capOf(func(c *CapacitySummary) float64 { return 100 * c.VerifiedAttainment }), "%.1f", true, attainmentNoise)
-	num("closed-loop capacity, clients", capOf(func(c *CapacitySummary) float64 { return float64(c.Concurrency) }), "%.0f")
-	num("closed-loop capacity, req/s", capOf(func(c *CapacitySummary) float64 { return c.ClosedRate }), "%.3g")
+	// What the sweep measured is compared whenever both runs measured
+	// it, concluded or not.
+	closed := func(f func(*ClosedLoop) float64) func(*Report) (float64, bool) {
+		return func(r *Report) (float64, bool) {
+			if r.ClosedLoop == nil {
+				return 0, false
+			}
+			return f(r.ClosedLoop), true
+		}
+	}
+	num("closed-loop capacity, clients", closed(func(c *ClosedLoop) float64 { return float64(c.Concurrency) }), "%.0f")
+	num("closed-loop capacity, req/s", closed(func(c *ClosedLoop) float64 { return c.Rate }), "%.3g")
 	num("knee, clients", func(r *Report) (float64, bool) {
-		if r.Capacity == nil || r.Capacity.Knee == nil || !r.Capacity.Knee.Reached {
+		if r.Knee == nil || !r.Knee.Reached {
 			return 0, false
 		}
-		return float64(r.Capacity.Knee.Concurrency), true
+		return float64(r.Knee.Concurrency), true
 	}, "%.0f")
 	for _, lat := range []struct {
 		name string

@@ -29,8 +29,9 @@ import (
 
 // SchemaVersion is the version of the JSON report's schema
 // (schema/report.json). It changes when a field changes meaning or goes
-// away; new fields do not change it.
-const SchemaVersion = 1
+// away; new fields do not change it. Version 2: a forecast's holds is
+// null where its peak was not verified (version 1 wrote false).
+const SchemaVersion = 2
 
 // Report is the sign-off report of one run.
 type Report struct {
@@ -48,6 +49,11 @@ type Report struct {
 	LoadModel  LoadModel        `json:"load_model"`
 	SLOs       SLODefinitions   `json:"slos"`
 	Capacity   *CapacitySummary `json:"capacity,omitempty"`
+	// Knee and ClosedLoop are what the sweep measured, stated whether or
+	// not the run concluded: an inconclusive run measured them as a
+	// concluded one does, and its report and comparison say so.
+	Knee       *capacity.Knee `json:"knee,omitempty"`
+	ClosedLoop *ClosedLoop    `json:"closed_loop,omitempty"`
 	// Cache is a cache: both step test's two passes side by side: the
 	// production pass (the run's capacity) and the cold one.
 	Cache    *CacheComparison  `json:"cache,omitempty"`
@@ -229,6 +235,15 @@ type CapacitySummary struct {
 	// Search is the open-loop search in the order run, as the run
 	// states it (capacity.Run.SearchText).
 	Search string `json:"search,omitempty"`
+}
+
+// ClosedLoop is the closed-loop capacity: the most clients at which every
+// objective held (capacity.Capacity's Concurrency), with its completed
+// rate and goodput.
+type ClosedLoop struct {
+	Concurrency int     `json:"concurrency"`
+	Rate        float64 `json:"rate"`
+	Goodput     float64 `json:"goodput"`
 }
 
 // Level is one measured level, window or stage.
@@ -497,6 +512,10 @@ func Build(run *capacity.Run) *Report {
 	concluded := run.Verdict == capacity.VerdictPass || run.Verdict == capacity.VerdictFail || run.Verdict == capacity.VerdictInfeasible
 	if !concluded {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("the run did not conclude (%s): no capacity, scaling basis or cost is stated; its levels so far are", run.Verdict))
+	}
+	r.Knee = run.Knee
+	if c := run.Capacity; c != nil && c.Concurrency > 0 {
+		r.ClosedLoop = &ClosedLoop{Concurrency: c.Concurrency, Rate: c.Rate, Goodput: c.Goodput}
 	}
 	if c := run.Capacity; c != nil && concluded {
 		reps := r.TestObject.Replicas

@@ -150,6 +150,31 @@ func TestCompare(t *testing.T) {
 	require.Contains(t, md.String(), "**3 variables changed**")
 }
 
+// TestCompareInconclusive: an inconclusive run measured its closed loop
+// and its knee as a concluded one does: the comparison sets them side by
+// side, not "-", and its report's goodput chart says what its knee was.
+func TestCompareInconclusive(t *testing.T) {
+	a := report.Build(withID(load(t, "step-run.json"), "a"))
+	run := load(t, "step-run.json")
+	run.Verdict, run.Reason, run.Capacity.VerifiedRate = capacity.VerdictInconclusive, "not concluded: a test", nil
+	b := report.Build(withID(run, "b"))
+	require.Nil(t, b.Capacity, "no capacity stated")
+	require.Equal(t, a.Knee, b.Knee)
+	require.Equal(t, a.ClosedLoop, b.ClosedLoop)
+	c := report.Compare(a, b)
+	rows := map[string]report.CompareRow{}
+	for _, r := range c.Rows {
+		rows[r.Name] = r
+	}
+	for _, name := range []string{"closed-loop capacity, clients", "closed-loop capacity, req/s", "knee, clients"} {
+		require.NotEqual(t, "-", rows[name].B, name)
+		require.Equal(t, rows[name].A, rows[name].B, name)
+	}
+	var h bytes.Buffer
+	require.NoError(t, report.WriteHTML(&h, b))
+	require.Contains(t, h.String(), "goodput stops growing at the knee.")
+}
+
 // TestCompareTrusted: the embedded simulator is compared by its
 // configuration, not its port; how the runs were measured is compared
 // too; each difference says whether it is within the runs' noise, and a
@@ -315,7 +340,8 @@ func TestChartsSayWhatWasFound(t *testing.T) {
 	}
 	require.Contains(t, page, "goodput stops growing at the knee.")
 
-	run.Knee = nil
+	// Goodput still grew at the last level: no knee, as the run says.
+	run.Knee = &capacity.Knee{Concurrency: 16, Reason: "goodput still grew at 16 clients, the highest level"}
 	h.Reset()
 	require.NoError(t, report.WriteHTML(&h, report.Build(run)))
 	require.Contains(t, h.String(), "no knee was found within the levels run")
