@@ -230,7 +230,7 @@ func TestAPI(t *testing.T) {
 		{"GET", "/api/v1/runs/" + started.ID, http.StatusOK, `"reason": "aborted: aborted through the API"`},
 		{"GET", "/reports/" + started.ID, http.StatusOK, "<!DOCTYPE html>"},
 		{"GET", "/reports/" + started.ID + "?format=md", http.StatusOK, "# Capacity report: a (step test): ABORTED"},
-		{"GET", "/reports/" + started.ID + "?format=json", http.StatusOK, `"schema_version": 1`},
+		{"GET", "/reports/" + started.ID + "?format=json", http.StatusOK, `"schema_version": 2`},
 		{"GET", "/reports/" + started.ID + "?format=pdf", http.StatusBadRequest, `unknown report format \"pdf\"`},
 		{"GET", "/reports/a-20000101T000000.000Z-00000000", http.StatusNotFound, "run not found"},
 		{"GET", "/reports/compare?a=" + started.ID + "&b=" + started.ID, http.StatusOK, "# Comparison of a " + started.ID + " (A) and a " + started.ID + " (B)"},

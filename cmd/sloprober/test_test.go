@@ -133,7 +133,7 @@ tests:
 	require.Contains(t, string(b), `<figure id="fig-latency-throughput">`)
 	code, stdout, stderr = runCLI(t, "report", "show", out, "--format", "json")
 	require.Equal(t, 0, code, stderr)
-	require.Contains(t, stdout, `"schema_version": 1`)
+	require.Contains(t, stdout, `"schema_version": 2`)
 	code, stdout, stderr = runCLI(t, "report", "compare", out, out)
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "Nothing changed in the test object, the load model or how the runs were measured")
