@@ -90,7 +90,7 @@ func proberBoundReason(l *Level) string {
 	if why == "" {
 		why = "add shards or CPU" // a run judged before diagnoses
 	}
-	return fmt.Sprintf("prober-bound at %s (%s): %s", l.LoadName(), strings.Join(l.Prober.Invalid, ", "), why)
+	return fmt.Sprintf("prober-bound at %s (%s): %s", l.RateName(), strings.Join(l.Prober.Invalid, ", "), why)
 }
 
 // Waiting for the prober to be valid again before a level is measured

@@ -533,6 +533,18 @@ func (l *Level) Decided() string {
 // for the capacity conclusion.
 func (l *Level) ProberBound() bool { return l.Prober != nil && len(l.Prober.Invalid) > 0 }
 
+// RateName names a measured level as every sentence about it does: by
+// its clients, or by the rate its window offered ("6.18 req/s": the
+// arrivals its window held, the rate its attainment is evidence for),
+// the rate it was run at only where it offered none (it sent nothing, or
+// a run before offered rates). LoadName is the rate it was run at.
+func (l *Level) RateName() string {
+	if l.Concurrency == 0 && l.OfferedRate > 0 {
+		return fmt.Sprintf("%.3g req/s", l.OfferedRate)
+	}
+	return l.LoadName()
+}
+
 // LoadName names a level by its load: "4 clients", "6.25 req/s".
 func (l *Level) LoadName() string {
 	if l.Concurrency > 0 {

@@ -211,7 +211,7 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 		zero := 0.0
 		c.VerifiedRate = &zero
 		return nil, VerdictFail, fmt.Sprintf("no open-loop rate met the objectives: the lowest tried, %s, missed, %s %s",
-			valid[0].LoadName(), attainmentText(valid[0]), closed)
+			valid[0].RateName(), attainmentText(valid[0]), closed)
 	}
 	if l := valid[0]; wantsRequests(l) {
 		// What decides it: more requests, or, when measuring it again
@@ -222,7 +222,7 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 			cause = proberCause(l.AgainProberBound)
 		}
 		return nil, VerdictInconclusive, fmt.Sprintf("not concluded: %sthe lowest rate tried, %s, %s, every request good but too few to show the objective%s %s",
-			cause, l.LoadName(), attainmentText(l), decides, closed)
+			cause, l.RateName(), attainmentText(l), decides, closed)
 	}
 	cause := ""
 	for _, l := range ladder {
@@ -237,7 +237,7 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 		more = " (" + t.Text() + " would decide it)"
 	}
 	return nil, VerdictInconclusive, fmt.Sprintf("not concluded: %sno open-loop rate was decided within window.max_steady: the lowest tried, %s, %s%s %s",
-		cause, valid[0].LoadName(), attainmentText(valid[0]), more, closed)
+		cause, valid[0].RateName(), attainmentText(valid[0]), more, closed)
 }
 
 // ceiling is the most an open-loop rate can hold, and whether it is

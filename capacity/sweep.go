@@ -218,7 +218,7 @@ func (s *Step) noCapacity(capped, proberBound string) (string, string) {
 		return VerdictInconclusive, fmt.Sprintf("not concluded: %sno level measured the target validly: %s", proberCause(proberBound), proberBound)
 	}
 	return VerdictInconclusive, fmt.Sprintf("not concluded: no sweep level was decided within window.max_steady: %s %s",
-		s.lowest().LoadName(), attainmentText(s.lowest()))
+		s.lowest().RateName(), attainmentText(s.lowest()))
 }
 
 // keep adds a sweep level, in order of concurrency.

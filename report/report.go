@@ -694,7 +694,7 @@ func proberHealth(levels []*capacity.Level) ProberHealth {
 	var bound []string
 	for _, l := range levels {
 		if l.ProberBound() {
-			bound = append(bound, fmt.Sprintf("%s %s (%s)", l.Stage, l.LoadName(), strings.Join(l.Prober.Invalid, ", ")))
+			bound = append(bound, fmt.Sprintf("%s %s (%s)", l.Stage, l.RateName(), strings.Join(l.Prober.Invalid, ", ")))
 		}
 	}
 	if len(bound) > 0 {
