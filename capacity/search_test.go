@@ -614,3 +614,12 @@ func TestSignedPercent(t *testing.T) {
 		require.Equal(t, want, signedPercent(x), "%g", x)
 	}
 }
+
+// TestRateName: a measured open-loop level is named by the rate it
+// offered, as the search line names it; one that offered none by the
+// rate it was run at; a closed-loop level by its clients.
+func TestRateName(t *testing.T) {
+	require.Equal(t, "1.42 req/s", (&Level{IntendedRate: 1.72, OfferedRate: 1.42}).RateName())
+	require.Equal(t, "1.72 req/s", (&Level{IntendedRate: 1.72}).RateName())
+	require.Equal(t, "8 clients", (&Level{Concurrency: 8, OfferedRate: 10.4}).RateName())
+}
