@@ -52,16 +52,7 @@ func TestUnwritableStorage(t *testing.T) {
 
 	t.Run("readable runs", func(t *testing.T) {
 		storage := t.TempDir()
-		s, err := runstore.Open(storage, runstore.Retention{}, nil)
-		require.NoError(t, err)
-		began := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
-		run := &capacity.Run{Summary: capacity.Summary{Test: "knee", Kind: config.TestStep, Target: "sim", Start: began}}
-		id, err := s.Begin(run)
-		require.NoError(t, err)
-		verified := 12.5
-		run.End, run.Verdict, run.Reason = began.Add(time.Minute), capacity.VerdictPass, "ok"
-		run.Capacity = &capacity.Capacity{Concurrency: 4, VerifiedRate: &verified, VerifiedGoodput: 12}
-		require.NoError(t, s.Finish(id, run))
+		s, id, _ := storePass(t, storage)
 		require.NoError(t, s.Close())
 		lock := filepath.Join(storage, "lock")
 		require.NoError(t, os.Remove(lock))
@@ -98,14 +89,7 @@ func TestUnwritableStorage(t *testing.T) {
 	// run alone, and stores its own test runs once the lock is free.
 	t.Run("locked by a test run", func(t *testing.T) {
 		storage := t.TempDir()
-		s, err := runstore.Open(storage, runstore.Retention{}, nil)
-		require.NoError(t, err)
-		began := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
-		run := &capacity.Run{Summary: capacity.Summary{Test: "knee", Kind: config.TestStep, Target: "sim", Start: began}}
-		done, err := s.Begin(run)
-		require.NoError(t, err)
-		run.End, run.Verdict, run.Reason = began.Add(time.Minute), capacity.VerdictPass, "ok"
-		require.NoError(t, s.Finish(done, run))
+		s, done, began := storePass(t, storage)
 		running, err := s.Begin(&capacity.Run{Summary: capacity.Summary{Test: "knee", Kind: config.TestStep, Target: "sim", Start: began.Add(time.Hour)}})
 		require.NoError(t, err)
 
@@ -137,6 +121,24 @@ func TestUnwritableStorage(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, runs, 3)
 	})
+}
+
+// storePass opens a store in storage and stores a step run of knee that
+// passed at 12.5 req/s, begun an hour ago: the store, the run's id and
+// its start.
+func storePass(t *testing.T, storage string) (*runstore.Store, runstore.ID, time.Time) {
+	t.Helper()
+	s, err := runstore.Open(storage, runstore.Retention{}, nil)
+	require.NoError(t, err)
+	began := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
+	run := &capacity.Run{Summary: capacity.Summary{Test: "knee", Kind: config.TestStep, Target: "sim", Start: began}}
+	id, err := s.Begin(run)
+	require.NoError(t, err)
+	verified := 12.5
+	run.End, run.Verdict, run.Reason = began.Add(time.Minute), capacity.VerdictPass, "ok"
+	run.Capacity = &capacity.Capacity{Concurrency: 4, VerifiedRate: &verified, VerifiedGoodput: 12}
+	require.NoError(t, s.Finish(id, run))
+	return s, id, began
 }
 
 // blockRun is a standard error that, when a test run says it is running
