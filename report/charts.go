@@ -28,6 +28,13 @@ func charts(r *Report) []namedChart {
 		x := func(l Level) float64 { return l.CompletedRate }
 		lat := &chart.Chart{ID: "latency-throughput", Title: "TTFT against throughput (closed-loop levels)", XLabel: "completed req/s", YLabel: "TTFT, ms", YLog: true}
 		lat.Series = percentileSeries(closed, x, func(l Level) capacity.Percentiles { return l.TTFT })
+		// Each level's clients beside its P50: completed req/s need not
+		// grow with clients past the knee, and the line goes back and
+		// forth in their order.
+		lat.Series[0].Labels = nil
+		for _, l := range closed {
+			lat.Series[0].Labels = append(lat.Series[0].Labels, clients(l.Concurrency))
+		}
 		// The P99 of the levels whose decision does not stand, marked.
 		if s, ok := notJudged(closed, x, func(l Level) float64 { return 1e3 * l.TTFT.P99 }); ok {
 			lat.Series = append(lat.Series, s)
@@ -35,10 +42,9 @@ func charts(r *Report) []namedChart {
 		if slo > 0 && sloName == "ttft" {
 			lat.HLines = append(lat.HLines, chart.Marker{Value: 1e3 * slo, Label: fmt.Sprintf("SLO: TTFT <= %s", fmtSeconds(slo))})
 		}
-		if c := r.Capacity; c != nil && c.VerifiedRate > 0 {
-			lat.VLines = append(lat.VLines, chart.Marker{Value: c.VerifiedRate, Label: "verified capacity"})
-		}
-		out = append(out, namedChart{ID: "latency-throughput", Caption: "TTFT P50, P95 and P99 at each closed-loop level against the rate it completed (n: the level's sample).", c: lat})
+		// The (open-loop) verified capacity is not drawn on this
+		// closed-loop axis: the open-loop charts mark it.
+		out = append(out, namedChart{ID: "latency-throughput", Caption: "TTFT P50, P95 and P99 at each closed-loop level against the rate it completed, joined in the order of their clients (labelled; n: the level's sample).", c: lat})
 
 		conc := func(l Level) float64 { return float64(l.Concurrency) }
 		gp := &chart.Chart{ID: "goodput-load", Title: "Goodput against load", XLabel: "closed-loop clients", YLabel: "req/s", YZero: true}
@@ -83,13 +89,17 @@ func charts(r *Report) []namedChart {
 		out = append(out, namedChart{ID: "e2e-bands", Caption: "The band from P50 to P99 of end-to-end latency at each closed-loop level, its P95 with the sample count.", c: band})
 	}
 	if len(open) > 0 && r.Kind != "soak" {
-		rate := func(l Level) float64 { return l.IntendedRate }
-		v := &chart.Chart{ID: "verification", Title: "Open-loop verification", XLabel: "intended req/s (Poisson)", YLabel: "TTFT, ms", YLog: true}
-		v.Series = percentileSeries(open, rate, func(l Level) capacity.Percentiles { return l.TTFT })
+		v := &chart.Chart{ID: "verification", Title: "Open-loop verification", XLabel: "offered req/s (Poisson)", YLabel: "TTFT, ms", YLog: true}
+		v.Series = percentileSeries(open, offered, func(l Level) capacity.Percentiles { return l.TTFT })
 		if slo > 0 && sloName == "ttft" {
 			v.HLines = append(v.HLines, chart.Marker{Value: 1e3 * slo, Label: "SLO"})
 		}
-		out = append(out, namedChart{ID: "verification", Caption: "TTFT at each open-loop rate of the verification and the burst.", c: v})
+		v.VLines = openMarkers(r)
+		out = append(out, namedChart{ID: "verification", Caption: "TTFT at each open-loop rate of the verification and the burst, by the rate its window offered.", c: v})
+		if e := evidence(r, open); e != nil {
+			out = append(out, namedChart{ID: "evidence", Caption: "What the capacity rests on: each open-loop level's attainment with its 95% interval against the rate it offered. " +
+				"A level is met when its interval lies above the objective, missed when below; an undecided one, or one the prober limited, is no evidence either way.", c: e})
+		}
 	}
 	if b := r.Risk.Burst; b != nil && b.Timeline != nil && len(b.Timeline.InFlight) > 0 {
 		tl := b.Timeline
@@ -130,6 +140,98 @@ func charts(r *Report) []namedChart {
 	return out
 }
 
+// clients writes a number of closed-loop clients: "1 client", "8
+// clients".
+func clients(n int) string {
+	if n == 1 {
+		return "1 client"
+	}
+	return fmt.Sprintf("%d clients", n)
+}
+
+// offered is an open-loop level's rate on a chart's axis: what its window
+// offered, as every sentence states it (the rate it was run at for a
+// level that offered none).
+func offered(l Level) float64 {
+	if l.OfferedRate > 0 {
+		return l.OfferedRate
+	}
+	return l.IntendedRate
+}
+
+// openMarkers are the verified rate and the most the capacity can be,
+// for an open-loop axis.
+func openMarkers(r *Report) []chart.Marker {
+	c := r.Capacity
+	if c == nil || c.VerifiedRate <= 0 {
+		return nil
+	}
+	m := []chart.Marker{{Value: c.VerifiedRate, Label: "verified"}}
+	switch {
+	case c.Ceiling > 0 && c.CeilingFrom == capacity.CeilingClosedLoop:
+		m = append(m, chart.Marker{Value: c.Ceiling, Label: "closed loop's peak"})
+	case c.Ceiling > 0:
+		m = append(m, chart.Marker{Value: c.Ceiling, Label: "missed"})
+	case c.Bound > 0:
+		m = append(m, chart.Marker{Value: c.Bound, Label: c.BoundDecision})
+	}
+	return m
+}
+
+// evidence is the chart of the open-loop levels the capacity rests on:
+// each verification level's attainment (%) at the rate it offered, apart
+// by what it decided (met, missed, undecided, prober-bound: points not
+// joined, since each level is a sample of its own), its 95% interval as
+// a vertical bar, the objective, and the verified rate and the ceiling
+// marked. Nil without a verification level with an interval.
+func evidence(r *Report, open []Level) *chart.Chart {
+	var ls []Level
+	for _, l := range open {
+		if l.Stage == "verify" && l.Interval != nil && l.Decision != "" {
+			ls = append(ls, l)
+		}
+	}
+	if len(ls) == 0 {
+		return nil
+	}
+	c := &chart.Chart{ID: "evidence", Title: "Open-loop evidence", XLabel: "offered req/s (Poisson)", YLabel: "attainment, % (95% interval)"}
+	kind := func(l Level) string {
+		switch {
+		case l.Prober != nil && len(l.Prober.Invalid) > 0:
+			return "prober-bound (not used)"
+		case l.Decision == capacity.DecisionMet || l.Decision == capacity.DecisionMissed:
+			return l.Decision
+		}
+		return "undecided"
+	}
+	// The intervals first, solid, then each decision in a place of its
+	// own, so that met is drawn alike in every report (a decision no
+	// level took has no name: no legend entry).
+	bars := chart.Series{Name: "95% interval"}
+	for _, l := range ls {
+		bars.X = append(bars.X, offered(l), offered(l), math.NaN())
+		bars.Y = append(bars.Y, 100*l.Interval.Lower, 100*l.Interval.Upper, math.NaN())
+	}
+	c.Series = append(c.Series, bars)
+	for _, name := range []string{capacity.DecisionMissed, capacity.DecisionMet, "undecided", "prober-bound (not used)"} {
+		s := chart.Series{Points: true}
+		for _, l := range ls {
+			if kind(l) == name {
+				// A gap after each point: a level stands alone.
+				s.X, s.Y = append(s.X, offered(l), math.NaN()), append(s.Y, 100*l.Attainment, math.NaN())
+				s.Labels = append(s.Labels, fmt.Sprintf("n=%d", l.Interval.N), "")
+				s.Name = name
+			}
+		}
+		c.Series = append(c.Series, s)
+	}
+	if obj := objective(r); obj > 0 {
+		c.HLines = append(c.HLines, chart.Marker{Value: 100 * obj, Label: fmt.Sprintf("objective %g%%", 100*obj)})
+	}
+	c.VLines = openMarkers(r)
+	return c
+}
+
 // split returns the closed-loop sweep levels by concurrency and the
 // open-loop verification and burst levels by rate.
 func split(levels []Level) (closed, open []Level) {
@@ -144,9 +246,9 @@ func split(levels []Level) (closed, open []Level) {
 	slices.SortStableFunc(closed, func(a, b Level) int { return a.Concurrency - b.Concurrency })
 	slices.SortStableFunc(open, func(a, b Level) int {
 		switch {
-		case a.IntendedRate < b.IntendedRate:
+		case offered(a) < offered(b):
 			return -1
-		case a.IntendedRate > b.IntendedRate:
+		case offered(a) > offered(b):
 			return 1
 		}
 		return 0

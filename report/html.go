@@ -105,7 +105,7 @@ func ContentType(format string) string {
 // chartSection is the section each chart closes.
 var chartSection = map[string]string{
 	"latency-throughput": "Capacity conclusion", "goodput-load": "Capacity conclusion", "attainment-load": "Capacity conclusion",
-	"e2e-bands": "Capacity conclusion", "verification": "Capacity conclusion",
+	"e2e-bands": "Capacity conclusion", "verification": "Capacity conclusion", "evidence": "Capacity conclusion",
 	"burst":        "Risk boundaries",
 	"soak-latency": "Soak", "soak-goodput": "Soak",
 }

@@ -38,7 +38,7 @@ func TestHTMLInBrowser(t *testing.T) {
 			[]string{"Capacity report: knee (step test): PASS", "Sustainable: 8.88 req/s", "4 replicas", "per SLO-good request"}},
 		{"soak-run.json", []string{"soak-latency", "soak-goodput"},
 			[]string{"(soak test): PASS", "Error bursts in windows", "Fault plan"}},
-		{"step-both-run.json", []string{"latency-throughput", "goodput-load", "attainment-load", "e2e-bands", "verification"},
+		{"step-both-run.json", []string{"latency-throughput", "goodput-load", "attainment-load", "e2e-bands", "verification", "evidence"},
 			[]string{"Prefix cache: cold and production", "GPU memory headroom", "busy GPU while the queue grows", "tenant-1 at 10x its share"}},
 		{"soak-faults-run.json", []string{"soak-latency", "soak-goodput"},
 			[]string{"(soak test): FAIL", "Failure and recovery", "not recovered", "After losing one of 3 replicas"}},

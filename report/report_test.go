@@ -150,6 +150,30 @@ func TestCompare(t *testing.T) {
 	require.Contains(t, md.String(), "**3 variables changed**")
 }
 
+// TestEvidenceChart: the open-loop evidence the capacity rests on: each
+// level's attainment and interval by the rate it offered, apart by what
+// it decided, the objective and the verified rate and the rate that
+// missed above it marked; no open-loop marker on the closed loop's axis,
+// whose points are labelled with their clients.
+func TestEvidenceChart(t *testing.T) {
+	var h bytes.Buffer
+	require.NoError(t, report.WriteHTML(&h, report.Build(load(t, "step-both-run.json"))))
+	page := h.String()
+	figure := func(id string) string {
+		f := page[strings.Index(page, `<figure id="fig-`+id+`">`):]
+		return f[:strings.Index(f, "</figure>")]
+	}
+	ev := figure("evidence")
+	for _, want := range []string{"Open-loop evidence", "offered req/s (Poisson)", ">met<", ">missed<", "95% interval", "objective 95%", ">verified<", "n=552"} {
+		require.Contains(t, ev, want)
+	}
+	require.NotContains(t, ev, ">undecided<", "no undecided level: no empty legend entry")
+	lt := figure("latency-throughput")
+	require.NotContains(t, lt, "verified")
+	require.Contains(t, lt, ">8 clients<", "closed-loop points labelled with their clients")
+	require.Contains(t, figure("verification"), "offered req/s (Poisson)")
+}
+
 // TestCompareInconclusive: an inconclusive run measured its closed loop
 // and its knee as a concluded one does: the comparison sets them side by
 // side, not "-", and its report's goodput chart says what its knee was.
@@ -339,6 +363,7 @@ func TestChartsSayWhatWasFound(t *testing.T) {
 		require.Contains(t, f[:strings.Index(f, "</figure>")], "not judged (prober-bound or inconclusive)", fig)
 	}
 	require.Contains(t, page, "goodput stops growing at the knee.")
+	require.NotContains(t, page, `<figure id="fig-evidence">`, "a schema-1 run: no intervals to draw")
 
 	// Goodput still grew at the last level: no knee, as the run says.
 	run.Knee = &capacity.Knee{Concurrency: 16, Reason: "goodput still grew at 16 clients, the highest level"}
