@@ -68,9 +68,17 @@ func judgeProber(l *Level, v *validity.Config, use string) {
 	p.Invalid = overThresholds(p, v)
 	if len(p.Invalid) > 0 {
 		p.Diagnosis = diagnose(p, p.Invalid, v)
+		if use == notUsed {
+			l.Note = addNote(l.Note, notUsed+": prober-bound ("+strings.Join(p.Invalid, ", ")+"), measured while the prober was the limit")
+			return
+		}
 		l.Note = addNote(l.Note, "prober-bound ("+strings.Join(p.Invalid, ", ")+"): measured while the prober was the limit, "+use)
 	}
 }
+
+// notUsed leads the note of a level the prober limited, which the
+// conclusion leaves out: the note says so first.
+const notUsed = "not used"
 
 // proberCause is the cause a diagnosis names, to put first in a verdict
 // the prober decided ("busy host: ", "saturated prober: ", "GC pauses:

@@ -77,11 +77,11 @@ tests:
 					if sweeps++; sweeps == 1 {
 						l.Prober.CPUShare, l.Prober.SchedulerP99 = 0.02, 0.08
 						l.Prober.GCPauseP99, l.Prober.LagP99 = 0, 0
-						judgeProber(l, &validity.DefaultConfig, "not used for the conclusion")
+						judgeProber(l, &validity.DefaultConfig, notUsed)
 						return
 					}
 				}
-				judgeProber(l, &v, "not used for the conclusion")
+				judgeProber(l, &v, notUsed)
 			}
 			run := s.Run(t.Context())
 			require.Len(t, run.Sweep, 1, run.Reason)

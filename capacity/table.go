@@ -210,7 +210,7 @@ type tableLevel struct {
 // notes is the row's notes: a soak window's error burst first; the
 // engine's queue if queue.
 func (t tableLevel) notes(queue bool) []string {
-	notes := levelNotes(t.Level, queue)
+	notes := t.Level.Notes(queue)
 	if t.window != nil && t.window.ErrorBurst {
 		notes = append([]string{"error burst"}, notes...)
 	}
@@ -374,10 +374,23 @@ func levelDecision(l *Level) string {
 	return ""
 }
 
-// levelNotes is what is to know of a level but its decision: its
-// extensions and retries, then the rest; the engine's queue if queue.
-func levelNotes(l *Level, queue bool) []string {
-	var notes []string
+// Notes is what is to know of a level but its decision, a clause a fact:
+// why it is not used (the prober limited it) first, then its extensions
+// and how many times it was measured, then the rest; the engine's queue
+// if queue. The terminal's table and the report both write them, "not
+// used: prober-bound (send_lag, reads up to 49 ms late): ...; measured 3
+// times (busy host)".
+func (l *Level) Notes(queue bool) []string {
+	var notes, rest []string
+	if l.Note != "" {
+		for _, clause := range strings.Split(l.Note, "; ") {
+			if strings.HasPrefix(clause, notUsed) {
+				notes = append(notes, clause)
+			} else {
+				rest = append(rest, clause)
+			}
+		}
+	}
 	if l.ImpliedBy > 0 {
 		notes = append(notes, fmt.Sprintf("too few requests to decide; implied by %s, which met", clients(l.ImpliedBy)))
 	}
@@ -390,14 +403,12 @@ func levelNotes(l *Level, queue bool) []string {
 		notes = append(notes, fmt.Sprintf("window extended %dx", l.Extensions)) // a run before sequential looks
 	}
 	if n := len(l.Remeasured); n > 0 {
-		notes = append(notes, fmt.Sprintf("re-measured %dx (%s)", n, strings.SplitN(l.Remeasured[n-1], ":", 2)[0]))
+		notes = append(notes, fmt.Sprintf("measured %d times (%s)", n+1, strings.SplitN(l.Remeasured[n-1], ":", 2)[0]))
 	}
 	if l.Insufficient {
 		notes = append(notes, "(few: under window.min_requests)")
 	}
-	if l.Note != "" {
-		notes = append(notes, l.Note)
-	}
+	notes = append(notes, rest...)
 	if n := dropped(l); n > 0 {
 		notes = append(notes, fmt.Sprintf("dropped %d", n))
 	}

@@ -92,7 +92,7 @@ func TestTableWidth(t *testing.T) {
 	var b bytes.Buffer
 	capacity.WriteTable(&b, wideRun(t))
 	require.Contains(t, b.String(), "inconclusive [", "the decision stays in its row")
-	require.Contains(t, b.String(), "[2] verify at 833 req/s: window extended 3x; re-measured 1x (scheduler_latency)")
+	require.Contains(t, b.String(), "[2] verify at 833 req/s: window extended 3x; measured 2 times (scheduler_latency)")
 }
 
 // TestWriteMarkdown: every column, one row a level, notes in their rows.

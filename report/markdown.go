@@ -689,35 +689,32 @@ func (m *mdWriter) levelTable(levels []Level, gpus bool) bool {
 		if l.IntendedRate > 0 {
 			rate = fmt.Sprintf("%.3g", l.IntendedRate)
 		}
-		note := l.Note
+		// The decision first (none for a level not used: its notes say
+		// so first), then its facts a clause each, as the terminal's
+		// table writes them.
+		lead := ""
 		switch {
+		case l.ProberBound:
 		case judged && l.Decision != "" && l.Stage != "burst":
-			note = strings.TrimSpace(l.Decision + " " + note)
+			lead = l.Decision
 		case !judged && l.Met:
-			note = strings.TrimSpace("met " + note)
+			lead = "met"
 		}
-		if l.Insufficient {
-			note = strings.TrimSpace("(few) " + note)
-		}
-		if l.ImpliedBy > 0 {
-			note = strings.TrimSpace(note + fmt.Sprintf(" (too few requests to decide; implied by %d clients, which met)", l.ImpliedBy))
-		}
-		switch {
-		case l.Batches > 0 && l.ToDecide != nil:
-			note = strings.TrimSpace(note + fmt.Sprintf(" undecided after %s: %s would decide it", fmtSeconds(l.WindowSeconds), l.ToDecide.Text()))
-		case l.Batches > 0 && l.Looks > 0 && l.Decision != capacity.DecisionInconclusive:
-			note = strings.TrimSpace(note + fmt.Sprintf(" decided after %s", fmtSeconds(l.WindowSeconds)))
-		case l.Batches == 0 && l.Extensions > 0:
-			note = strings.TrimSpace(note + fmt.Sprintf(" window extended %dx", l.Extensions)) // a run before sequential looks
-		}
-		if n := len(l.Remeasured); n > 0 {
-			note = strings.TrimSpace(note + fmt.Sprintf(" re-measured %dx: %s", n, strings.Join(l.Remeasured, "; ")))
-		}
+		// Why the level ran at its rate comes after why it is not used,
+		// before the rest.
+		clauses := slices.Clone(l.Notes)
 		if l.Why != "" {
-			note = strings.TrimSpace(note + " (" + l.Why + ")")
+			at := 0
+			if l.ProberBound && len(clauses) > 0 {
+				at = 1
+			}
+			clauses = slices.Insert(clauses, at, l.Why)
 		}
-		if q := l.EngineQueue; q != nil && q.Samples > 0 {
-			note = strings.TrimSpace(note + fmt.Sprintf(" engine queue: mean %.1f, max %d", q.Mean, q.Max))
+		note := strings.Join(clauses, "; ")
+		if lead != "" && note != "" {
+			note = lead + ": " + note
+		} else if lead != "" {
+			note = lead
 		}
 		var row []string
 		if !judged {

@@ -288,10 +288,15 @@ type Level struct {
 	ITL  capacity.Percentiles `json:"itl"`
 	E2E  capacity.Percentiles `json:"e2e"`
 
-	Outcomes     map[prober.Outcome]int  `json:"outcomes"`
-	DrainSeconds float64                 `json:"drain_seconds"`
-	Note         string                  `json:"note,omitempty"`
-	Server       *capacity.ServerSignals `json:"server,omitempty"`
+	Outcomes     map[prober.Outcome]int `json:"outcomes"`
+	DrainSeconds float64                `json:"drain_seconds"`
+	Note         string                 `json:"note,omitempty"`
+	// Notes are the level's facts but its decision, a clause each, as
+	// the terminal's table writes them (capacity.Level.Notes);
+	// ProberBound, that the prober limited it and it is not used.
+	Notes       []string                `json:"notes,omitempty"`
+	ProberBound bool                    `json:"-"`
+	Server      *capacity.ServerSignals `json:"server,omitempty"`
 	// EngineQueue is the engine's own queue depth over the window (its
 	// metrics, server_metrics).
 	EngineQueue *capacity.EngineQueue  `json:"engine_queue,omitempty"`
@@ -610,7 +615,7 @@ func level(run *capacity.Run, l *capacity.Level) Level {
 		TTFT: l.TTFT, TPOT: l.TPOT, ITL: l.ITL, E2E: l.E2E, Outcomes: l.Outcomes, DrainSeconds: l.DrainSeconds, Note: l.Note,
 		Server: l.Server, EngineQueue: l.EngineQueue, Prober: l.Prober, GPU: l.GPU, HotTenant: l.HotTenant,
 		Decision: l.Decision, Interval: l.Interval, Extensions: l.Extensions, ImpliedBy: l.ImpliedBy, Remeasured: l.Remeasured, Why: l.Why,
-		Batches: l.Batches, Looks: l.Looks, ToDecide: l.ToDecide,
+		Batches: l.Batches, Looks: l.Looks, ToDecide: l.ToDecide, Notes: l.Notes(true), ProberBound: l.ProberBound(),
 	}
 	if !l.Start.IsZero() && !run.Start.IsZero() {
 		out.StartSeconds = l.Start.Sub(run.Start).Seconds()

@@ -321,6 +321,23 @@ func TestNotConcluded(t *testing.T) {
 	}
 }
 
+// TestNotesRead: a level the prober limited says first that it is not
+// used, never its decision before that ("met ... not used"), then how
+// many times it was measured, a clause a fact.
+func TestNotesRead(t *testing.T) {
+	run := load(t, "step-both-run.json")
+	l := &run.Verify[0]
+	l.Prober = &capacity.ProberHealth{Invalid: []string{"send_lag"}}
+	l.Note = "not used: prober-bound (send_lag, reads up to 49 ms late): with every request corrected by its read delay it would be met"
+	l.Remeasured = []string{"busy host: send lag P99 49 ms", "busy host: send lag P99 51 ms"}
+	var md bytes.Buffer
+	require.NoError(t, report.WriteMarkdown(&md, report.Build(run)))
+	require.Contains(t, md.String(), "| not used: prober-bound (send_lag, reads up to 49 ms late): with every request corrected by its read delay it would be met; "+
+		"0.5 of the closed-loop capacity's rate; measured 3 times (busy host); engine queue mean 0.2, max 1 |")
+	require.NotContains(t, md.String(), "met not used")
+	require.NotContains(t, md.String(), "met: not used")
+}
+
 // TestEngineQueue: the engine's own queue depth of a level's window (from
 // its metrics) is in the Markdown levels table and in the JSON report,
 // which the schema takes.
@@ -330,7 +347,7 @@ func TestEngineQueue(t *testing.T) {
 	r := report.Build(run)
 	var md bytes.Buffer
 	require.NoError(t, report.WriteMarkdown(&md, r))
-	require.Contains(t, md.String(), "engine queue: mean 3.2, max 7")
+	require.Contains(t, md.String(), "engine queue mean 3.2, max 7")
 	b, err := json.Marshal(r)
 	require.NoError(t, err)
 	require.Contains(t, string(b), `"engine_queue":{"samples":30,"mean":3.25,"max":7}`)
