@@ -115,7 +115,8 @@ var chartSection = map[string]string{
 const css = `
 :root { color-scheme: light; }
 body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: #1b1f24; margin: 0; background: #fff; }
-main { max-width: 1100px; margin: 0 auto; padding: 24px 32px 48px; }
+main { margin: 0 auto; padding: 24px 32px 48px; }
+p, ul, blockquote, h1, h2 { max-width: 1100px; }
 h1 { font-size: 1.6em; margin: 0 0 .4em; }
 h2 { font-size: 1.25em; margin: 1.6em 0 .5em; padding-bottom: .2em; border-bottom: 1px solid #d0d7de; }
 blockquote { margin: 0 0 1em; padding: .5em 1em; border-left: 4px solid #8c959f; background: #f6f8fa; }

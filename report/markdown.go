@@ -681,6 +681,7 @@ func (m *mdWriter) levelTable(levels []Level, gpus bool) bool {
 		header = append(header, gpuHeader...)
 	}
 	m.Table(append(header, "Note")...)
+	var footnotes []string
 	for _, l := range levels {
 		clients, rate := "-", "-"
 		if l.Concurrency > 0 {
@@ -710,10 +711,16 @@ func (m *mdWriter) levelTable(levels []Level, gpus bool) bool {
 			}
 			clauses = slices.Insert(clauses, at, l.Why)
 		}
+		// A long note is a numbered footnote under the table, as in the
+		// terminal's table: in the row it would make the row tall.
 		note := strings.Join(clauses, "; ")
-		if lead != "" && note != "" {
+		switch {
+		case len(note) > noteInline:
+			footnotes = append(footnotes, fmt.Sprintf("[%d] %s at %s: %s", len(footnotes)+1, l.Stage, levelLoad(l), note))
+			note = strings.TrimSpace(fmt.Sprintf("%s [%d]", lead, len(footnotes)))
+		case lead != "" && note != "":
 			note = lead + ": " + note
-		} else if lead != "" {
+		case lead != "":
 			note = lead
 		}
 		var row []string
@@ -735,7 +742,30 @@ func (m *mdWriter) levelTable(levels []Level, gpus bool) bool {
 		}
 		m.Row(append(row, note)...)
 	}
+	if len(footnotes) > 0 {
+		m.P("")
+		for _, f := range footnotes {
+			m.P("- %s", f)
+		}
+	}
 	return judged
+}
+
+// noteInline is the longest note a levels table holds in its row ("met:
+// decided after 36 s"); a longer one is a footnote under it: among
+// nineteen columns a longer note wraps into a tall row.
+const noteInline = 24
+
+// levelLoad names a level in a footnote: its clients, or the rate it
+// offered.
+func levelLoad(l Level) string {
+	switch {
+	case l.Concurrency > 0:
+		return plural(l.Concurrency, "client")
+	case l.OfferedRate > 0:
+		return fmt.Sprintf("%.3g req/s", l.OfferedRate)
+	}
+	return fmt.Sprintf("%.3g req/s", l.IntendedRate)
 }
 
 func p99(p capacity.Percentiles) string {
