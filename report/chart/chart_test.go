@@ -442,10 +442,21 @@ func TestLabelsDoNotOverlap(t *testing.T) {
 	}}
 	svg, err := c.SVG()
 	require.NoError(t, err)
-	for _, l := range []string{"n=27", "n=46", "n=110"} {
-		require.Contains(t, svg, ">"+l+"<", "a label apart from the others")
+	for _, l := range []string{"n=27", "n=46", "n=110", "n=111"} {
+		require.Contains(t, svg, ">"+l+"<", "a label apart from the others (n=111 below its point, n=110 above)")
 	}
-	for _, l := range []string{"n=111", "n=112", "n=113"} {
-		require.NotContains(t, svg, ">"+l+"<", "a label over n=110")
+	for _, l := range []string{"n=112", "n=113"} {
+		require.NotContains(t, svg, ">"+l+"<", "a label over n=110 or n=111")
 	}
+
+	// A marker's label takes its place first: the label of a point at
+	// the top of the chart, on the marker's line, goes left of it (above
+	// is out of the chart, below and right the marker's label).
+	c = &chart.Chart{ID: "marker", Title: "marker", Series: []chart.Series{
+		{Name: "met", X: []float64{1, 2, 3}, Y: []float64{50, 100, 60}, Labels: []string{"n=20", "n=138", "n=30"}, Points: true}},
+		VLines: []chart.Marker{{Value: 2, Label: "verified"}}}
+	svg, err = c.SVG()
+	require.NoError(t, err)
+	require.Contains(t, svg, ">n=138<")
+	require.Contains(t, svg, ">verified<")
 }

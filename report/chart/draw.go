@@ -292,11 +292,14 @@ func (d *drawing) plot() *plot.Plot {
 	// The points' labels of every series share one list of the places
 	// taken: a label that would overlap one written is left out (levels
 	// close together, at the knee, would write "n=110" three times over).
+	// The markers' labels are drawn last, over everything, and take
+	// their places first: a point's label goes elsewhere, or is left out.
 	taken := &[]vg.Rectangle{}
+	p.Add(markerLabels{h: d.hLines, v: d.vLines, reserve: taken})
 	for i, s := range d.series {
 		p.Add(seriesPlotter{s, seriesStyle(i), taken})
 	}
-	p.Add(markerLabels{d.hLines, d.vLines})
+	p.Add(markerLabels{h: d.hLines, v: d.vLines})
 	if !d.hasData {
 		p.Add(noData{})
 	}
@@ -363,38 +366,46 @@ func (sp seriesPlotter) Plot(c draw.Canvas, p *plot.Plot) {
 	}
 }
 
-// note writes a point's label above it, or below it at the top of the
-// chart, and kept from running out at the sides; not at all where it
-// would overlap a label in taken, to which it adds its own.
+// note writes a point's label above it, or where that place is out of
+// the chart or taken, below it, left of it or right of it, kept from
+// running out at the sides; not at all where each would overlap a label
+// in taken (a marker's, or another point's), to which it adds its own.
 func note(c draw.Canvas, sty text.Style, pt vg.Point, s string, taken *[]vg.Rectangle) {
 	const off = glyphSize + 1
 	w, h := sty.Width(s), sty.Height(s)
-	left := pt.X - w/2
-	switch {
-	case pt.X+w/2 > c.Max.X:
-		sty.XAlign = draw.XRight
-		pt.X = c.Max.X
-		left = pt.X - w
-	case pt.X-w/2 < c.Min.X:
-		sty.XAlign = draw.XLeft
-		pt.X = c.Min.X
-		left = pt.X
+	// The places tried in turn, each a box's lower left corner: above the
+	// point, below it, left of it, right of it.
+	for i, at := range []vg.Point{
+		{X: pt.X - w/2, Y: pt.Y + off},
+		{X: pt.X - w/2, Y: pt.Y - off - h},
+		{X: pt.X - off - w, Y: pt.Y - h/2},
+		{X: pt.X + off, Y: pt.Y - h/2},
+	} {
+		// Kept from running out at the sides; beside the point, from
+		// running out at the top and bottom too.
+		at.X = max(c.Min.X, min(at.X, c.Max.X-w))
+		if i >= 2 {
+			at.Y = max(c.Min.Y, min(at.Y, c.Max.Y-h))
+		}
+		box := vg.Rectangle{Min: at, Max: vg.Point{X: at.X + w, Y: at.Y + h}}
+		if box.Max.Y > c.Max.Y || box.Min.Y < c.Min.Y || overlaps(box, *taken) {
+			continue
+		}
+		*taken = append(*taken, box)
+		sty.XAlign, sty.YAlign = draw.XLeft, draw.YBottom
+		c.FillText(sty, at, s)
+		return
 	}
-	pt.Y += off
-	bottom := pt.Y
-	if pt.Y+h > c.Max.Y {
-		sty.YAlign = draw.YTop
-		pt.Y -= 2 * off
-		bottom = pt.Y - h
-	}
-	box := vg.Rectangle{Min: vg.Point{X: left, Y: bottom}, Max: vg.Point{X: left + w, Y: bottom + h}}
-	for _, r := range *taken {
+}
+
+// overlaps reports whether box overlaps any of taken.
+func overlaps(box vg.Rectangle, taken []vg.Rectangle) bool {
+	for _, r := range taken {
 		if box.Min.X < r.Max.X && r.Min.X < box.Max.X && box.Min.Y < r.Max.Y && r.Min.Y < box.Max.Y {
-			return
+			return true
 		}
 	}
-	*taken = append(*taken, box)
-	c.FillText(sty, pt, s)
+	return false
 }
 
 type bandPlotter struct {
@@ -440,7 +451,22 @@ func (m markerLines) Plot(c draw.Canvas, p *plot.Plot) {
 	}
 }
 
-type markerLabels struct{ h, v []marker }
+// markerLabels writes the markers' labels; with reserve set it writes
+// nothing and adds the places they take to it.
+type markerLabels struct {
+	h, v    []marker
+	reserve *[]vg.Rectangle
+}
+
+// write writes a marker's label, or reserves its place.
+func (m markerLabels) write(c draw.Canvas, sty text.Style, pt vg.Point, s string) {
+	if m.reserve == nil {
+		boxedText(c, sty, pt, s)
+		return
+	}
+	r := sty.Rectangle(s)
+	*m.reserve = append(*m.reserve, vg.Rectangle{Min: r.Min.Add(pt), Max: r.Max.Add(pt)})
+}
 
 func (m markerLabels) Plot(c draw.Canvas, p *plot.Plot) {
 	trX, trY := p.Transforms(&c)
@@ -458,7 +484,7 @@ func (m markerLabels) Plot(c draw.Canvas, p *plot.Plot) {
 			sty.YAlign = draw.YTop
 			y -= 2 * pad
 		}
-		boxedText(c, sty, vg.Point{X: c.Max.X - pad, Y: y}, label)
+		m.write(c, sty, vg.Point{X: c.Max.X - pad, Y: y}, label)
 	}
 	// A vertical line's label sits at its top, right of it unless it would
 	// run out of the chart; each a row lower than the one before, so that
@@ -475,7 +501,7 @@ func (m markerLabels) Plot(c draw.Canvas, p *plot.Plot) {
 			sty.XAlign = draw.XRight
 			x -= 2 * pad
 		}
-		boxedText(c, sty, vg.Point{X: x, Y: y}, label)
+		m.write(c, sty, vg.Point{X: x, Y: y}, label)
 		y -= sty.Height(label) + pad
 		if y < c.Min.Y+sty.Height(label) {
 			y = c.Max.Y - pad
