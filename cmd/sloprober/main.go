@@ -34,13 +34,14 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer, exit 
 	runCmd := newRunCommand(app)
 	check := newCheckCommand(app)
 	probe := newProbeCommand(app)
+	// init beside probe in --help: a new user's first commands.
+	initCmd := newInitCommand(app)
 	sim := newSimCommand(app)
 	wstats := newWorkloadStatsCommand(app)
 	benchCmd := newBenchCommand(app)
 	testCmd := newTestCommand(app)
 	reportCmd := newReportCommand(app)
 	health := newHealthcheckCommand(app)
-	initCmd := newInitCommand(app)
 
 	cmd, err := app.Parse(args)
 	if err != nil {
