@@ -71,16 +71,7 @@ func TestUnwritableStorage(t *testing.T) {
 
 		// Writable again: the next test run opens it and is stored.
 		require.NoError(t, os.Remove(lock))
-		code, body = p.post(t, "/api/v1/tests/knee/run")
-		require.Equal(t, http.StatusAccepted, code, body)
-		_, page := p.get(t, "/")
-		require.NotContains(t, page, "Test runs cannot be stored")
-		code, body = p.post(t, "/api/v1/tests/knee/abort")
-		require.Equal(t, http.StatusOK, code, body)
-		require.Equal(t, 0, p.stop(t))
-		runs, err := os.ReadDir(filepath.Join(storage, "runs"))
-		require.NoError(t, err)
-		require.Len(t, runs, 2)
+		storesAgain(t, p, storage, 2)
 	})
 
 	// A `test run` in the daemon's directory (here this test's store,
@@ -110,17 +101,25 @@ func TestUnwritableStorage(t *testing.T) {
 		require.NoError(t, s.Finish(running, &capacity.Run{Summary: capacity.Summary{Test: "knee", Kind: config.TestStep, Target: "sim",
 			Start: began.Add(time.Hour), End: began.Add(2 * time.Hour), Verdict: capacity.VerdictPass}}))
 		require.NoError(t, s.Close())
-		code, body = p.post(t, "/api/v1/tests/knee/run")
-		require.Equal(t, http.StatusAccepted, code, body)
-		_, page = p.get(t, "/")
-		require.NotContains(t, page, "Test runs cannot be stored")
-		code, body = p.post(t, "/api/v1/tests/knee/abort")
-		require.Equal(t, http.StatusOK, code, body)
-		require.Equal(t, 0, p.stop(t))
-		runs, err := os.ReadDir(filepath.Join(storage, "runs"))
-		require.NoError(t, err)
-		require.Len(t, runs, 3)
+		storesAgain(t, p, storage, 3)
 	})
+}
+
+// storesAgain checks that the daemon p, its storage free again, stores
+// its next test run: started, the landing page's storage note gone,
+// aborted, the daemon stopped, runs files in storage.
+func storesAgain(t *testing.T, p *process, storage string, runs int) {
+	t.Helper()
+	code, body := p.post(t, "/api/v1/tests/knee/run")
+	require.Equal(t, http.StatusAccepted, code, body)
+	_, page := p.get(t, "/")
+	require.NotContains(t, page, "Test runs cannot be stored")
+	code, body = p.post(t, "/api/v1/tests/knee/abort")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, 0, p.stop(t))
+	files, err := os.ReadDir(filepath.Join(storage, "runs"))
+	require.NoError(t, err)
+	require.Len(t, files, runs)
 }
 
 // storePass opens a store in storage and stores a step run of knee that
