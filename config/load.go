@@ -130,21 +130,21 @@ func withRest(b []byte, dir string, err error) error {
 	if rerr != nil {
 		return err
 	}
-	verr := c.validate(c.readTraces())
-	joined, ok := withLines(b, verr).(interface{ Unwrap() []error })
+	joined, ok := c.validate(c.readTraces()).(interface{ Unwrap() []error })
 	if !ok {
 		return err
 	}
+	lines := strictyaml.KeyLines(b)
 	ls := slices.Clone(se.Lines)
 	for _, e := range joined.Unwrap() {
-		text := e.Error()
-		line, key := 0, text
-		if n, _ := fmt.Sscanf(text, "line %d: ", &line); n == 1 {
-			_, key, _ = strings.Cut(text, ": ")
-		}
-		key, _, _ = strings.Cut(key, ": ")
+		key, _, _ := strings.Cut(e.Error(), ": ")
 		if slices.ContainsFunc(se.Lines, func(l strictyaml.Line) bool { return related(key, l.Path) }) {
 			continue
+		}
+		text := e.Error()
+		line := keyLine(lines, e)
+		if line > 0 {
+			text = fmt.Sprintf("line %d: %s", line, text)
 		}
 		ls = append(ls, strictyaml.Line{Line: line, Path: key, Text: text})
 	}
@@ -176,16 +176,25 @@ func withLines(b []byte, err error) error {
 	}
 	var errs []error
 	for _, e := range joined.Unwrap() {
-		key, _, _ := strings.Cut(e.Error(), ": ")
-		for ; key != ""; key = parentKey(key) {
-			if line, ok := lines[key]; ok {
-				e = fmt.Errorf("line %d: %w", line, e)
-				break
-			}
+		if line := keyLine(lines, e); line > 0 {
+			e = fmt.Errorf("line %d: %w", line, e)
 		}
 		errs = append(errs, e)
 	}
 	return errors.Join(errs...)
+}
+
+// keyLine is the line of the key a validation error e names (its text up
+// to its first ": "), or of that key's nearest parent the file has; 0
+// when none is found.
+func keyLine(lines map[string]int, e error) int {
+	key, _, _ := strings.Cut(e.Error(), ": ")
+	for ; key != ""; key = parentKey(key) {
+		if line, ok := lines[key]; ok {
+			return line
+		}
+	}
+	return 0
 }
 
 // parentKey is the key path above key: canary[2] for canary[2].rate,
