@@ -25,7 +25,7 @@ PROMTOOL         := $(TOOLS)/promtool
 # separate tools/ module, so its dependencies do not move sloprober's.
 JAEGER           := $(TOOLS)/jaeger
 
-.PHONY: all build test test-busy fmt-check vet unit fuzz run sim tools prometheus chromium jaeger bench bench-long bench-capacity dashboard-pictures clean
+.PHONY: all build test test-busy fmt-check vet unit fuzz run sim tools prometheus chromium jaeger bench bench-long bench-capacity bench-compare dashboard-pictures clean
 
 all: build
 
@@ -161,6 +161,11 @@ bench-capacity:
 	SLOPROBER_BENCH_CAPACITY=$(BENCH_RUNS) SLOPROBER_BENCH_PROFILE=$(BENCH_PROFILE) SLOPROBER_BENCH_REGIMES=$(BENCH_REGIMES) SLOPROBER_BENCH_CAPACITY_OUT=$(CURDIR)/bench-capacity.md \
 		$(GO) test -count=1 -v -timeout 48h -run '^TestCapacityRegimes$$' ./capacity/groundtruth/
 	SLOPROBER_BENCH_SOAK=10 SLOPROBER_BENCH_SOAK_OUT=$(CURDIR)/bench-soak.md $(GO) test -count=1 -v -timeout 2h -run '^TestSoakBenchmark$$' ./capacity/groundtruth/
+
+## bench-compare: BENCH_PAIRS pairs (default 10) of the same step test against one unchanged simulator, each pair compared as report compare does: the pairs not told apart on every row (target 9 of 10; about 40 minutes; the table in bench-compare.md)
+BENCH_PAIRS ?= 10
+bench-compare:
+	SLOPROBER_BENCH_COMPARE=$(BENCH_PAIRS) SLOPROBER_BENCH_COMPARE_OUT=$(CURDIR)/bench-compare.md $(GO) test -count=1 -v -timeout 3h -run '^TestCompareBenchmark$$' ./cmd/sloprober/
 
 ## bench-long: schedule fidelity, 10 minutes of Poisson arrivals at 500 req/s; 10 minutes of toggled faults with a live-heap bound
 bench-long: build

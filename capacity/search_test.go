@@ -608,13 +608,6 @@ func TestAttainmentText(t *testing.T) {
 		Interval: &Interval{Lower: 0.906, Upper: 0.988, N: 89}}))
 }
 
-// TestSignedPercent: a change as the knee's reason writes it, never "-0%".
-func TestSignedPercent(t *testing.T) {
-	for x, want := range map[float64]string{1: "+100%", -0.21: "-21%", -0.003: "-0.3%", 0.0004: "0%", 0: "0%", 0.25: "+25%"} {
-		require.Equal(t, want, signedPercent(x), "%g", x)
-	}
-}
-
 // TestRateName: a measured open-loop level is named by the rate it
 // offered, as the search line names it; one that offered none by the
 // rate it was run at; a closed-loop level by its clients.

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
+
+	"github.com/sloprober/sloprober/internal/human"
 )
 
 // kneeGain is the least growth of goodput, relative to the growth of
@@ -329,26 +330,12 @@ func knee(levels []Level) *Knee {
 		if gain/more < kneeGain {
 			return &Knee{Concurrency: a.Concurrency, Goodput: a.Goodput, Reached: true,
 				Reason: fmt.Sprintf("goodput %.3g -> %.3g good req/s from %d to %d clients (%s for %s clients), TTFT P99 %.3gs -> %.3gs",
-					a.Goodput, b.Goodput, a.Concurrency, b.Concurrency, signedPercent(gain), signedPercent(more), a.TTFT.P99, b.TTFT.P99)}
+					a.Goodput, b.Goodput, a.Concurrency, b.Concurrency, human.SignedPercent(gain), human.SignedPercent(more), a.TTFT.P99, b.TTFT.P99)}
 		}
 	}
 	last := &levels[len(levels)-1]
 	return &Knee{Concurrency: last.Concurrency, Goodput: last.Goodput,
 		Reason: fmt.Sprintf("goodput still grew at %s, the highest level", clients(last.Concurrency))}
-}
-
-// signedPercent writes a change as a signed percentage: "+100%", "-21%";
-// under one percent to a tenth, so that a small fall is not "-0%":
-// "-0.3%", and no change "0%".
-func signedPercent(x float64) string {
-	p := 100 * x
-	switch {
-	case math.Round(10*p) == 0:
-		return "0%"
-	case math.Abs(p) < 1:
-		return fmt.Sprintf("%+.1f%%", p)
-	}
-	return fmt.Sprintf("%+.0f%%", p)
 }
 
 // clients writes a number of closed-loop clients: "1 client", "8 clients".

@@ -72,7 +72,7 @@ func levelTable(levels []tableLevel, soak, queue, decisionColumn bool) (lines, f
 	for i, l := range levels {
 		row := []string{l.Stage}
 		if !soak {
-			row = append(row, l.LoadName())
+			row = append(row, l.RateName())
 		}
 		_, _, offered := levelLoad(l.Level)
 		row = append(row, offered, fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.Goodput), attainedShort(l.Level),
@@ -134,7 +134,7 @@ func WriteMarkdown(w io.Writer, r *Run) {
 	}
 	fmt.Fprintln(w)
 	soak := r.Soak != nil
-	head := []string{"stage", "clients", "rate/s", "offered/s", "window", "sent", "ok/s", "good/s", "in tok/s", "out tok/s",
+	head := []string{"stage", "clients", "intended/s", "offered/s", "window", "sent", "ok/s", "good/s", "in tok/s", "out tok/s",
 		"attained [95% CI]", "TTFT p50/p95/p99 ms (n)", "TPOT p99 ms", "E2E p99 ms", "drain s", "note"}
 	if soak {
 		head = slices.DeleteFunc(head, func(h string) bool { return h == "clients" || h == "drain s" })
@@ -223,7 +223,7 @@ func (t tableLevel) name() string {
 	if t.window != nil {
 		return fmt.Sprintf("%s window %d", t.Stage, t.index)
 	}
-	return t.Stage + " at " + t.LoadName()
+	return t.Stage + " at " + t.RateName()
 }
 
 // tableLevels are a run's levels in the order they ran, then a soak's

@@ -101,7 +101,7 @@ func TestWriteMarkdown(t *testing.T) {
 	capacity.WriteMarkdown(&b, readRun(t, "testdata/v1-step-run.json"))
 	out := b.String()
 	require.Contains(t, out, "- test knee (step) on sim: PASS")
-	require.Contains(t, out, "| stage | clients | rate/s | offered/s | window | sent | ok/s | good/s | in tok/s | out tok/s | attained [95% CI] | TTFT p50/p95/p99 ms (n) | TPOT p99 ms | E2E p99 ms | drain s | note |")
+	require.Contains(t, out, "| stage | clients | intended/s | offered/s | window | sent | ok/s | good/s | in tok/s | out tok/s | attained [95% CI] | TTFT p50/p95/p99 ms (n) | TPOT p99 ms | E2E p99 ms | drain s | note |")
 	require.Contains(t, out, "| burst | - | 17.8 | 12.8 | 5s | 64 | 12.8 | 1.6 | 3277 | 409.6 | 12.5% | 655/744*/748* (64) | 23* | 1455* | 1.90 | dropped 41; drained in 1.9s (within 10s) |")
 	require.Equal(t, 11, strings.Count(out, "\n| ")-1, "a row a level")
 

@@ -6,13 +6,13 @@ import (
 	"html"
 	"io"
 	"maps"
-	"math"
 	"net"
 	"net/url"
 	"slices"
 	"strings"
 
 	"github.com/sloprober/sloprober/capacity"
+	"github.com/sloprober/sloprober/internal/human"
 )
 
 // Comparison sets two reports side by side: their numbers, and what
@@ -26,6 +26,13 @@ type Comparison struct {
 	// Changed lists what differs in the test object and the load model,
 	// one entry a variable.
 	Changed []Change `json:"changed"`
+	// ToldApart names the rows whose numbers differ beyond the runs'
+	// noise, CannotTell those the runs hold too little to judge, and
+	// Compared counts the rows judged: the runs are not told apart when
+	// ToldApart is empty.
+	ToldApart  []string `json:"told_apart"`
+	CannotTell []string `json:"cannot_tell"`
+	Compared   int      `json:"compared"`
 }
 
 // CompareRow is one number of both reports.
@@ -52,10 +59,10 @@ type Change struct {
 
 // Compare compares report a (the earlier, say) with b.
 func Compare(a, b *Report) *Comparison {
-	c := &Comparison{SchemaVersion: SchemaVersion, A: a, B: b, Rows: []CompareRow{}, Changed: []Change{}}
-	// num adds a number of both reports; noise, if set, judges the
-	// difference from the two reports.
-	numNoise := func(name string, get func(*Report) (float64, bool), format string, points bool, noise func(a, b *Report) string) {
+	c := &Comparison{SchemaVersion: SchemaVersion, A: a, B: b, Rows: []CompareRow{}, Changed: []Change{}, ToldApart: []string{}, CannotTell: []string{}}
+	// num adds a number of both reports, with the noise's verdict on the
+	// two: noise is called when either report has the number.
+	num := func(name string, get func(*Report) (float64, bool), format string, points bool, noise func(a, b *Report) string) {
 		va, oka := get(a)
 		vb, okb := get(b)
 		row := CompareRow{Name: name, A: "-", B: "-"}
@@ -69,15 +76,12 @@ func Compare(a, b *Report) *Comparison {
 		case oka && okb && points:
 			row.Delta = fmt.Sprintf("%+.1f pt", vb-va)
 		case oka && okb && va != 0:
-			row.Delta = fmt.Sprintf("%+.0f%%", 100*(vb/va-1))
+			row.Delta = human.SignedPercent(vb/va - 1)
 		}
-		if oka && okb && noise != nil {
+		if oka || okb {
 			row.Noise = noise(a, b)
 		}
 		c.Rows = append(c.Rows, row)
-	}
-	num := func(name string, get func(*Report) (float64, bool), format string) {
-		numNoise(name, get, format, false, nil)
 	}
 	str := func(name string, get func(*Report) string) {
 		c.Rows = append(c.Rows, CompareRow{Name: name, A: get(a), B: get(b)})
@@ -92,10 +96,24 @@ func Compare(a, b *Report) *Comparison {
 			return f(r.Capacity), true
 		}
 	}
-	numNoise("capacity, req/s (verified open loop)", capOf(func(c *CapacitySummary) float64 { return c.VerifiedRate }), "%.3g", false, capacityNoise)
-	num("capacity per replica, req/s", capOf(func(c *CapacitySummary) float64 { return c.RatePerReplica }), "%.3g")
-	numNoise("goodput at capacity, req/s", capOf(func(c *CapacitySummary) float64 { return c.VerifiedGoodput }), "%.3g", false, goodputNoise)
-	numNoise("attainment at capacity, %", capOf(func(c *CapacitySummary) float64 { return 100 * c.VerifiedAttainment }), "%.1f", true, attainmentNoise)
+	// at judges a number of the two verified levels (atCapacity).
+	at := func(dir int, same func(la, lb *Level) string, get func(*Level) float64) func(a, b *Report) string {
+		return func(a, b *Report) string {
+			la, lb := verifiedLevel(a), verifiedLevel(b)
+			if la == nil || lb == nil {
+				return atCapacity(a, b, dir, same, 0, 0)
+			}
+			return atCapacity(a, b, dir, same, get(la), get(lb))
+		}
+	}
+	goodput := at(+1, goodputNoise, func(l *Level) float64 { return l.Goodput })
+	num("capacity, req/s (verified open loop)", capOf(func(c *CapacitySummary) float64 { return c.VerifiedRate }), "%.3g", false,
+		func(a, b *Report) string { return capacityNoise(a, b, false) })
+	num("capacity per replica, req/s", capOf(func(c *CapacitySummary) float64 { return c.RatePerReplica }), "%.3g", false,
+		func(a, b *Report) string { return capacityNoise(a, b, true) })
+	num("goodput at capacity, req/s", capOf(func(c *CapacitySummary) float64 { return c.VerifiedGoodput }), "%.3g", false, goodput)
+	num("attainment at capacity, %", capOf(func(c *CapacitySummary) float64 { return 100 * c.VerifiedAttainment }), "%.1f", true,
+		at(0, attainmentNoise, func(l *Level) float64 { return l.Attainment }))
 	// What the sweep measured is compared whenever both runs measured
 	// it, concluded or not.
 	closed := func(f func(*ClosedLoop) float64) func(*Report) (float64, bool) {
@@ -106,14 +124,29 @@ func Compare(a, b *Report) *Comparison {
 			return f(r.ClosedLoop), true
 		}
 	}
-	num("closed-loop capacity, clients", closed(func(c *ClosedLoop) float64 { return float64(c.Concurrency) }), "%.0f")
-	num("closed-loop capacity, req/s", closed(func(c *ClosedLoop) float64 { return c.Rate }), "%.3g")
+	num("closed-loop capacity, clients", closed(func(c *ClosedLoop) float64 { return float64(c.Concurrency) }), "%.0f", false, closedLoopNoise)
+	num("closed-loop capacity, req/s", closed(func(c *ClosedLoop) float64 { return c.Rate }), "%.3g", false, closedRateNoise)
 	num("knee, clients", func(r *Report) (float64, bool) {
 		if r.Knee == nil || !r.Knee.Reached {
 			return 0, false
 		}
 		return float64(r.Knee.Concurrency), true
-	}, "%.0f")
+	}, "%.0f", false, kneeNoise)
+	if i := len(c.Rows) - 1; a.Knee != nil || b.Knee != nil {
+		// A sweep whose goodput still grew has no knee, which is not
+		// that it was not measured.
+		for _, side := range []struct {
+			r *Report
+			v *string
+		}{{a, &c.Rows[i].A}, {b, &c.Rows[i].B}} {
+			if k := side.r.Knee; k != nil && !k.Reached {
+				*side.v = fmt.Sprintf("none up to %d", k.Concurrency)
+			}
+		}
+		if c.Rows[i].Noise == "" {
+			c.Rows[i].Noise = kneeNoise(a, b)
+		}
+	}
 	for _, lat := range []struct {
 		name string
 		get  func(*Level) capacity.Percentiles
@@ -122,34 +155,61 @@ func Compare(a, b *Report) *Comparison {
 		{"TPOT P99 at capacity, ms", func(l *Level) capacity.Percentiles { return l.TPOT }},
 		{"E2E P99 at capacity, ms", func(l *Level) capacity.Percentiles { return l.E2E }},
 	} {
-		numNoise(lat.name, func(r *Report) (float64, bool) {
+		num(lat.name, func(r *Report) (float64, bool) {
 			l := verifiedLevel(r)
 			if l == nil {
 				return 0, false
 			}
 			return 1e3 * lat.get(l).P99, true
-		}, "%.4g", false, func(a, b *Report) string {
-			return p99Noise(lat.get(verifiedLevel(a)), lat.get(verifiedLevel(b)))
-		})
+		}, "%.4g", false, at(+1, func(la, lb *Level) string {
+			return quantileNoise(lat.get(la), lat.get(lb), 0.99, la.Interval, lb.Interval, 1e3, "ms")
+		}, func(l *Level) float64 { return lat.get(l).P99 }))
 	}
+	// The cost of a good request is the price over the goodput: told
+	// apart as the goodput is.
 	num("cost per 1,000 good requests", func(r *Report) (float64, bool) {
 		if r.Cost == nil || r.Cost.Per1000Good == 0 {
 			return 0, false
 		}
 		return r.Cost.Per1000Good, true
-	}, "%.3g")
+	}, "%.3g", false, func(a, b *Report) string {
+		if a.Cost == nil || b.Cost == nil || a.Cost.Per1000Good == 0 || b.Cost.Per1000Good == 0 {
+			return cannot("only one run has a cost (target.cost)")
+		}
+		v := goodput(a, b)
+		if k := verdictOf(v); k != "" {
+			return k + ": as the goodput, " + strings.TrimPrefix(v, k+": ")
+		}
+		return v
+	})
 	num("input tokens sent, P50", func(r *Report) (float64, bool) {
 		return r.LoadModel.InputTokens.P50, r.LoadModel.InputTokens.N > 0
-	}, "%.0f")
+	}, "%.0f", false, func(a, b *Report) string { return tokensNoise(a.LoadModel.InputTokens, b.LoadModel.InputTokens) })
 	num("output tokens received, P50", func(r *Report) (float64, bool) {
 		return r.LoadModel.OutputTokens.P50, r.LoadModel.OutputTokens.N > 0
-	}, "%.0f")
-	numNoise("cached share of prompt tokens, %", func(r *Report) (float64, bool) {
+	}, "%.0f", false, func(a, b *Report) string { return tokensNoise(a.LoadModel.OutputTokens, b.LoadModel.OutputTokens) })
+	num("cached share of prompt tokens, %", func(r *Report) (float64, bool) {
 		if r.LoadModel.CachedShare == nil {
 			return 0, false
 		}
 		return 100 * *r.LoadModel.CachedShare, true
-	}, "%.1f", true, nil)
+	}, "%.1f", true, func(a, b *Report) string {
+		if a.LoadModel.CachedShare == nil || b.LoadModel.CachedShare == nil {
+			return cannot("only one run's server said what it cached")
+		}
+		return shareNoise(*a.LoadModel.CachedShare, a.LoadModel.InputTokens.N, *b.LoadModel.CachedShare, b.LoadModel.InputTokens.N)
+	})
+	for _, r := range c.Rows {
+		switch verdictOf(r.Noise) {
+		case beyondNoise:
+			c.ToldApart = append(c.ToldApart, r.Name)
+		case cannotTell:
+			c.CannotTell = append(c.CannotTell, r.Name)
+		}
+		if r.Noise != "" {
+			c.Compared++
+		}
+	}
 	// Who ran a test is no cause of a difference: a row, not a change.
 	str("run by", func(r *Report) string { return orUnknown(r.Provenance.Runner) })
 	str("measurement", func(r *Report) string {
@@ -220,91 +280,6 @@ func Compare(a, b *Report) *Comparison {
 	change("prober validity thresholds", validityText(a.Provenance.Validity), validityText(b.Provenance.Validity))
 	change("canary beside the test", canaryText(a), canaryText(b))
 	return c
-}
-
-// capacityNoise compares two verified capacities with what each search
-// could tell: the capacity lies at or above the verified rate and below
-// its ceiling (the first rate above it that missed, or the closed loop's
-// peak: no level completed more, and arrivals above it queue without
-// end; verified 2.77 req/s, closed-loop peak 3.67: [2.77, 3.67]). A run
-// from before ceilings is bounded by the lowest rate above it not
-// verified, or without one, when its sweep reached the knee (not the
-// test's max_rate), by its closed loop's peak. Ranges that overlap
-// cannot tell the two apart.
-func capacityNoise(a, b *Report) string {
-	hi := func(r *Report) (float64, string) {
-		switch c := r.Capacity; {
-		case c.Ceiling > 0 && c.CeilingFrom == capacity.CeilingClosedLoop:
-			return c.Ceiling, fmt.Sprintf("[%.3g, %.3g] (up to the closed loop's peak)", c.VerifiedRate, c.Ceiling)
-		case c.Ceiling > 0:
-			// The first rate above that missed: a rate undecided below
-			// it is no evidence that the capacity lies lower.
-			return c.Ceiling, fmt.Sprintf("[%.3g, %.3g)", c.VerifiedRate, c.Ceiling)
-		case c.Bound > 0:
-			return c.Bound, fmt.Sprintf("[%.3g, %.3g)", c.VerifiedRate, c.Bound)
-		}
-		if k := r.Capacity.Knee; k != nil && k.Reached && r.Capacity.LimitedBy == "" {
-			peak := 0.0
-			for _, l := range r.Levels {
-				if l.Concurrency > 0 {
-					peak = max(peak, l.CompletedRate)
-				}
-			}
-			if peak > r.Capacity.VerifiedRate {
-				return peak, fmt.Sprintf("[%.3g, %.3g] (up to the closed loop's peak)", r.Capacity.VerifiedRate, peak)
-			}
-		}
-		return math.Inf(1), fmt.Sprintf("[%.3g, -)", r.Capacity.VerifiedRate)
-	}
-	ha, ra := hi(a)
-	hb, rb := hi(b)
-	if a.Capacity.VerifiedRate < hb && b.Capacity.VerifiedRate < ha {
-		return fmt.Sprintf("not told apart: the capacity lies in %s and in %s, which overlap", ra, rb)
-	}
-	return fmt.Sprintf("beyond noise: %s and %s do not overlap", ra, rb)
-}
-
-// attainmentNoise compares the attainments at capacity by their 95%
-// intervals.
-func attainmentNoise(a, b *Report) string {
-	ia, ib := a.Capacity.VerifiedInterval, b.Capacity.VerifiedInterval
-	if ia == nil || ib == nil {
-		return "no intervals (schema-1 run)"
-	}
-	iv := func(i *capacity.Interval) string {
-		return fmt.Sprintf("[%.1f, %.1f] of %d", lower(i), upper(i), i.N)
-	}
-	if ia.Lower <= ib.Upper && ib.Lower <= ia.Upper {
-		return "not told apart: 95% intervals " + iv(ia) + " and " + iv(ib) + " overlap"
-	}
-	return "beyond noise: 95% intervals " + iv(ia) + " and " + iv(ib) + " do not overlap"
-}
-
-// goodputNoise compares the goodputs at capacity with their Poisson
-// noise: n good requests in a window of t seconds are n/t +- sqrt(n)/t
-// req/s; two differ beyond noise past twice their combined deviation.
-func goodputNoise(a, b *Report) string {
-	la, lb := verifiedLevel(a), verifiedLevel(b)
-	if la == nil || lb == nil || la.WindowSeconds <= 0 || lb.WindowSeconds <= 0 {
-		return ""
-	}
-	sd := func(l *Level) float64 { return math.Sqrt(l.Goodput*l.WindowSeconds) / l.WindowSeconds }
-	lim := 2 * math.Hypot(sd(la), sd(lb))
-	if math.Abs(la.Goodput-lb.Goodput) <= lim {
-		return fmt.Sprintf("not told apart: within +-%.2g req/s (Poisson, 2 sd)", lim)
-	}
-	return fmt.Sprintf("beyond noise: +-%.2g req/s (Poisson, 2 sd)", lim)
-}
-
-// p99Noise says when the P99s compared rest on too few samples to tell
-// a difference: a P99 of fewer than 1,000 is among its sample's few
-// largest values.
-func p99Noise(a, b capacity.Percentiles) string {
-	low := func(p capacity.Percentiles) bool { return slices.Contains(p.LowConfidence, "p99") }
-	if low(a) || low(b) {
-		return fmt.Sprintf("low confidence: P99 of %d and %d samples (fewer than 1,000)", a.N, b.N)
-	}
-	return fmt.Sprintf("P99 of %d and %d samples", a.N, b.N)
 }
 
 func isLoopback(raw string) bool {
@@ -434,6 +409,8 @@ func WriteComparison(w io.Writer, c *Comparison) error {
 		m.P("**%d variables changed**: the differences below cannot be put down to one of them. A change should move one variable at a time.", n)
 	}
 	m.P("")
+	m.P("%s", toldText(c))
+	m.P("")
 	m.Table("", "A: "+idOr(c.A), "B: "+idOr(c.B), "B against A", "noise")
 	for _, r := range c.Rows {
 		m.Row(r.Name, r.A, r.B, r.Delta, r.Noise)
@@ -450,6 +427,24 @@ func WriteComparison(w io.Writer, c *Comparison) error {
 	}
 	_, err := io.WriteString(w, m.String())
 	return err
+}
+
+// toldText is the comparison's top line: whether the runs are told apart
+// at all, and on which numbers.
+func toldText(c *Comparison) string {
+	var b strings.Builder
+	switch n := len(c.ToldApart); {
+	case c.Compared == 0:
+		b.WriteString("**Nothing to tell apart**: the runs have no number in common.")
+	case n == 0:
+		fmt.Fprintf(&b, "**Not told apart**: every number compared (%d) is within the runs' noise.", c.Compared-len(c.CannotTell))
+	default:
+		fmt.Fprintf(&b, "**Told apart** (%d of %d numbers compared) on: %s.", n, c.Compared, mdText(strings.Join(c.ToldApart, "; ")))
+	}
+	if len(c.CannotTell) > 0 {
+		fmt.Fprintf(&b, " Cannot tell (the noise column says why): %s.", mdText(strings.Join(c.CannotTell, "; ")))
+	}
+	return b.String()
 }
 
 func idOr(r *Report) string {

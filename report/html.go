@@ -273,3 +273,54 @@ func cells(line string) []string {
 	}
 	return append(out, strings.TrimSpace(cur.String()))
 }
+
+// ChartFile is one chart of a report as an SVG file beside its Markdown.
+type ChartFile struct{ Name, SVG string }
+
+// WriteMarkdownWithCharts writes the Markdown report with its charts as
+// images: each chart's SVG is returned as a file named prefix-ID.svg for
+// the caller to write beside the Markdown, which links it (relative) at
+// the end of its section, where the HTML report draws it. A Markdown
+// viewer (a repository, a ticket with the files attached) shows the
+// report as the HTML does, charts included.
+func WriteMarkdownWithCharts(w io.Writer, r *Report, prefix string) ([]ChartFile, error) {
+	var md bytes.Buffer
+	if err := WriteMarkdown(&md, r); err != nil {
+		return nil, err
+	}
+	var files []ChartFile
+	bySection := map[string][]string{}
+	for _, c := range charts(r) {
+		svg, err := c.c.SVG()
+		if err != nil {
+			return nil, fmt.Errorf("chart %s: %w", c.ID, err)
+		}
+		name := prefix + "-" + c.ID + ".svg"
+		files = append(files, ChartFile{Name: name, SVG: svg})
+		sec := chartSection[c.ID]
+		bySection[sec] = append(bySection[sec], fmt.Sprintf("![%s](%s)\n\n*%s*\n", c.c.Title, name, mdText(c.Caption)))
+	}
+	var b strings.Builder
+	section := ""
+	closeSection := func() {
+		for _, img := range bySection[section] {
+			b.WriteString(img + "\n")
+		}
+	}
+	for line := range strings.Lines(md.String()) {
+		if strings.HasPrefix(line, "## ") {
+			closeSection()
+			section = strings.TrimSpace(line[3:])
+			if _, name, ok := strings.Cut(section, ". "); ok {
+				section = name
+			}
+		}
+		b.WriteString(line)
+	}
+	if !strings.HasSuffix(b.String(), "\n\n") {
+		b.WriteString("\n")
+	}
+	closeSection()
+	_, err := io.WriteString(w, b.String())
+	return files, err
+}

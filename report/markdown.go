@@ -236,6 +236,13 @@ func (m *mdWriter) capacity(r *Report) {
 			m.P("No capacity was found: %s.", mdText(r.Reason))
 		}
 		m.P("")
+		if r.ClosedLoop != nil || r.Knee != nil {
+			// What the sweep measured holds whether or not the run
+			// concluded.
+			m.P("What the closed-loop sweep measured (no capacity):")
+			m.closedLoop(r)
+			m.P("")
+		}
 		return
 	}
 	switch iv := c.VerifiedInterval; {
@@ -266,16 +273,29 @@ func (m *mdWriter) capacity(r *Report) {
 		m.P("Forecast: %s.", mdText(text))
 		m.P("")
 	}
-	m.P("Closed loop: %d clients completed %.3g req/s with every objective met.", c.Concurrency, c.ClosedRate)
-	if k := c.Knee; k != nil {
-		m.P("Knee: %s.", mdText(k.Reason))
-	}
+	m.closedLoop(r)
 	if c.LimitedBy != "" {
 		m.P("The capacity may be higher: %s.", mdText(c.LimitedBy))
 	}
 	m.P("")
 	m.P("Every percentile in this report is exact, over the requests sent in a level's steady window, with its sample count; `*` marks a P95 over fewer than 200 or a P99 over fewer than 1,000 samples. The levels are in the last section.")
 	m.P("")
+}
+
+// closedLoop states the closed-loop capacity and the knee as the run has
+// them (Report.ClosedLoop and Knee, as the terminal and the comparison
+// read them): "Knee: 8 clients: goodput ...", or that none was reached.
+func (m *mdWriter) closedLoop(r *Report) {
+	if c := r.ClosedLoop; c != nil {
+		m.P("Closed loop: %d clients completed %.3g req/s with every objective met.", c.Concurrency, c.Rate)
+	}
+	switch k := r.Knee; {
+	case k == nil:
+	case k.Reached:
+		m.P("Knee: %s: %s.", clients(k.Concurrency), mdText(k.Reason))
+	default:
+		m.P("No knee within the levels run: %s.", mdText(k.Reason))
+	}
 }
 
 // cache writes a cache: both run's two passes side by side.
@@ -673,7 +693,9 @@ func (m *mdWriter) levelTable(levels []Level, gpus bool) bool {
 	judged := slices.ContainsFunc(levels, func(l Level) bool { return l.Decision != "" })
 	var header []string
 	if judged {
-		header = []string{"Stage", "Clients", "Rate/s", "Offered/s", "Window", "Sent", "Ok/s", "Good/s", "In tok/s", "Out tok/s", "Attained [95% CI]", "TTFT", "TPOT P99", "E2E P99", "Drain"}
+		// One rate a level: the one its window offered (the rate it was
+		// asked to run at is in the JSON, intended_rate).
+		header = []string{"Stage", "Clients", "Offered/s", "Window", "Sent", "Ok/s", "Good/s", "In tok/s", "Out tok/s", "Attained [95% CI]", "TTFT", "TPOT P99", "E2E P99", "Drain"}
 	} else {
 		header = []string{"Stage", "Clients", "Rate/s", "Window", "Sent", "Ok/s", "Good/s", "In tok/s", "Out tok/s", "Attained", "TTFT", "TPOT P99", "E2E P99", "Drain"}
 	}
@@ -733,7 +755,7 @@ func (m *mdWriter) levelTable(levels []Level, gpus bool) bool {
 			if iv := l.Interval; iv != nil {
 				attained += fmt.Sprintf(" [%.1f, %.1f]", lower(iv), upper(iv))
 			}
-			row = []string{l.Stage, clients, rate, fmt.Sprintf("%.3g", l.OfferedRate), fmtSeconds(l.WindowSeconds), fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.CompletedRate),
+			row = []string{l.Stage, clients, fmt.Sprintf("%.3g", l.OfferedRate), fmtSeconds(l.WindowSeconds), fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.CompletedRate),
 				fmt.Sprintf("%.3g", l.Goodput), fmt.Sprintf("%.4g", l.InputRate), fmt.Sprintf("%.4g", l.OutputRate), attained,
 				pct(l.TTFT), p99(l.TPOT), p99(l.E2E), fmtSeconds(l.DrainSeconds)}
 		}

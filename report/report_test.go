@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -193,7 +194,29 @@ func TestCompareInconclusive(t *testing.T) {
 	for _, name := range []string{"closed-loop capacity, clients", "closed-loop capacity, req/s", "knee, clients"} {
 		require.NotEqual(t, "-", rows[name].B, name)
 		require.Equal(t, rows[name].A, rows[name].B, name)
+		require.True(t, strings.HasPrefix(rows[name].Noise, "not told apart: "), "%s: %s", name, rows[name].Noise)
 	}
+	// Every row with a number has a verdict; what B did not conclude
+	// cannot be told, and the top line says so.
+	for _, r := range c.Rows {
+		if r.A != "-" || r.B != "-" {
+			if _, err := strconv.ParseFloat(r.A, 64); err == nil {
+				require.NotEmpty(t, r.Noise, r.Name)
+			}
+		}
+	}
+	require.Equal(t, "cannot tell: B verified no rate (inconclusive)", rows["capacity, req/s (verified open loop)"].Noise)
+	require.Empty(t, c.ToldApart)
+	require.Contains(t, c.CannotTell, "capacity, req/s (verified open loop)")
+	var md bytes.Buffer
+	require.NoError(t, report.WriteComparison(&md, c))
+	require.Contains(t, md.String(), "**Not told apart**: every number compared")
+	require.Contains(t, md.String(), "Cannot tell (the noise column says why): capacity, req/s (verified open loop);")
+
+	// A run against itself: told apart on nothing, every number judged.
+	same := report.Compare(a, a)
+	require.Empty(t, same.ToldApart)
+	require.Equal(t, []string{"attainment at capacity, %"}, same.CannotTell, "a schema-1 run has no intervals")
 	var h bytes.Buffer
 	require.NoError(t, report.WriteHTML(&h, b))
 	require.Contains(t, h.String(), "goodput stops growing at the knee.")
@@ -220,7 +243,7 @@ func TestCompareTrusted(t *testing.T) {
 	var md bytes.Buffer
 	require.NoError(t, report.WriteComparison(&md, c))
 	require.Contains(t, md.String(), "Nothing changed in the test object, the load model or how the runs were measured")
-	require.Contains(t, md.String(), "| capacity, req/s (verified open loop) | 8.88 | 8.88 | +0% | not told apart: the capacity lies in")
+	require.Contains(t, md.String(), "| capacity, req/s (verified open loop) | 8.88 | 8.88 | 0% | not told apart: the capacity lies in")
 	require.Contains(t, md.String(), "| attainment at capacity, % | 96.6 | 96.6 | +0.0 pt |")
 	row := func(c *report.Comparison, name string) report.CompareRow {
 		for _, r := range c.Rows {
@@ -231,10 +254,12 @@ func TestCompareTrusted(t *testing.T) {
 		t.Fatalf("no row %q", name)
 		return report.CompareRow{}
 	}
-	require.Contains(t, row(c, "TTFT P99 at capacity, ms").Noise, "low confidence: P99 of 89 and 89 samples")
-	// 86 good requests in 10 s: 8.6 +- 0.93 req/s each; twice their
-	// combined deviation is 2.6.
-	require.Equal(t, "not told apart: within +-2.6 req/s (Poisson, 2 sd)", row(c, "goodput at capacity, req/s").Noise)
+	// A P99 of 89 requests reaches the sample's top: no upper end.
+	require.Equal(t, "not told apart: 95% intervals [269.1, -) ms of 89 and [269.1, -) ms of 89 overlap", row(c, "TTFT P99 at capacity, ms").Noise)
+	// 86 good requests in 10 s: 8.6 +- 0.93 req/s each; three times
+	// their combined deviation is 3.9.
+	require.Equal(t, "not told apart: within +-3.9 req/s (Poisson, 3 sd)", row(c, "goodput at capacity, req/s").Noise)
+	require.Equal(t, "not told apart: as the goodput, within +-3.9 req/s (Poisson, 3 sd)", row(c, "cost per 1,000 good requests").Noise)
 
 	d := report.Build(withID(measured("40123", `{"slots":4}`, "daemon", 0.03), "d"))
 	c = report.Compare(a, d)
@@ -427,4 +452,99 @@ func TestComparisonHTML(t *testing.T) {
 		seen[m[1]] = true
 	}
 	require.NotContains(t, page, "<script")
+}
+
+// TestMarkdownCharts: a Markdown report written with its charts links
+// each chart's SVG file at the end of the section the HTML draws it in,
+// and returns the files to write beside it.
+func TestMarkdownCharts(t *testing.T) {
+	var md bytes.Buffer
+	files, err := report.WriteMarkdownWithCharts(&md, report.Build(load(t, "step-both-run.json")), "knee")
+	require.NoError(t, err)
+	var names []string
+	for _, f := range files {
+		names = append(names, f.Name)
+		require.True(t, strings.HasPrefix(f.SVG, "<svg"), f.Name)
+		require.Contains(t, md.String(), "]("+f.Name+")", "%s linked", f.Name)
+	}
+	require.Contains(t, names, "knee-evidence.svg")
+	text := md.String()
+	conclusion := text[strings.Index(text, ". Capacity conclusion"):]
+	conclusion = conclusion[:strings.Index(conclusion, "\n## ")]
+	require.Contains(t, conclusion, "![Open-loop evidence](knee-evidence.svg)")
+	var plain bytes.Buffer
+	require.NoError(t, report.WriteMarkdown(&plain, report.Build(load(t, "step-both-run.json"))))
+	require.NotContains(t, plain.String(), ".svg)", "without files, no links to none")
+}
+
+// TestOneSource: the terminal's summary, the report (JSON and
+// Markdown) and the comparison read the verdict, the verified capacity,
+// the closed loop, the knee and the forecast from the stored run and
+// state them alike, on the golden runs and on an inconclusive one and one
+// whose goodput still grew at its last level.
+func TestOneSource(t *testing.T) {
+	inconclusive := load(t, "step-run.json")
+	inconclusive.Verdict, inconclusive.Reason, inconclusive.Capacity.VerifiedRate = capacity.VerdictInconclusive, "not concluded: a test", nil
+	growing := load(t, "step-both-run.json")
+	growing.Knee = &capacity.Knee{Concurrency: 16, Goodput: 5.8, Reason: "goodput still grew at 16 clients, the highest level"}
+	for name, run := range map[string]*capacity.Run{
+		"step-run": load(t, "step-run.json"), "step-both-run": load(t, "step-both-run.json"),
+		"inconclusive": inconclusive, "knee not reached": growing,
+	} {
+		t.Run(name, func(t *testing.T) {
+			var cli, md, js bytes.Buffer
+			capacity.WriteTable(&cli, run)
+			r := report.Build(run)
+			require.NoError(t, report.WriteMarkdown(&md, r))
+			require.NoError(t, report.Write(&js, r, "json"))
+			var back report.Report
+			require.NoError(t, json.Unmarshal(js.Bytes(), &back))
+			rows := map[string]report.CompareRow{}
+			for _, row := range report.Compare(r, r).Rows {
+				rows[row.Name] = row
+			}
+			// The verdict.
+			require.Contains(t, cli.String(), ": "+strings.ToUpper(run.Verdict)+": ")
+			require.Contains(t, md.String(), strings.ToUpper(run.Verdict))
+			require.Equal(t, run.Verdict, back.Verdict)
+			require.Equal(t, run.Verdict, rows["verdict"].A)
+			// The verified capacity, or none.
+			if v := run.Capacity.VerifiedRate; v != nil {
+				text := fmt.Sprintf("%.3g req/s verified open loop", *v)
+				require.Contains(t, cli.String(), text)
+				require.Contains(t, md.String(), text)
+				require.Equal(t, *v, back.Capacity.VerifiedRate)
+				require.Equal(t, fmt.Sprintf("%.3g", *v), rows["capacity, req/s (verified open loop)"].A)
+			} else {
+				require.Nil(t, back.Capacity)
+				require.Equal(t, "-", rows["capacity, req/s (verified open loop)"].A)
+				require.NotContains(t, md.String(), "req/s verified open loop")
+			}
+			// The closed loop, concluded or not.
+			c := run.Capacity
+			require.Contains(t, cli.String(), fmt.Sprintf("closed loop %d clients at %.3g req/s", c.Concurrency, c.Rate))
+			require.Contains(t, md.String(), fmt.Sprintf("Closed loop: %d clients completed %.3g req/s", c.Concurrency, c.Rate))
+			require.Equal(t, &report.ClosedLoop{Concurrency: c.Concurrency, Rate: c.Rate, Goodput: c.Goodput}, back.ClosedLoop)
+			require.Equal(t, fmt.Sprint(c.Concurrency), rows["closed-loop capacity, clients"].A)
+			require.Equal(t, fmt.Sprintf("%.3g", c.Rate), rows["closed-loop capacity, req/s"].A)
+			// The knee, reached or not.
+			k := run.Knee
+			require.Equal(t, k, back.Knee)
+			require.Contains(t, cli.String(), fmt.Sprintf("knee: %d clients: %s", k.Concurrency, k.Reason))
+			if k.Reached {
+				require.Contains(t, md.String(), fmt.Sprintf("Knee: %d clients: %s", k.Concurrency, k.Reason))
+				require.Equal(t, fmt.Sprint(k.Concurrency), rows["knee, clients"].A)
+			} else {
+				require.Equal(t, fmt.Sprintf("none up to %d", k.Concurrency), rows["knee, clients"].A)
+				require.Contains(t, md.String(), "No knee within the levels run: "+k.Reason, "a knee not reached is not stated as one")
+			}
+			// The forecast: holds true, false or null, one text.
+			if fc := c.Forecast; fc != nil {
+				_, text := fc.Verdict()
+				require.Contains(t, cli.String(), "forecast: "+text)
+				require.Contains(t, md.String(), text)
+				require.Equal(t, fc.Holds, back.Capacity.Forecast.Holds)
+			}
+		})
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,7 +48,7 @@ func newReportCommand(app *kingpin.Application) *reportCommand {
 	rep := app.Command("report", "Capacity reports of step and soak runs (JSON, Markdown or self-contained HTML), and canary SLO reports from Prometheus.")
 	c := &reportCommand{}
 	c.format = rep.Flag("format", "Report format: html, md or json (canary: md or json).").Default("md").Enum(report.Formats...)
-	c.output = rep.Flag("output", "Write the report to this file instead of the standard output.").Short('o').String()
+	c.output = rep.Flag("output", "Write the report to this file instead of the standard output; a Markdown report's charts go beside it as SVG files (report.md: report-evidence.svg, ...).").Short('o').String()
 	c.storage = rep.Flag("storage.path", "Directory of the stored runs (the daemon's --storage.path), for runs given by id.").Default("data/").String()
 	c.show = rep.Command("show", "Write the report of one run.")
 	c.run = c.show.Arg("run", "A run's id in --storage.path (see /api/v1/runs), or a run file written by `test run --json`.").Required().String()
@@ -90,9 +91,35 @@ func (c *reportCommand) runShow(stdout, stderr io.Writer) int {
 		return exitError
 	}
 	var b bytes.Buffer
+	if *c.format == "md" && *c.output != "" {
+		// Markdown to a file: its charts as SVG files beside it.
+		return c.emitMarkdown(report.Build(run), stdout, stderr)
+	}
 	if err := report.Write(&b, report.Build(run), *c.format); err != nil {
 		fmt.Fprintf(stderr, "sloprober: writing the report: %v\n", err)
 		return exitError
+	}
+	if *c.format == "md" {
+		fmt.Fprintln(stderr, "sloprober: the report's charts are in --format html, or as SVG files beside the Markdown with -o FILE.md")
+	}
+	return c.emit(b.Bytes(), stdout, stderr)
+}
+
+// emitMarkdown writes a Markdown report to --output and its charts
+// beside it: report.md links report-evidence.svg and the others.
+func (c *reportCommand) emitMarkdown(r *report.Report, stdout, stderr io.Writer) int {
+	dir, base := filepath.Split(*c.output)
+	var b bytes.Buffer
+	files, err := report.WriteMarkdownWithCharts(&b, r, strings.TrimSuffix(base, filepath.Ext(base)))
+	if err != nil {
+		fmt.Fprintf(stderr, "sloprober: writing the report: %v\n", err)
+		return exitError
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, f.Name), []byte(f.SVG), 0o644); err != nil {
+			fmt.Fprintf(stderr, "sloprober: writing the report's chart: %v\n", err)
+			return exitError
+		}
 	}
 	return c.emit(b.Bytes(), stdout, stderr)
 }

@@ -131,6 +131,15 @@ tests:
 	b, err = os.ReadFile(html)
 	require.NoError(t, err)
 	require.Contains(t, string(b), `<figure id="fig-latency-throughput">`)
+	// Markdown to a file: its charts as SVG files beside it, linked.
+	code, _, stderr = runCLI(t, "report", "show", out, "-o", filepath.Join(dir, "report.md"))
+	require.Equal(t, 0, code, stderr)
+	b, err = os.ReadFile(filepath.Join(dir, "report.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(b), "![Open-loop evidence](report-evidence.svg)")
+	svg, err := os.ReadFile(filepath.Join(dir, "report-evidence.svg"))
+	require.NoError(t, err)
+	require.Contains(t, string(svg), "Open-loop evidence")
 	code, stdout, stderr = runCLI(t, "report", "show", out, "--format", "json")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, `"schema_version": 2`)
@@ -166,7 +175,7 @@ tests:
 		if tc.code == 1 {
 			// --output md: the summary as a list, every column.
 			require.Contains(t, stdout, "- test hopeless (step) on sim: INFEASIBLE")
-			require.Contains(t, stdout, "| stage | clients | rate/s | offered/s | window |")
+			require.Contains(t, stdout, "| stage | clients | intended/s | offered/s | window |")
 		}
 		if tc.code == 0 {
 			// --output json: the run itself.

@@ -26,3 +26,17 @@ func Seconds(s float64) string {
 
 // Duration is Seconds of d.
 func Duration(d time.Duration) string { return Seconds(d.Seconds()) }
+
+// SignedPercent writes a change as a signed percentage: "+100%", "-21%";
+// under one percent to a tenth, so that a small fall is not "-0%":
+// "-0.3%", and no change "0%".
+func SignedPercent(x float64) string {
+	p := 100 * x
+	switch {
+	case math.Round(10*p) == 0:
+		return "0%"
+	case math.Abs(p) < 1:
+		return fmt.Sprintf("%+.1f%%", p)
+	}
+	return fmt.Sprintf("%+.0f%%", p)
+}

@@ -18,3 +18,11 @@ func TestSeconds(t *testing.T) {
 	require.Equal(t, "2 s", Duration(2*time.Second))
 	require.Equal(t, "100 ms", Duration(100*time.Millisecond))
 }
+
+// TestSignedPercent: a change as the knee's reason and the comparison
+// write it, never "-0%".
+func TestSignedPercent(t *testing.T) {
+	for x, want := range map[float64]string{1: "+100%", -0.21: "-21%", -0.003: "-0.3%", 0.0004: "0%", 0: "0%", 0.25: "+25%"} {
+		require.Equal(t, want, SignedPercent(x), "%g", x)
+	}
+}
