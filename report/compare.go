@@ -177,6 +177,13 @@ func Compare(a, b *Report) *Comparison {
 			return cannot("only one run has a cost (target.cost)")
 		}
 		v := goodput(a, b)
+		if sa, sb := soakSeconds(a), soakSeconds(b); sa > 0 && sb > 0 {
+			// A soak's cost rests on its goodput over every window.
+			v = rateNoise(a.Cost.Goodput, sa, b.Cost.Goodput, sb, "req/s")
+		}
+		if v == "" {
+			return cannot("the two costs rest on different goodputs (a step test's at capacity, a soak's over its windows)")
+		}
 		if k := verdictOf(v); k != "" {
 			return k + ": as the goodput, " + strings.TrimPrefix(v, k+": ")
 		}
@@ -427,6 +434,19 @@ func WriteComparison(w io.Writer, c *Comparison) error {
 	}
 	_, err := io.WriteString(w, m.String())
 	return err
+}
+
+// soakSeconds is the length of a soak's windows together, 0 for a step
+// test.
+func soakSeconds(r *Report) float64 {
+	if r.Soak == nil {
+		return 0
+	}
+	t := 0.0
+	for _, w := range r.Soak.Windows {
+		t += w.WindowSeconds
+	}
+	return t
 }
 
 // toldText is the comparison's top line: whether the runs are told apart

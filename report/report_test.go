@@ -548,3 +548,29 @@ func TestOneSource(t *testing.T) {
 		})
 	}
 }
+
+// TestEveryNumberJudged: in a comparison of any two golden runs (step
+// and soak, one against the other), every row with a number on either
+// side has a noise verdict, and the top line counts them; a run against
+// itself is told apart on nothing.
+func TestEveryNumberJudged(t *testing.T) {
+	runs := []string{"step-run.json", "step-both-run.json", "soak-run.json", "soak-faults-run.json"}
+	for _, x := range runs {
+		for _, y := range runs {
+			c := report.Compare(report.Build(withID(load(t, x), "a")), report.Build(withID(load(t, y), "b")))
+			judged := 0
+			for _, r := range c.Rows {
+				_, errA := strconv.ParseFloat(r.A, 64)
+				_, errB := strconv.ParseFloat(r.B, 64)
+				if errA == nil || errB == nil {
+					require.Regexp(t, `^(not told apart|beyond noise|cannot tell): `, r.Noise, "%s against %s: %s", x, y, r.Name)
+					judged++
+				}
+			}
+			require.Equal(t, judged, c.Compared, "%s against %s", x, y)
+			if x == y {
+				require.Empty(t, c.ToldApart, "%s against itself", x)
+			}
+		}
+	}
+}
