@@ -247,8 +247,8 @@ func (m *mdWriter) capacity(r *Report) {
 	}
 	switch iv := c.VerifiedInterval; {
 	case c.VerifiedRate > 0 && iv != nil:
-		m.P("**Sustainable: %.3g req/s** open loop (Poisson; the rate its window offered), attaining %.1f%% [%.1f, %.1f] (95%% interval) over %d requests, %.3g good req/s; %.3g req/s and %.3g clients per replica (%s, assumes linear scaling).",
-			c.VerifiedRate, 100*c.VerifiedAttainment, lower(iv), upper(iv), iv.N, c.VerifiedGoodput, c.RatePerReplica, c.ConcurrencyPerReplica, plural(c.Replicas, "replica"))
+		m.P("**Sustainable: %.3g req/s** open loop (Poisson; the rate its window offered), attaining %.1f%% [%.1f, %.1f] (95%% interval) over %d requests, %.3g good req/s; %.3g req/s per replica (%s, assumes linear scaling).",
+			c.VerifiedRate, 100*c.VerifiedAttainment, lower(iv), upper(iv), iv.N, c.VerifiedGoodput, c.RatePerReplica, plural(c.Replicas, "replica"))
 		switch {
 		case c.Bound > 0 && c.BoundDecision == capacity.DecisionMissed:
 			m.P("The capacity lies between %.3g req/s and %.3g req/s, the lowest rate above it, which missed.", c.VerifiedRate, c.Bound)
@@ -259,8 +259,8 @@ func (m *mdWriter) capacity(r *Report) {
 			m.P("Where the capacity lies above it: %s.", c.BoundText)
 		}
 	case c.VerifiedRate > 0:
-		m.P("**Sustainable: %.3g req/s** open loop (Poisson) at %.1f%% attainment, %.3g good req/s; %.3g req/s and %.3g clients per replica (%s, assumes linear scaling).",
-			c.VerifiedRate, 100*c.VerifiedAttainment, c.VerifiedGoodput, c.RatePerReplica, c.ConcurrencyPerReplica, plural(c.Replicas, "replica"))
+		m.P("**Sustainable: %.3g req/s** open loop (Poisson) at %.1f%% attainment, %.3g good req/s; %.3g req/s per replica (%s, assumes linear scaling).",
+			c.VerifiedRate, 100*c.VerifiedAttainment, c.VerifiedGoodput, c.RatePerReplica, plural(c.Replicas, "replica"))
 	default:
 		m.P("**No open-loop rate met every objective**: the closed-loop capacity below is not a sustainable rate.")
 	}
@@ -287,7 +287,13 @@ func (m *mdWriter) capacity(r *Report) {
 // read them): "Knee: 8 clients: goodput ...", or that none was reached.
 func (m *mdWriter) closedLoop(r *Report) {
 	if c := r.ClosedLoop; c != nil {
-		m.P("Closed loop: %d clients completed %.3g req/s with every objective met.", c.Concurrency, c.Rate)
+		// The closed loop's clients are its own: never beside the
+		// (open-loop) verified rate.
+		perReplica := ""
+		if s := r.Capacity; s != nil && s.Replicas > 1 {
+			perReplica = fmt.Sprintf(" (%.3g clients per replica)", s.ConcurrencyPerReplica)
+		}
+		m.P("Closed loop: %d clients%s completed %.3g req/s with every objective met.", c.Concurrency, perReplica, c.Rate)
 	}
 	switch k := r.Knee; {
 	case k == nil:
