@@ -162,7 +162,7 @@ bench-capacity:
 		$(GO) test -count=1 -v -timeout 48h -run '^TestCapacityRegimes$$' ./capacity/groundtruth/
 	SLOPROBER_BENCH_SOAK=10 SLOPROBER_BENCH_SOAK_OUT=$(CURDIR)/bench-soak.md $(GO) test -count=1 -v -timeout 2h -run '^TestSoakBenchmark$$' ./capacity/groundtruth/
 
-## bench-compare: BENCH_PAIRS pairs (default 10) of the same step test against one unchanged simulator, each pair compared as report compare does: the pairs not told apart on every row (target 9 of 10; about 40 minutes; the table in bench-compare.md)
+## bench-compare: BENCH_PAIRS pairs (default 10) of the same step test against one unchanged simulator, each pair compared as report compare does: the pairs not told apart on every row (target 9 of 10; about an hour; the table in bench-compare.md)
 BENCH_PAIRS ?= 10
 bench-compare:
 	SLOPROBER_BENCH_COMPARE=$(BENCH_PAIRS) SLOPROBER_BENCH_COMPARE_OUT=$(CURDIR)/bench-compare.md $(GO) test -count=1 -v -timeout 3h -run '^TestCompareBenchmark$$' ./cmd/sloprober/

@@ -204,8 +204,16 @@ func (s *Step) measureOnce(ctx context.Context, l *Level, stop config.LoadSpec) 
 	}
 	s.summarize(l, drain, s.Test.Window.MinRequests, confidence, ws...)
 	l.Batches, l.Extensions = len(ws), (len(ws)-1)/batchesPerWindow
-	if l.Looks == len(plan.looks) {
+	switch {
+	case l.Looks == len(plan.looks):
 		toDecide(l, confidence)
+	case l.Looks > 0 && !s.leftShort && shortOfRequests(l):
+		// Stopped undecidable (settled): what would decide it, and
+		// that the windows left could not.
+		toDecide(l, confidence)
+		if l.ToDecide != nil {
+			l.ToDecide.Early = true
+		}
 	}
 	if errors.Is(err, errStopRule) {
 		// Plainly broken, whatever its window holds (a rule that fires

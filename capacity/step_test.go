@@ -363,9 +363,31 @@ func (f *finished) simulatorRates(t *testing.T, start time.Time, secs float64, s
 func TestStepVerdicts(t *testing.T) {
 	for _, tc := range []struct {
 		name, sim, test, verdict, reason string
-		// lenient: the scenario of lenientConfig, not stepConfig's.
+		// lenient: the scenario of lenientConfig, not stepConfig's;
+		// judging, the scenario's objective and SLOs when set.
 		lenient bool
+		judging string
 	}{
+		{
+			// Every request good, but a 99.9% objective wants about
+			// 5,000 of them in a row: 2 s windows hold a few dozen, so
+			// each level stops at its first look and says what would
+			// decide it, and so does the verdict.
+			name:    "inconclusive: an objective no window can show",
+			judging: "objective: 0.999, slo: {ttft: 2s}",
+			sim:     "slots: 4\nprefill: {base: 4ms, per_token: 0s}\ndecode: {base: 8ms, per_sequence: 2ms}\n",
+			test: `
+  - name: strict
+    kind: step
+    target: sim
+    scenario: short
+    baseline: {requests: 3}
+    sweep: {concurrency: [1, 2], refine: 0}
+    window: {warmup: 200ms, steady: 1s, min_requests: 3, max_steady: 2s}
+`,
+			verdict: capacity.VerdictInconclusive,
+			reason:  "more requests (~",
+		},
 		{
 			name: "infeasible: one request at a time misses the SLO",
 			sim:  "slots: 4\nprefill: {base: 200ms, per_token: 0s}\ndecode: {base: 2ms, per_sequence: 0s}\n",
@@ -414,9 +436,24 @@ func TestStepVerdicts(t *testing.T) {
 			if tc.lenient {
 				cfg = lenientConfig(t, sim.URL, tc.test)
 			}
+			if tc.judging != "" {
+				cfg = loadStepConfig(t, sim.URL, tc.judging, tc.test)
+			}
 			run := runStep(t, t.Context(), cfg)
 			require.Equal(t, tc.verdict, run.Verdict, run.Reason)
 			require.Contains(t, run.Reason, tc.reason)
+			early := 0
+			for _, l := range run.Sweep {
+				if td := l.ToDecide; td != nil && td.Early {
+					// Stopped before its last look: it says so.
+					early++
+					require.Less(t, l.Batches, 20, "%s: stopped before max_steady's 20 batches", l.RateName())
+					require.Contains(t, strings.Join(l.Notes(false), "; "), "more than window.max_steady holds")
+				}
+			}
+			if tc.verdict == capacity.VerdictInconclusive {
+				require.Positive(t, early, "a level stopped early says what would decide it")
+			}
 		})
 	}
 }

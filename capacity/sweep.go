@@ -218,8 +218,19 @@ func (s *Step) noCapacity(capped, proberBound string) (string, string) {
 	if proberBound != "" {
 		return VerdictInconclusive, fmt.Sprintf("not concluded: %sno level measured the target validly: %s", proberCause(proberBound), proberBound)
 	}
-	return VerdictInconclusive, fmt.Sprintf("not concluded: no sweep level was decided within window.max_steady: %s %s",
-		s.lowest().RateName(), attainmentText(s.lowest()))
+	// The level nearest to a decision says what would decide it.
+	near := s.lowest()
+	for i := range s.run.Sweep {
+		l := &s.run.Sweep[i]
+		if !l.ProberBound() && l.ToDecide != nil && (near.ToDecide == nil || l.ToDecide.Seconds < near.ToDecide.Seconds) {
+			near = l
+		}
+	}
+	reason := fmt.Sprintf("not concluded: no sweep level was decided within window.max_steady: %s %s", near.RateName(), attainmentText(near))
+	if near.ToDecide != nil {
+		reason += "; " + near.ToDecide.Text() + " would decide it"
+	}
+	return VerdictInconclusive, reason
 }
 
 // keep adds a sweep level, in order of concurrency.

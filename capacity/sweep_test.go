@@ -248,3 +248,25 @@ func TestUndecidable(t *testing.T) {
 		})
 	}
 }
+
+// TestStoppedUndecided: a sweep level stopped before window.max_steady
+// because its windows could not bring enough good requests (a 99%
+// objective) says so and what would decide it; with no level decided,
+// the verdict names the level nearest to a decision and what it needs,
+// not the lowest.
+func TestStoppedUndecided(t *testing.T) {
+	l := func(c, counted int, td *ToDecide) Level {
+		return Level{Concurrency: c, Counted: counted, Decision: DecisionInconclusive, Attainment: 1, Batches: 3, Looks: 1,
+			WindowSeconds: 6, ToDecide: td, Interval: &Interval{Lower: 0.9, Upper: 1, N: counted}}
+	}
+	s := &Step{Test: &config.TestConfig{}, run: &Run{Stages: Stages{Sweep: []Level{
+		l(2, 16, &ToDecide{Requests: 480, Seconds: 180, Early: true}),
+		l(16, 65, &ToDecide{Requests: 420, Seconds: 38, Early: true}),
+		l(32, 66, nil),
+	}}}}
+	s.run.Sweep[2].Decision, s.run.Sweep[2].Attainment = DecisionMissed, 0
+	verdict, reason := s.noCapacity("", "")
+	require.Equal(t, VerdictInconclusive, verdict)
+	require.Equal(t, "not concluded: no sweep level was decided within window.max_steady: 16 clients attained 100.0% [90.0, 100.0] of 65; about 420 more requests (~38s at this rate) would decide it", reason)
+	require.Contains(t, s.run.Sweep[1].Notes(false), "stopped undecided after 6 s: about 420 more requests (~38s at this rate) would decide it, more than window.max_steady holds")
+}

@@ -395,6 +395,8 @@ func (l *Level) Notes(queue bool) []string {
 		notes = append(notes, fmt.Sprintf("too few requests to decide; implied by %s, which met", clients(l.ImpliedBy)))
 	}
 	switch {
+	case l.Batches > 0 && l.ToDecide != nil && l.ToDecide.Early:
+		notes = append(notes, fmt.Sprintf("stopped undecided after %s: %s would decide it, more than window.max_steady holds", seconds(l.WindowSeconds), l.ToDecide.Text()))
 	case l.Batches > 0 && l.ToDecide != nil:
 		notes = append(notes, fmt.Sprintf("undecided after %s: %s would decide it", seconds(l.WindowSeconds), l.ToDecide.Text()))
 	case l.Batches > 0 && l.Looks > 0 && l.Decision != DecisionInconclusive:
