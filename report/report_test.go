@@ -59,7 +59,8 @@ func golden(t *testing.T, name string, got []byte) {
 // TestGolden: the Markdown and JSON reports of a fixed step and soak run.
 func TestGolden(t *testing.T) {
 	for _, tc := range []struct{ run, id string }{{"step-run.json", "knee-20261130T172029.946Z-0a1b2c3d"}, {"soak-run.json", ""},
-		{"step-both-run.json", "chat-capacity-20261201T090000Z-4c2d"}, {"soak-faults-run.json", ""}} {
+		{"step-both-run.json", "chat-capacity-20261201T090000Z-4c2d"}, {"soak-faults-run.json", ""},
+		{"knee-run.json", "knee-20261205T013514.048Z-340661f9"}} {
 		t.Run(tc.run, func(t *testing.T) {
 			r := report.Build(withID(load(t, tc.run), tc.id))
 			var md bytes.Buffer
@@ -70,9 +71,11 @@ func TestGolden(t *testing.T) {
 			golden(t, strings.TrimSuffix(tc.run, "-run.json")+"-report.json", append(j, '\n'))
 		})
 	}
-	// The README's example HTML report, kept as the code writes it.
+	// The README's example HTML report (the embedded default's knee
+	// test, `sloprober test run knee`, 2026-12-05), kept as the code
+	// writes it.
 	var h bytes.Buffer
-	require.NoError(t, report.WriteHTML(&h, report.Build(withID(load(t, "step-run.json"), "knee-20261130T172029.946Z-0a1b2c3d"))))
+	require.NoError(t, report.WriteHTML(&h, report.Build(withID(load(t, "knee-run.json"), "knee-20261205T013514.048Z-340661f9"))))
 	golden(t, "../../examples/reports/knee.html", h.Bytes())
 }
 

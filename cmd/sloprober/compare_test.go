@@ -71,7 +71,13 @@ func comparePairConfig(t *testing.T, url, dir, config string) *report.Comparison
 		out := filepath.Join(dir, side+".json")
 		code, stdout, stderr := runCLI(t, append([]string{"test", "run", "same", "--config.file", file,
 			"--storage.path", filepath.Join(dir, "data"), "--json", out}, testValidity...)...)
-		require.Equal(t, 0, code, "%s\n%s", stdout, stderr)
+		if config == sameTestConfig {
+			require.Equal(t, 0, code, "%s\n%s", stdout, stderr)
+		} else {
+			// The benchmark compares whatever the runs concluded: an
+			// inconclusive run (exit 2) is compared too.
+			require.FileExists(t, out, "exit %d\n%s\n%s", code, stdout, stderr)
+		}
 		runs = append(runs, out)
 	}
 	code, stdout, stderr := runCLI(t, "report", "compare", runs[0], runs[1], "--format", "json")
@@ -90,17 +96,20 @@ func rowsText(c *report.Comparison) string {
 }
 
 // TestCompareBenchmark (make bench-compare) runs SLOPROBER_BENCH_COMPARE
-// pairs of the same test against one unchanged simulator of 8 slots
-// whose objective binds (TTFT 150 ms for 95%: the search decides levels
-// near the capacity, where two runs differ most) and counts the pairs
-// that come out not told apart on every row; the target is 9 of
-// 10. The table goes to SLOPROBER_BENCH_COMPARE_OUT.
+// pairs of the same test against one unchanged simulator of 16 slots
+// (256-token prompts in about 10 ms, 32 tokens at 3 + 0.25c ms a step:
+// 16 clients complete about 68 req/s) whose objective binds (TTFT 150
+// ms for 95%: the search decides levels near the capacity, where two
+// runs differ most) and counts the pairs that come out not told apart on
+// every row; the target is 9 of 10. A run that concludes
+// nothing is compared too. The table goes to
+// SLOPROBER_BENCH_COMPARE_OUT.
 func TestCompareBenchmark(t *testing.T) {
 	pairs, _ := strconv.Atoi(os.Getenv("SLOPROBER_BENCH_COMPARE"))
 	if pairs <= 0 {
 		t.Skip("a benchmark: make bench-compare")
 	}
-	sim := simtest.Start(t, "slots: 8\nprefill: {base: 20ms, per_token: 50us}\ndecode: {base: 4ms, per_sequence: 500us}\n")
+	sim := simtest.Start(t, "slots: 16\nprefill: {base: 5ms, per_token: 20us}\ndecode: {base: 3ms, per_sequence: 250us}\n")
 	var b strings.Builder
 	fmt.Fprintf(&b, "| pair | time | verdicts A, B | capacity A, B (req/s) | told apart on | cannot tell |\n|---|---|---|---|---|---|\n")
 	same := 0
@@ -110,7 +119,7 @@ func TestCompareBenchmark(t *testing.T) {
 		cfg := strings.NewReplacer(
 			"objective: 0.5, slo: {ttft: 1s}", "objective: 0.95, slo: {ttft: 150ms}",
 			"input_tokens: 16, output_tokens: 20", "input_tokens: 256, output_tokens: 32",
-			"concurrency: [1, 2, 4]", "concurrency: [1, 2, 4, 8, 16]",
+			"concurrency: [1, 2, 4]", "concurrency: [2, 4, 8, 16, 32]",
 			"steady: 2s, min_requests: 5, max_steady: 20s", "steady: 5s, min_requests: 20, max_steady: 30s",
 			"verify: {rates: [0.4], max_levels: 2, burst: {factor: 1}}", "verify: {rates: [0.6, 0.8], max_levels: 5, burst: {factor: 1}}",
 		).Replace(sameTestConfig)

@@ -19,6 +19,7 @@ import (
 	"hash/fnv"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/plot/vg"
@@ -271,6 +272,15 @@ func (c *Chart) prepare() *drawing {
 	}
 	for _, m := range c.VLines {
 		if !c.drawable(m.Value, 1) {
+			continue
+		}
+		// Markers at one value are one line with their labels joined
+		// ("knee, closed-loop capacity"): two labels side by side at one
+		// line read as one phrase.
+		if i := slices.IndexFunc(d.vLines, func(v marker) bool { return v.value == m.Value }); i >= 0 {
+			if l := cleanText(m.Label); l != "" {
+				d.vLines[i].label = strings.TrimPrefix(d.vLines[i].label+", "+l, ", ")
+			}
 			continue
 		}
 		d.vLines = append(d.vLines, marker{value: m.Value, label: cleanText(m.Label)})

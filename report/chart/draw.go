@@ -294,12 +294,19 @@ func (d *drawing) plot() *plot.Plot {
 	// close together, at the knee, would write "n=110" three times over).
 	// The markers' labels are drawn last, over everything, and take
 	// their places first: a point's label goes elsewhere, or is left out.
+	// They keep off the points themselves too.
+	var pts []point
+	for _, s := range d.series {
+		for _, run := range s.runs {
+			pts = append(pts, run...)
+		}
+	}
 	taken := &[]vg.Rectangle{}
-	p.Add(markerLabels{h: d.hLines, v: d.vLines, reserve: taken})
+	p.Add(markerLabels{h: d.hLines, v: d.vLines, points: pts, reserve: taken})
 	for i, s := range d.series {
 		p.Add(seriesPlotter{s, seriesStyle(i), taken})
 	}
-	p.Add(markerLabels{h: d.hLines, v: d.vLines})
+	p.Add(markerLabels{h: d.hLines, v: d.vLines, points: pts})
 	if !d.hasData {
 		p.Add(noData{})
 	}
@@ -455,6 +462,7 @@ func (m markerLines) Plot(c draw.Canvas, p *plot.Plot) {
 // nothing and adds the places they take to it.
 type markerLabels struct {
 	h, v    []marker
+	points  []point
 	reserve *[]vg.Rectangle
 }
 
@@ -471,8 +479,29 @@ func (m markerLabels) write(c draw.Canvas, sty text.Style, pt vg.Point, s string
 func (m markerLabels) Plot(c draw.Canvas, p *plot.Plot) {
 	trX, trY := p.Transforms(&c)
 	const pad = 2
+	// placed are the labels written so far: a label goes where it
+	// overlaps none of them (an objective's label at the right end and a
+	// line's label at its top meet in the top right corner).
+	var placed []vg.Rectangle
+	// The points are taken as the labels are (a box of their marker's
+	// size), but written over: a label is written where it hides no
+	// point if there is such a place, else where it was.
+	var dots []vg.Rectangle
+	for _, pt := range m.points {
+		x, y := trX(pt.x), trY(pt.y)
+		dots = append(dots, vg.Rectangle{Min: vg.Point{X: x - 3, Y: y - 3}, Max: vg.Point{X: x + 3, Y: y + 3}})
+	}
+	box := func(sty text.Style, pt vg.Point, s string) vg.Rectangle {
+		r := sty.Rectangle(s)
+		return vg.Rectangle{Min: r.Min.Add(pt), Max: r.Max.Add(pt)}
+	}
+	put := func(sty text.Style, pt vg.Point, s string) {
+		placed = append(placed, box(sty, pt, s))
+		m.write(c, sty, pt, s)
+	}
 	// A horizontal line's label sits at its right end, above it, or below
-	// it when the line runs along the top.
+	// it when the line runs along the top; at its left end where the
+	// right one is taken.
 	for _, l := range m.h {
 		if l.label == "" {
 			continue
@@ -484,11 +513,20 @@ func (m markerLabels) Plot(c draw.Canvas, p *plot.Plot) {
 			sty.YAlign = draw.YTop
 			y -= 2 * pad
 		}
-		m.write(c, sty, vg.Point{X: c.Max.X - pad, Y: y}, label)
+		pt := vg.Point{X: c.Max.X - pad, Y: y}
+		if b := box(sty, pt, label); overlaps(b, placed) || overlaps(b, dots) {
+			left, lpt := sty, vg.Point{X: c.Min.X + pad, Y: y}
+			left.XAlign = draw.XLeft
+			if lb := box(left, lpt, label); !overlaps(lb, placed) && (overlaps(b, placed) || !overlaps(lb, dots)) {
+				sty, pt = left, lpt
+			}
+		}
+		put(sty, pt, label)
 	}
 	// A vertical line's label sits at its top, right of it unless it would
 	// run out of the chart; each a row lower than the one before, so that
-	// the labels of close markers do not overwrite each other.
+	// the labels of close markers do not overwrite each other; the other
+	// side of its line, or a row lower, where a label is already.
 	y := c.Max.Y - pad
 	for _, l := range m.v {
 		if l.label == "" {
@@ -496,14 +534,38 @@ func (m markerLabels) Plot(c draw.Canvas, p *plot.Plot) {
 		}
 		sty := textStyle(sans, smallSize, grey, draw.XLeft, draw.YTop)
 		label := fit(sty, l.label, c.Size().X/2)
-		x := trX(l.value) + pad
-		if x+sty.Width(label) > c.Max.X {
-			sty.XAlign = draw.XRight
-			x -= 2 * pad
+		h := sty.Height(label) + pad
+		candidate := func(y float64, right bool) (text.Style, vg.Point) {
+			s, x := sty, trX(l.value)+pad
+			if !right || x+sty.Width(label) > c.Max.X {
+				s.XAlign, x = draw.XRight, trX(l.value)-pad
+			}
+			return s, vg.Point{X: x, Y: vg.Length(y)}
 		}
-		m.write(c, sty, vg.Point{X: x, Y: y}, label)
-		y -= sty.Height(label) + pad
-		if y < c.Min.Y+sty.Height(label) {
+		bestSty, best := candidate(float64(y), true)
+		found := false
+		for row, cy := 0, y; row < 6 && !found && cy >= c.Min.Y+h; row, cy = row+1, cy-h {
+			for _, right := range []bool{true, false} {
+				if s, pt := candidate(float64(cy), right); !overlaps(box(s, pt, label), placed) && !overlaps(box(s, pt, label), dots) {
+					bestSty, best, found = s, pt, true
+					break
+				}
+			}
+		}
+		if !found {
+			// No place hides no point: the first that overlaps no label.
+			for row, cy := 0, y; row < 6 && !found && cy >= c.Min.Y+h; row, cy = row+1, cy-h {
+				for _, right := range []bool{true, false} {
+					if s, pt := candidate(float64(cy), right); !overlaps(box(s, pt, label), placed) {
+						bestSty, best, found = s, pt, true
+						break
+					}
+				}
+			}
+		}
+		put(bestSty, best, label)
+		y -= h
+		if y < c.Min.Y+h {
 			y = c.Max.Y - pad
 		}
 	}
