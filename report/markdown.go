@@ -559,8 +559,20 @@ func (m *mdWriter) scaling(r *Report) {
 	s := r.Scaling
 	switch {
 	case s != nil:
-		m.P("For a forecast peak of %.4g req/s with N+%d redundancy: %d replicas carry the peak at %.3g req/s each, so **%d replicas** are needed; after losing one, %d carry %.4g req/s, %+.0f%% against the peak. This %s.",
-			s.PeakRate, s.SpareReplicas, s.ReplicasForPeak, s.RatePerReplica, s.ReplicasNeeded, s.ReplicasNeeded-1, s.CapacityAfterLoss, 100*s.HeadroomAfterLoss, s.Assumption)
+		carry := "carry"
+		if s.ReplicasForPeak == 1 {
+			carry = "carries"
+		}
+		each := " each"
+		if s.ReplicasForPeak == 1 {
+			each = ""
+		}
+		after := "carry"
+		if s.ReplicasNeeded-1 == 1 {
+			after = "carries"
+		}
+		m.P("For a forecast peak of %.4g req/s with N+%d redundancy: %s %s the peak at %.3g req/s%s, so **%s** are needed; after losing one, %d %s %.3g req/s, %+.0f%% against the peak. This %s.",
+			s.PeakRate, s.SpareReplicas, plural(s.ReplicasForPeak, "replica"), carry, s.RatePerReplica, each, plural(s.ReplicasNeeded, "replica"), s.ReplicasNeeded-1, after, s.CapacityAfterLoss, 100*s.HeadroomAfterLoss, s.Assumption)
 	case r.Kind == "soak" && r.Soak != nil && r.Soak.OneLost != nil:
 		m.P("%s", oneLostText(r.Soak.OneLost))
 	case r.Kind == "soak":
