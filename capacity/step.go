@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -431,5 +432,26 @@ func missedObjectives(l *Level) string {
 			}
 		}
 	}
+	if f := failedText(l); f != "" {
+		// A request that failed misses every SLO: say it failed, and
+		// how, before a reader looks for slow tokens.
+		out += "; " + f
+	}
 	return out
+}
+
+// failedText says how many of a level's counted requests failed, and
+// how: "4 of 10 failed (http_429 4)"; "" when none did.
+func failedText(l *Level) string {
+	failed, kinds := 0, []string{}
+	for _, o := range slices.Sorted(maps.Keys(l.Outcomes)) {
+		if n := l.Outcomes[o]; n > 0 && o != prober.OutcomeOK && o != prober.OutcomeCancelled && o != prober.OutcomeShutdown {
+			failed += n
+			kinds = append(kinds, fmt.Sprintf("%s %d", o, n))
+		}
+	}
+	if failed == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d failed (%s)", failed, l.Counted, strings.Join(kinds, ", "))
 }

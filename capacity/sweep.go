@@ -226,7 +226,7 @@ func (s *Step) noCapacity(capped, proberBound string) (string, string) {
 			near = l
 		}
 	}
-	reason := fmt.Sprintf("not concluded: no sweep level was decided within window.max_steady: %s %s", near.RateName(), attainmentText(near))
+	reason := fmt.Sprintf("not concluded: no sweep level was shown to meet the objectives within window.max_steady: %s %s", near.RateName(), attainmentText(near))
 	if near.ToDecide != nil {
 		reason += "; " + near.ToDecide.Text() + " would decide it"
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/prober"
 )
 
 // sweepOf runs the closed-loop sweep, refinement and confirmation of a
@@ -193,7 +194,7 @@ func TestSweepImplied(t *testing.T) {
 			if good == 0 {
 				verdict, reason := s.noCapacity("", "")
 				require.Equal(t, VerdictInconclusive, verdict, reason)
-				require.Contains(t, reason, "not concluded: no sweep level was decided")
+				require.Contains(t, reason, "not concluded: no sweep level was shown to meet the objectives")
 			}
 		})
 	}
@@ -267,6 +268,17 @@ func TestStoppedUndecided(t *testing.T) {
 	s.run.Sweep[2].Decision, s.run.Sweep[2].Attainment = DecisionMissed, 0
 	verdict, reason := s.noCapacity("", "")
 	require.Equal(t, VerdictInconclusive, verdict)
-	require.Equal(t, "not concluded: no sweep level was decided within window.max_steady: 16 clients attained 100.0% [90.0, 100.0] of 65; about 420 more requests (~38s at this rate) would decide it", reason)
+	require.Equal(t, "not concluded: no sweep level was shown to meet the objectives within window.max_steady: 16 clients attained 100.0% [90.0, 100.0] of 65; about 420 more requests (~38s at this rate) would decide it", reason)
 	require.Contains(t, s.run.Sweep[1].Notes(false), "stopped undecided after 6 s: about 420 more requests (~38s at this rate) would decide it, more than window.max_steady holds")
+}
+
+// TestFailedNamed: requests that failed (a server's 429s, resets) are
+// named with their kinds in the level's notes and in a miss's reason,
+// not left to read as slow tokens.
+func TestFailedNamed(t *testing.T) {
+	l := &Level{Counted: 10, Outcomes: map[prober.Outcome]int{prober.OutcomeOK: 6, "http_429": 3, "protocol_error": 1},
+		Scenarios: []ScenarioResult{{Scenario: "chat", Counted: 10, Good: 6, Attainment: 0.6, Objective: 0.95,
+			SLOAttainment: map[string]float64{"ttft": 0.6}}}}
+	require.Contains(t, l.Notes(false), "4 of 10 failed (http_429 3, protocol_error 1)")
+	require.Equal(t, "chat attained 60.0% (objective 95.0%), ttft 60.0%; 4 of 10 failed (http_429 3, protocol_error 1)", missedObjectives(l))
 }

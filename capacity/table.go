@@ -407,6 +407,9 @@ func (l *Level) Notes(queue bool) []string {
 	if n := len(l.Remeasured); n > 0 {
 		notes = append(notes, fmt.Sprintf("measured %d times (%s)", n+1, strings.SplitN(l.Remeasured[n-1], ":", 2)[0]))
 	}
+	if f := failedText(l); f != "" {
+		notes = append(notes, f)
+	}
 	if l.Insufficient {
 		notes = append(notes, "(few: under window.min_requests)")
 	}

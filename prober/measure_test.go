@@ -67,6 +67,23 @@ func TestMeasure(t *testing.T) {
 			OutputTokens: 5, HasOutput: true, OutputFallback: true, InputTokens: 64, InputFallback: true,
 			Counted: true, Good: true},
 	}, {
+		// A server that lies in usage: 5 text chunks 20 ms apart (TPOT
+		// 20 ms) said to be 1 token would have no TPOT, so met.
+		name: "usage below the text chunks: N is the chunks, a length mismatch",
+		r:    Result{Outcome: OutcomeOK, Chunks: chunks, Usage: &Usage{PromptTokens: 100, CompletionTokens: 1}, InputTokens: 100, OutputTokens: 5},
+		slos: []config.SLO{{Name: "tpot", Threshold: ms(10)}},
+		want: Measurement{Outcome: OutcomeOK, TTFT: ms(80), HasTTFT: true, E2E: ms(160), HasE2E: true,
+			TPOT: ms(20), HasTPOT: true, MaxITL: ms(30), HasMaxITL: true, HasITL: true,
+			OutputTokens: 5, UsageBelowChunks: true, OutputMismatch: true, HasOutput: true, InputTokens: 100, Counted: true, Missed: []string{"tpot"}},
+	}, {
+		// Ten times the tokens asked for: TPOT's N is at most max_tokens.
+		name: "usage above max_tokens: TPOT over what was asked, a length mismatch",
+		r:    Result{Outcome: OutcomeOK, Chunks: chunks, Usage: &Usage{PromptTokens: 100, CompletionTokens: 50}, InputTokens: 100, OutputTokens: 5},
+		slos: []config.SLO{{Name: "tpot", Threshold: ms(10)}},
+		want: Measurement{Outcome: OutcomeOK, TTFT: ms(80), HasTTFT: true, E2E: ms(160), HasE2E: true,
+			TPOT: ms(20), HasTPOT: true, MaxITL: ms(30), HasMaxITL: true, HasITL: true,
+			OutputTokens: 50, OutputMismatch: true, HasOutput: true, InputTokens: 100, Counted: true, Missed: []string{"tpot"}},
+	}, {
 		name: "SLO bounds are inclusive",
 		r:    Result{Outcome: OutcomeOK, Chunks: []time.Duration{ms(100), ms(150), ms(300)}, Usage: &Usage{PromptTokens: 10, CompletionTokens: 11}, InputTokens: 10},
 		slos: []config.SLO{{Name: "ttft", Threshold: ms(100)}, {Name: "tpot", Threshold: ms(20)}, {Name: "e2e", Threshold: ms(300)}, {Name: "max_itl", Threshold: ms(150)}},
