@@ -299,3 +299,39 @@ fixed: {ttft: 10ms, itl: 50ms}
 		require.True(t, strings.HasPrefix(r.Error(), "cancelled"))
 	}
 }
+
+// TestLyingUsage: a server over real HTTP that streams 5 text chunks 30
+// ms apart and says in its usage that it generated 1 token, or 100 of
+// the 5 asked for, cannot hide its TPOT (about 30 ms) from a TPOT SLO
+// of 10 ms: N is bounded by the chunks it streamed and the tokens asked
+// for, and the reply is a length mismatch.
+func TestLyingUsage(t *testing.T) {
+	for _, claimed := range []int{1, 100} {
+		t.Run(fmt.Sprint(claimed), func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				for i := range 5 {
+					if i > 0 {
+						time.Sleep(30 * time.Millisecond) // the decode pace the SLO judges
+					}
+					fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"w%d \"}}]}\n\n", i)
+					w.(http.Flusher).Flush()
+				}
+				fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":16,\"completion_tokens\":%d}}\n\ndata: [DONE]\n\n", claimed)
+			})}
+			go srv.Serve(ln)
+			t.Cleanup(func() { srv.Close() })
+			c := newClient(t, target("http://"+ln.Addr().String()+"/v1"))
+			r := do(c, 1, 16, 5)
+			require.Equal(t, prober.OutcomeOK, r.Outcome, r.Error())
+			require.Len(t, r.Chunks, 5)
+			m := prober.Measure(r, []config.SLO{{Name: "tpot", Threshold: 10 * time.Millisecond}})
+			require.True(t, m.HasTPOT)
+			require.GreaterOrEqual(t, m.TPOT, 30*time.Millisecond, "the pace the server streamed at")
+			require.Equal(t, []string{"tpot"}, m.Missed)
+			require.True(t, m.OutputMismatch)
+		})
+	}
+}
