@@ -11,6 +11,7 @@ import (
 
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/faultaction"
+	"github.com/sloprober/sloprober/internal/human"
 	"github.com/sloprober/sloprober/internal/proc"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/validity"
@@ -488,7 +489,7 @@ func (d *Drift) ServerTimings() string {
 	var parts []string
 	for _, name := range serverPhases {
 		if v, ok := d.ServerGrowth[name]; ok {
-			parts = append(parts, fmt.Sprintf("%s %+.0f%%", strings.ReplaceAll(name, "_", " "), 100*v))
+			parts = append(parts, strings.ReplaceAll(name, "_", " ")+" "+human.SignedPercent(v))
 		}
 	}
 	return strings.Join(parts, ", ")
@@ -525,7 +526,7 @@ func (d *Drift) Growth() string {
 		if q == "" {
 			q = "P99"
 		}
-		part := fmt.Sprintf("%s %s %+.0f%%", name, q, 100*g)
+		part := fmt.Sprintf("%s %s %s", name, q, human.SignedPercent(g))
 		if iv := d.Intervals[name]; iv != nil {
 			part += fmt.Sprintf(" [%+.0f, %+.0f]", 100*iv.Lower, 100*iv.Upper)
 		}
@@ -539,7 +540,7 @@ func (d *Drift) Growth() string {
 // 1 said it, "goodput per request -2%".
 func (d *Drift) Attainment() string {
 	if d.AttainmentFirst == nil {
-		return fmt.Sprintf("goodput per request %+.0f%%", -100*d.GoodputDrop)
+		return "goodput per request " + human.SignedPercent(-d.GoodputDrop)
 	}
-	return fmt.Sprintf("attainment %+.0f%% [%+.0f, %+.0f]", -100*d.GoodputDrop, -100*d.GoodputDropUpper, -100*d.GoodputDropLower)
+	return fmt.Sprintf("attainment %s [%+.0f, %+.0f]", human.SignedPercent(-d.GoodputDrop), -100*d.GoodputDropUpper, -100*d.GoodputDropLower)
 }

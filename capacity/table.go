@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/sloprober/sloprober/internal/human"
 )
 
 // TableWidth is the widest line WriteTable writes: a terminal's, or a CI
@@ -187,7 +189,7 @@ func summary(r *Run) []string {
 		lines = append(lines, fmt.Sprintf("soak: %.3g req/s open loop, %d windows of %.0f s", sk.Rate, len(sk.Windows), sk.Windows[0].WindowSeconds))
 	}
 	if d := r.Soak.drift(); d != nil {
-		lines = append(lines, fmt.Sprintf("drift: %s; %s; prober memory %+.0f%%", d.Growth(), d.Attainment(), 100*d.MemoryGrowth))
+		lines = append(lines, fmt.Sprintf("drift: %s; %s; prober memory %s", d.Growth(), d.Attainment(), human.SignedPercent(d.MemoryGrowth)))
 	}
 	if k := r.Knee; k != nil {
 		lines = append(lines, fmt.Sprintf("knee: %s: %s", clients(k.Concurrency), k.Reason))

@@ -108,5 +108,5 @@ func TestWriteMarkdown(t *testing.T) {
 	b.Reset()
 	capacity.WriteMarkdown(&b, readRun(t, "testdata/v1-soak-run.json"))
 	require.Contains(t, b.String(), "- soak: 4 req/s open loop, 5 windows of 15 s")
-	require.Contains(t, b.String(), "| error burst; prober 22 MiB, 30 goroutines |")
+	require.Contains(t, b.String(), "| error burst; 43 of 60 failed (http_5xx 43); prober 22 MiB, 30 goroutines |")
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sloprober/sloprober/capacity"
+	"github.com/sloprober/sloprober/internal/human"
 	"github.com/sloprober/sloprober/internal/markdown"
 )
 
@@ -314,9 +315,9 @@ func (m *mdWriter) cache(r *Report) {
 	m.P("")
 	switch p, q := c.Production.VerifiedRate, c.Cold.VerifiedRate; {
 	case c.Difference != nil && *c.Difference >= 0:
-		m.P("Production caching adds %+.3g req/s (%+.0f%%) over cold.", *c.Difference, 100**c.DifferenceShare)
+		m.P("Production caching adds %+.3g req/s (%s) over cold.", *c.Difference, human.SignedPercent(*c.DifferenceShare))
 	case c.Difference != nil:
-		m.P("Production caching changes the capacity by %+.3g req/s (%+.0f%%) against cold: the cache did not help here.", *c.Difference, 100**c.DifferenceShare)
+		m.P("Production caching changes the capacity by %+.3g req/s (%s) against cold: the cache did not help here.", *c.Difference, human.SignedPercent(*c.DifferenceShare))
 	case p == nil && q == nil:
 		m.P("No difference is stated: neither pass verified a rate.")
 	case q == nil:
@@ -571,8 +572,8 @@ func (m *mdWriter) scaling(r *Report) {
 		if s.ReplicasNeeded-1 == 1 {
 			after = "carries"
 		}
-		m.P("For a forecast peak of %.4g req/s with N+%d redundancy: %s %s the peak at %.3g req/s%s, so **%s** are needed; after losing one, %d %s %.3g req/s, %+.0f%% against the peak. This %s.",
-			s.PeakRate, s.SpareReplicas, plural(s.ReplicasForPeak, "replica"), carry, s.RatePerReplica, each, plural(s.ReplicasNeeded, "replica"), s.ReplicasNeeded-1, after, s.CapacityAfterLoss, 100*s.HeadroomAfterLoss, s.Assumption)
+		m.P("For a forecast peak of %.4g req/s with N+%d redundancy: %s %s the peak at %.3g req/s%s, so **%s** are needed; after losing one, %d %s %.3g req/s, %s against the peak. This %s.",
+			s.PeakRate, s.SpareReplicas, plural(s.ReplicasForPeak, "replica"), carry, s.RatePerReplica, each, plural(s.ReplicasNeeded, "replica"), s.ReplicasNeeded-1, after, s.CapacityAfterLoss, human.SignedPercent(s.HeadroomAfterLoss), s.Assumption)
 	case r.Kind == "soak" && r.Soak != nil && r.Soak.OneLost != nil:
 		m.P("%s", oneLostText(r.Soak.OneLost))
 	case r.Kind == "soak":
@@ -624,7 +625,7 @@ func (m *mdWriter) soak(r *Report) {
 	m.P("")
 	m.P("%.3g req/s open loop, %d windows.", s.Rate, len(s.Windows))
 	if d := s.Drift; d != nil {
-		m.P("Drift (the end against the first window): %s; %s; prober memory %+.0f%%.", d.Growth(), d.Attainment(), 100*d.MemoryGrowth)
+		m.P("Drift (the end against the first window): %s; %s; prober memory %s.", d.Growth(), d.Attainment(), human.SignedPercent(d.MemoryGrowth))
 		if len(d.ServerGrowth) > 0 {
 			m.P("The server's own timings (P50): %s.", d.ServerTimings())
 		}
