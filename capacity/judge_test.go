@@ -255,7 +255,7 @@ func TestServerSignals(t *testing.T) {
 	sr.Windows[1].Server = &ServerSignals{Reported: 100, Queue: Percentiles{N: 100, P50: 0.0002}, Prefill: Percentiles{N: 100, P50: 0.02}, DecodePerToken: Percentiles{N: 100, P50: 0.01}}
 	verdict, reason := soak.judge(sr)
 	require.Equal(t, VerdictFail, verdict)
-	require.Contains(t, reason, "; the server's own timings (P50): prefill +0%, decode per token +100%")
+	require.Contains(t, reason, "; the server's own timings (P50): prefill 0%, decode per token +100%")
 	require.NotContains(t, sr.Drift.ServerGrowth, "queue", "0.1 ms to 0.2 ms is no growth to speak of")
 }
 
