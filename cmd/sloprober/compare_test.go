@@ -98,7 +98,9 @@ func rowsText(c *report.Comparison) string {
 // TestCompareBenchmark (make bench-compare) runs SLOPROBER_BENCH_COMPARE
 // pairs of the same test against one unchanged simulator of 16 slots
 // (256-token prompts in about 10 ms, 32 tokens at 3 + 0.25c ms a step:
-// 16 clients complete about 68 req/s) whose objective binds (TTFT 150
+// 16 clients complete 68 req/s on the engine's nominal phases, about 39
+// measured with the prober's round trips on a shared host) whose
+// objective binds (TTFT 150
 // ms for 95%: the search decides levels near the capacity, where two
 // runs differ most) and counts the pairs that come out not told apart on
 // every row; the target is 9 of 10. A run that concludes
