@@ -552,7 +552,17 @@ func pct(p capacity.Percentiles) string {
 	return fmt.Sprintf("%s / %s%s / %s%s ms (n=%d)", ms(p.P50), ms(p.P95), star("p95"), ms(p.P99), star("p99"), p.N)
 }
 
-func ms(s float64) string { return fmt.Sprintf("%.4g", 1e3*s) }
+// ms writes seconds as milliseconds (sig4).
+func ms(s float64) string { return sig4(1e3 * s) }
+
+// sig4 writes a number to four significant figures, whole from 10,000
+// on: 43,500 is "43500", never "4.35e+04".
+func sig4(v float64) string {
+	if math.Abs(v) >= 1e4 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.4g", v)
+}
 
 func (m *mdWriter) scaling(r *Report) {
 	m.section("Scaling basis")
@@ -767,7 +777,7 @@ func (m *mdWriter) levelTable(levels []Level, gpus bool) bool {
 		var row []string
 		if !judged {
 			row = []string{l.Stage, clients, rate, fmtSeconds(l.WindowSeconds), fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.CompletedRate), fmt.Sprintf("%.3g", l.Goodput),
-				fmt.Sprintf("%.4g", l.InputRate), fmt.Sprintf("%.4g", l.OutputRate), fmt.Sprintf("%.1f%%", 100*l.Attainment),
+				sig4(l.InputRate), sig4(l.OutputRate), fmt.Sprintf("%.1f%%", 100*l.Attainment),
 				pct(l.TTFT), p99(l.TPOT), p99(l.E2E), fmtSeconds(l.DrainSeconds)}
 		} else {
 			attained := fmt.Sprintf("%.1f%%", 100*l.Attainment)
@@ -775,7 +785,7 @@ func (m *mdWriter) levelTable(levels []Level, gpus bool) bool {
 				attained += fmt.Sprintf(" [%.1f, %.1f]", lower(iv), upper(iv))
 			}
 			row = []string{l.Stage, clients, fmt.Sprintf("%.3g", l.OfferedRate), fmtSeconds(l.WindowSeconds), fmt.Sprint(l.Sent), fmt.Sprintf("%.3g", l.CompletedRate),
-				fmt.Sprintf("%.3g", l.Goodput), fmt.Sprintf("%.4g", l.InputRate), fmt.Sprintf("%.4g", l.OutputRate), attained,
+				fmt.Sprintf("%.3g", l.Goodput), sig4(l.InputRate), sig4(l.OutputRate), attained,
 				pct(l.TTFT), p99(l.TPOT), p99(l.E2E), fmtSeconds(l.DrainSeconds)}
 		}
 		if gpus {
