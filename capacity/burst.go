@@ -33,7 +33,13 @@ func (s *Step) burst(ctx context.Context, verified *Level) (string, string, bool
 		return VerdictAborted, abortReason(ctx, err), false
 	}
 	if within := time.Duration(s.Test.Verify.DrainWithin); l.DrainSeconds > within.Seconds() {
-		return VerdictFail, fmt.Sprintf("the backlog of a %gx burst for %s did not drain within %s (%.1fs)", b.Factor, time.Duration(b.For), within, l.DrainSeconds), false
+		// It drained late, or was still draining when the level gave
+		// up: "(it took 36.8s)", "(not drained after 150.0s)".
+		took := fmt.Sprintf("it took %.1fs", l.DrainSeconds)
+		if tl := l.Timeline; tl != nil && tl.Drained <= 0 {
+			took = fmt.Sprintf("not drained after %.1fs", l.DrainSeconds)
+		}
+		return VerdictFail, fmt.Sprintf("the backlog of a %gx burst for %s did not drain within %s (%s)", b.Factor, time.Duration(b.For), within, took), false
 	}
 	return "", "", true
 }

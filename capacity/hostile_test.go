@@ -75,7 +75,7 @@ func TestStepStopRulesAgainstLyingServers(t *testing.T) {
 		rule string
 	}{
 		{"error in a 200", hostile.JSONError200("the engine is overloaded"), "stop.error_ratio 0.2"},
-		{"headers then silence", hostile.HeadersThenSilence(), "above stop.ttft_over 500ms"},
+		{"headers then silence", hostile.HeadersThenSilence(), "for its first token, above stop.ttft_over 500ms"},
 		{"tokens forever", hostile.TokensForever(), "above stop.error_ratio 0.2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -519,7 +519,9 @@ func (s *Step) stopRule() error {
 		return fmt.Errorf("%w: %d of %d requests failed, above stop.error_ratio %g", errStopRule, failed, finished, st.ErrorRatio)
 	}
 	if over := time.Duration(st.TTFTOver); over > 0 && maxTTFT > over {
-		return fmt.Errorf("%w: a TTFT of %s, above stop.ttft_over %s", errStopRule, maxTTFT.Round(time.Millisecond), over)
+		// A TTFT, or the wait of a request that failed before its
+		// first token: "a request waited 2m0s for its first token".
+		return fmt.Errorf("%w: a request waited %s for its first token, above stop.ttft_over %s", errStopRule, maxTTFT.Round(time.Millisecond), over)
 	}
 	return nil
 }
