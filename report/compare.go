@@ -98,13 +98,7 @@ func Compare(a, b *Report) *Comparison {
 	}
 	// at judges a number of the two verified levels (atCapacity).
 	at := func(dir int, same func(la, lb *Level) string, get func(*Level) float64) func(a, b *Report) string {
-		return func(a, b *Report) string {
-			la, lb := verifiedLevel(a), verifiedLevel(b)
-			if la == nil || lb == nil {
-				return atCapacity(a, b, dir, same, 0, 0)
-			}
-			return atCapacity(a, b, dir, same, get(la), get(lb))
-		}
+		return func(a, b *Report) string { return atCapacity(a, b, dir, same, get) }
 	}
 	goodput := at(+1, goodputNoise, func(l *Level) float64 { return l.Goodput })
 	num("capacity, req/s (verified open loop)", capOf(func(c *CapacitySummary) float64 { return c.VerifiedRate }), "%.3g", false,

@@ -111,7 +111,7 @@ func capacityNoise(a, b *Report, perReplica bool) string {
 // judges two levels at one load (their offered rates within 2%); dir is
 // +1 for a number that grows with the load (goodput, latency), 0 for one
 // that need not (attainment: judged by its intervals alone).
-func atCapacity(a, b *Report, dir int, same func(la, lb *Level) string, va, vb float64) string {
+func atCapacity(a, b *Report, dir int, same func(la, lb *Level) string, get func(*Level) float64) string {
 	la, lb := verifiedLevel(a), verifiedLevel(b)
 	switch {
 	case la == nil && lb == nil:
@@ -127,7 +127,7 @@ func atCapacity(a, b *Report, dir int, same func(la, lb *Level) string, va, vb f
 		return v
 	}
 	// Beyond the noise of one load, at two loads: the way the rates go?
-	if (rb > ra) == (vb > va) {
+	if (rb > ra) == (get(lb) > get(la)) {
 		return notApart("measured at %.3g and %.3g req/s offered, and higher at the higher rate (the capacity row judges the rates)", ra, rb)
 	}
 	return beyond("lower at the higher rate (%.3g and %.3g req/s offered): %s", ra, rb, strings.TrimPrefix(v, beyondNoise+": "))

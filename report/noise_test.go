@@ -92,11 +92,9 @@ func atCapacityOf(ra, rb, p99a, p99b float64) string {
 		l.TTFT = capacity.Percentiles{N: 5000, P50: p99 / 4, P95: p99 / 2, P99: p99}
 		return &Report{Capacity: &CapacitySummary{VerifiedRate: rate}, Levels: []Level{l}}
 	}
-	a, b := rep(ra, p99a), rep(rb, p99b)
-	la, lb := verifiedLevel(a), verifiedLevel(b)
-	return atCapacity(a, b, +1, func(la, lb *Level) string {
+	return atCapacity(rep(ra, p99a), rep(rb, p99b), +1, func(la, lb *Level) string {
 		return quantileNoise(la.TTFT, lb.TTFT, 0.99, la.Interval, lb.Interval, 1e3, "ms")
-	}, la.TTFT.P99, lb.TTFT.P99)
+	}, func(l *Level) float64 { return l.TTFT.P99 })
 }
 
 // sweep is a run whose sweep met at 4, 8 and 16 clients (32 missed) and
