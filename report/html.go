@@ -21,15 +21,9 @@ func WriteHTML(w io.Writer, r *Report) error {
 	if err := WriteMarkdown(&md, r); err != nil {
 		return err
 	}
-	svgs := map[string][]namedChart{}
-	for _, c := range charts(r) {
-		svg, err := c.c.SVG()
-		if err != nil {
-			return fmt.Errorf("chart %s: %w", c.ID, err)
-		}
-		c.svg = svg
-		sec := chartSection[c.ID]
-		svgs[sec] = append(svgs[sec], c)
+	svgs, err := chartsBySection(r)
+	if err != nil {
+		return err
 	}
 	var b strings.Builder
 	title := fmt.Sprintf("Capacity report: %s (%s): %s", r.Test, r.Kind, strings.ToUpper(r.Verdict))
@@ -44,8 +38,34 @@ func WriteHTML(w io.Writer, r *Report) error {
 		}
 	})
 	b.WriteString("</main>\n</body>\n</html>\n")
-	_, err := io.WriteString(w, b.String())
+	_, err = io.WriteString(w, b.String())
 	return err
+}
+
+// chartsBySection draws the report's charts as SVG, by the section each
+// closes (chartSection), in their order.
+func chartsBySection(r *Report) (map[string][]namedChart, error) {
+	out := map[string][]namedChart{}
+	for _, c := range charts(r) {
+		svg, err := c.c.SVG()
+		if err != nil {
+			return nil, fmt.Errorf("chart %s: %w", c.ID, err)
+		}
+		c.svg = svg
+		sec := chartSection[c.ID]
+		out[sec] = append(out[sec], c)
+	}
+	return out, nil
+}
+
+// sectionName is a section's name without its number: "Capacity
+// conclusion" of "4. Capacity conclusion" (a report's sections are
+// numbered by what it has).
+func sectionName(title string) string {
+	if _, name, ok := strings.Cut(title, ". "); ok {
+		return name
+	}
+	return title
 }
 
 // pageHead writes a page's start, up to its <main>: the policy, title and
@@ -194,12 +214,7 @@ func renderMarkdown(b *strings.Builder, md, verdictClass string, closing func(se
 		case strings.HasPrefix(line, "## "):
 			endSection()
 			title := line[3:]
-			// The section's name, without its number: a report's
-			// sections are numbered by what it has.
-			section = title
-			if _, name, ok := strings.Cut(title, ". "); ok {
-				section = name
-			}
+			section = sectionName(title)
 			fmt.Fprintf(b, "<section>\n<h2>%s</h2>\n", inline(title))
 		case strings.HasPrefix(line, "```"):
 			lang := strings.TrimPrefix(line, "```")
@@ -288,32 +303,24 @@ func WriteMarkdownWithCharts(w io.Writer, r *Report, prefix string) ([]ChartFile
 	if err := WriteMarkdown(&md, r); err != nil {
 		return nil, err
 	}
-	var files []ChartFile
-	bySection := map[string][]string{}
-	for _, c := range charts(r) {
-		svg, err := c.c.SVG()
-		if err != nil {
-			return nil, fmt.Errorf("chart %s: %w", c.ID, err)
-		}
-		name := prefix + "-" + c.ID + ".svg"
-		files = append(files, ChartFile{Name: name, SVG: svg})
-		sec := chartSection[c.ID]
-		bySection[sec] = append(bySection[sec], fmt.Sprintf("![%s](%s)\n\n*%s*\n", c.c.Title, name, mdText(c.Caption)))
+	bySection, err := chartsBySection(r)
+	if err != nil {
+		return nil, err
 	}
+	var files []ChartFile
 	var b strings.Builder
 	section := ""
 	closeSection := func() {
-		for _, img := range bySection[section] {
-			b.WriteString(img + "\n")
+		for _, c := range bySection[section] {
+			name := prefix + "-" + c.ID + ".svg"
+			files = append(files, ChartFile{Name: name, SVG: c.svg})
+			fmt.Fprintf(&b, "![%s](%s)\n\n*%s*\n\n", c.c.Title, name, mdText(c.Caption))
 		}
 	}
 	for line := range strings.Lines(md.String()) {
 		if strings.HasPrefix(line, "## ") {
 			closeSection()
-			section = strings.TrimSpace(line[3:])
-			if _, name, ok := strings.Cut(section, ". "); ok {
-				section = name
-			}
+			section = sectionName(strings.TrimSpace(line[3:]))
 		}
 		b.WriteString(line)
 	}
@@ -321,6 +328,6 @@ func WriteMarkdownWithCharts(w io.Writer, r *Report, prefix string) ([]ChartFile
 		b.WriteString("\n")
 	}
 	closeSection()
-	_, err := io.WriteString(w, b.String())
+	_, err = io.WriteString(w, b.String())
 	return files, err
 }
