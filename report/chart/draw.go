@@ -472,8 +472,13 @@ func (m markerLabels) write(c draw.Canvas, sty text.Style, pt vg.Point, s string
 		boxedText(c, sty, pt, s)
 		return
 	}
+	*m.reserve = append(*m.reserve, textBox(sty, pt, s))
+}
+
+// textBox is the place text written at pt takes.
+func textBox(sty text.Style, pt vg.Point, s string) vg.Rectangle {
 	r := sty.Rectangle(s)
-	*m.reserve = append(*m.reserve, vg.Rectangle{Min: r.Min.Add(pt), Max: r.Max.Add(pt)})
+	return vg.Rectangle{Min: r.Min.Add(pt), Max: r.Max.Add(pt)}
 }
 
 func (m markerLabels) Plot(c draw.Canvas, p *plot.Plot) {
@@ -491,12 +496,8 @@ func (m markerLabels) Plot(c draw.Canvas, p *plot.Plot) {
 		x, y := trX(pt.x), trY(pt.y)
 		dots = append(dots, vg.Rectangle{Min: vg.Point{X: x - 3, Y: y - 3}, Max: vg.Point{X: x + 3, Y: y + 3}})
 	}
-	box := func(sty text.Style, pt vg.Point, s string) vg.Rectangle {
-		r := sty.Rectangle(s)
-		return vg.Rectangle{Min: r.Min.Add(pt), Max: r.Max.Add(pt)}
-	}
 	put := func(sty text.Style, pt vg.Point, s string) {
-		placed = append(placed, box(sty, pt, s))
+		placed = append(placed, textBox(sty, pt, s))
 		m.write(c, sty, pt, s)
 	}
 	// A horizontal line's label sits at its right end, above it, or below
@@ -514,10 +515,10 @@ func (m markerLabels) Plot(c draw.Canvas, p *plot.Plot) {
 			y -= 2 * pad
 		}
 		pt := vg.Point{X: c.Max.X - pad, Y: y}
-		if b := box(sty, pt, label); overlaps(b, placed) || overlaps(b, dots) {
+		if b := textBox(sty, pt, label); overlaps(b, placed) || overlaps(b, dots) {
 			left, lpt := sty, vg.Point{X: c.Min.X + pad, Y: y}
 			left.XAlign = draw.XLeft
-			if lb := box(left, lpt, label); !overlaps(lb, placed) && (overlaps(b, placed) || !overlaps(lb, dots)) {
+			if lb := textBox(left, lpt, label); !overlaps(lb, placed) && (overlaps(b, placed) || !overlaps(lb, dots)) {
 				sty, pt = left, lpt
 			}
 		}
@@ -542,26 +543,25 @@ func (m markerLabels) Plot(c draw.Canvas, p *plot.Plot) {
 			}
 			return s, vg.Point{X: x, Y: vg.Length(y)}
 		}
-		bestSty, best := candidate(float64(y), true)
-		found := false
-		for row, cy := 0, y; row < 6 && !found && cy >= c.Min.Y+h; row, cy = row+1, cy-h {
-			for _, right := range []bool{true, false} {
-				if s, pt := candidate(float64(cy), right); !overlaps(box(s, pt, label), placed) && !overlaps(box(s, pt, label), dots) {
-					bestSty, best, found = s, pt, true
-					break
-				}
-			}
-		}
-		if !found {
-			// No place hides no point: the first that overlaps no label.
-			for row, cy := 0, y; row < 6 && !found && cy >= c.Min.Y+h; row, cy = row+1, cy-h {
+		// find tries its row and up to five below, each right of the
+		// line then left of it, for the first place free says is free.
+		find := func(free func(vg.Rectangle) bool) (text.Style, vg.Point, bool) {
+			for row, cy := 0, y; row < 6 && cy >= c.Min.Y+h; row, cy = row+1, cy-h {
 				for _, right := range []bool{true, false} {
-					if s, pt := candidate(float64(cy), right); !overlaps(box(s, pt, label), placed) {
-						bestSty, best, found = s, pt, true
-						break
+					if s, pt := candidate(float64(cy), right); free(textBox(s, pt, label)) {
+						return s, pt, true
 					}
 				}
 			}
+			return text.Style{}, vg.Point{}, false
+		}
+		bestSty, best, found := find(func(b vg.Rectangle) bool { return !overlaps(b, placed) && !overlaps(b, dots) })
+		if !found {
+			// No place hides no point: the first that overlaps no label.
+			bestSty, best, found = find(func(b vg.Rectangle) bool { return !overlaps(b, placed) })
+		}
+		if !found {
+			bestSty, best = candidate(float64(y), true)
 		}
 		put(bestSty, best, label)
 		y -= h
