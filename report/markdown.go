@@ -570,13 +570,9 @@ func (m *mdWriter) scaling(r *Report) {
 	s := r.Scaling
 	switch {
 	case s != nil:
-		carry := "carry"
+		carry, each := "carry", " each"
 		if s.ReplicasForPeak == 1 {
-			carry = "carries"
-		}
-		each := " each"
-		if s.ReplicasForPeak == 1 {
-			each = ""
+			carry, each = "carries", ""
 		}
 		after := "carry"
 		if s.ReplicasNeeded-1 == 1 {
