@@ -503,6 +503,11 @@ type Level struct {
 	// away because the prober was the limit, why and what the diagnosis
 	// was; the level is the next measurement.
 	Remeasured []string `json:"remeasured,omitempty"`
+	// First is the first measurement's attainment ("attained 100.0%
+	// [53.4, 100.0] of 32") when the level is its second, measured again
+	// to decide it (left short of requests while a higher level
+	// followed, with nothing above it verified).
+	First string `json:"first,omitempty"`
 	// AgainProberBound says why, when the level was measured again to
 	// decide it (left short of requests while a higher level followed)
 	// and that measurement was thrown away because the prober was the

@@ -213,7 +213,17 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 		return nil, VerdictFail, fmt.Sprintf("no open-loop rate met the objectives: the lowest tried, %s, missed, %s %s",
 			valid[0].RateName(), attainmentText(valid[0]), closed)
 	}
-	if l := valid[0]; wantsRequests(l) {
+	if wantsRequests(valid[0]) {
+		// Every request good at the lowest rate: the verdict names the
+		// level nearest to a decision, not a level left short in a few
+		// seconds (a 0.6x rate's 9 requests in 6 s while 0.8x drew 177
+		// in 60 s, all good, and wanted about 460 more).
+		l, which := valid[0], "the lowest rate tried"
+		for _, v := range valid[1:] {
+			if wantsRequests(v) && nearer(v, l) {
+				l, which = v, "the rate tried nearest to a decision"
+			}
+		}
 		// What decides it: more requests, or, when measuring it again
 		// for them was the prober's limit, a quieter host.
 		decides, cause := " within window.max_steady: a longer window.max_steady decides it", ""
@@ -221,8 +231,11 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 			decides = fmt.Sprintf(", and measured again to decide it while the prober was the limit (%s): a quieter host decides it", l.AgainProberBound)
 			cause = proberCause(l.AgainProberBound)
 		}
-		return nil, VerdictInconclusive, fmt.Sprintf("not concluded: %sthe lowest rate tried, %s, %s, every request good but too few to show the objective%s %s",
-			cause, l.RateName(), attainmentText(l), decides, closed)
+		if l.ToDecide != nil {
+			decides += "; " + l.ToDecide.Text()
+		}
+		return nil, VerdictInconclusive, fmt.Sprintf("not concluded: %s%s, %s, %s, every request good but too few to show the objective%s %s",
+			cause, which, l.RateName(), attainmentText(l), decides, closed)
 	}
 	cause := ""
 	for _, l := range ladder {
@@ -361,6 +374,19 @@ func wantsRequests(l *Level) bool {
 		}
 	}
 	return counted
+}
+
+// nearer reports whether level a is nearer to a decision than b: less
+// time at its rate would decide it, or, where neither says, it counted
+// more requests.
+func nearer(a, b *Level) bool {
+	switch {
+	case a.ToDecide != nil && b.ToDecide != nil:
+		return a.ToDecide.Seconds < b.ToDecide.Seconds
+	case a.ToDecide != nil || b.ToDecide != nil:
+		return a.ToDecide != nil
+	}
+	return a.Counted > b.Counted
 }
 
 // fractionWhy is what a configured verification rate is for.

@@ -40,7 +40,11 @@ func searchSweep(t *testing.T, verify config.VerifyConfig, target synthetic, for
 		// As enough: a rate short of requests is left so while a
 		// higher configured rate follows.
 		s.leftShort = decision == allGood && s.above
-		l := syntheticLevel(decision, 100)
+		n := 100
+		if s.leftShort {
+			n = 9 // a few seconds' requests
+		}
+		l := syntheticLevel(decision, n)
 		l.Stage, l.IntendedRate, l.OfferedRate, l.Goodput, l.Why = stage, rate, offered, offered, why
 		if bound {
 			l.Prober.Invalid, l.Prober.Diagnosis = []string{validity.ReasonSendLag}, "busy host: ..."
@@ -203,6 +207,15 @@ func TestSearch(t *testing.T) {
 			target: func(rate float64) (float64, string, bool) { return rate, allGood, false },
 			path:   "5 inconclusive", bound: 5, verdict: VerdictInconclusive,
 			reason: "not concluded: the lowest rate tried, 5 req/s, attained 100.0% [97.0, 100.0] of 100, every request good but too few to show the objective within window.max_steady: a longer window.max_steady decides it",
+		},
+		{
+			// 0.5x left short in a few seconds (9 requests), 0.8x run
+			// whole (100), both all good: the verdict names 0.8x, the
+			// level nearer to a decision, not 0.5x's few seconds.
+			name: "undecided, every request good, one left short", verify: config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.05, MaxLevels: 3},
+			target: func(rate float64) (float64, string, bool) { return rate, allGood, false },
+			path:   "5 inconclusive, 8 inconclusive", bound: 5, verdict: VerdictInconclusive,
+			reason: "not concluded: the rate tried nearest to a decision, 8 req/s, attained 100.0% [97.0, 100.0] of 100, every request good but too few to show the objective within window.max_steady: a longer window.max_steady decides it",
 		},
 		{
 			// Below a verified rate, the same: the bisection stops at it.

@@ -3,6 +3,7 @@ package capacity
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"gonum.org/v1/gonum/stat/distuv"
@@ -158,12 +159,23 @@ type ToDecide struct {
 	Early bool `json:"early,omitempty"`
 }
 
-// Text is "about 120 more requests (~33s at this rate)".
+// inEffectNever is how long at a level's rate beyond which what would
+// decide it is stated as what it is: no test waits hours for one level
+// whose attainment sits at its objective (113,472 more requests, 3h12m).
+const inEffectNever = time.Hour
+
+// Text is "about 120 more requests (~33s at this rate) would decide it",
+// or, past an hour, "in effect never decided: it sits at its objective
+// (about 113472 more requests, ~3h12m at this rate, would decide it)".
 func (t *ToDecide) Text() string {
 	if t == nil {
 		return ""
 	}
-	return fmt.Sprintf("about %d more requests (~%s at this rate)", t.Requests, time.Duration(t.Seconds*float64(time.Second)).Round(time.Second))
+	d := time.Duration(t.Seconds * float64(time.Second))
+	if d > inEffectNever {
+		return fmt.Sprintf("in effect never decided: it sits at its objective (about %d more requests, ~%s at this rate, would decide it)", t.Requests, strings.TrimSuffix(d.Round(time.Minute).String(), "0s"))
+	}
+	return fmt.Sprintf("about %d more requests (~%s at this rate) would decide it", t.Requests, d.Round(time.Second))
 }
 
 // toDecide sets what would decide a level left undecided after its

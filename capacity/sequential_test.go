@@ -162,3 +162,12 @@ func TestSequentialRuleErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestToDecideText: what would decide a level is stated in requests and
+// time, and past an hour as what it is: a level at its objective.
+func TestToDecideText(t *testing.T) {
+	require.Equal(t, "about 120 more requests (~33s at this rate) would decide it", (&ToDecide{Requests: 120, Seconds: 33.2}).Text())
+	require.Equal(t, "in effect never decided: it sits at its objective (about 113472 more requests, ~3h12m at this rate, would decide it)",
+		(&ToDecide{Requests: 113472, Seconds: 3*3600 + 12*60 + 7}).Text())
+	require.Empty(t, (*ToDecide)(nil).Text())
+}

@@ -134,7 +134,8 @@ func remeasured(first, again *Level) {
 		first.AgainProberBound = proberBoundReason(again)
 		first.Note = addNote(first.Note, "measured again, prober-bound: "+first.AgainProberBound)
 	default:
-		again.Note = addNote(again.Note, "measured again to decide it (first: "+attainmentText(first)+")")
+		again.First = attainmentText(first)
+		again.Note = addNote(again.Note, "measured again to decide it (first: "+again.First+")")
 		*first = *again
 	}
 }
@@ -222,13 +223,13 @@ func (s *Step) noCapacity(capped, proberBound string) (string, string) {
 	near := s.lowest()
 	for i := range s.run.Sweep {
 		l := &s.run.Sweep[i]
-		if !l.ProberBound() && l.ToDecide != nil && (near.ToDecide == nil || l.ToDecide.Seconds < near.ToDecide.Seconds) {
+		if !l.ProberBound() && nearer(l, near) {
 			near = l
 		}
 	}
 	reason := fmt.Sprintf("not concluded: no sweep level was shown to meet the objectives within window.max_steady: %s %s", near.RateName(), attainmentText(near))
 	if near.ToDecide != nil {
-		reason += "; " + near.ToDecide.Text() + " would decide it"
+		reason += "; " + near.ToDecide.Text()
 	}
 	return VerdictInconclusive, reason
 }

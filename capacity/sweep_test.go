@@ -282,3 +282,19 @@ func TestFailedNamed(t *testing.T) {
 	require.Contains(t, l.Notes(false), "4 of 10 failed (http_429 3, protocol_error 1)")
 	require.Equal(t, "chat attained 60.0% (objective 95.0%), ttft 60.0%; 4 of 10 failed (http_429 3, protocol_error 1)", missedObjectives(l))
 }
+
+// TestDroppedNamed: a level's drops say what they were dropped for; a
+// drop at max_in_flight is the load's cap, a late one the prober's.
+func TestDroppedNamed(t *testing.T) {
+	for _, tc := range []struct {
+		dropped map[string]int
+		want    string
+	}{
+		{nil, ""},
+		{map[string]int{"max_in_flight": 10}, "dropped 10 (max_in_flight)"},
+		{map[string]int{"late": 2, "max_in_flight": 10}, "dropped 12 (max_in_flight 10, late 2)"},
+		{map[string]int{"something_new": 3}, "dropped 3"},
+	} {
+		require.Equal(t, tc.want, droppedText(&Level{Dropped: tc.dropped}))
+	}
+}

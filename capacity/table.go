@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sloprober/sloprober/internal/human"
+	"github.com/sloprober/sloprober/prober"
 )
 
 // TableWidth is the widest line WriteTable writes: a terminal's, or a CI
@@ -344,11 +345,27 @@ func searchText(verify []Level) string {
 		if l.Decision == "" {
 			continue // not run, or a schema-1 run (its rows say it)
 		}
-		part := fmt.Sprintf("%.3g req/s %s", l.OfferedRate, searchDecision(l))
+		var how []string
 		if strings.HasPrefix(l.Why, "bisection") {
-			part += " (bisection)"
+			how = append(how, "bisection")
 		} else if strings.HasPrefix(l.Why, "forecast") {
-			part += " (" + strings.SplitN(l.Why, ":", 2)[0] + ")"
+			how = append(how, strings.SplitN(l.Why, ":", 2)[0])
+		}
+		// Measured again: to decide it (First, AgainProberBound), or
+		// because the prober limited a measurement (Remeasured).
+		again := len(l.Remeasured)
+		if l.First != "" || l.AgainProberBound != "" {
+			again++
+		}
+		switch {
+		case again == 1:
+			how = append(how, "measured again")
+		case again > 1:
+			how = append(how, fmt.Sprintf("measured %d times", again+1))
+		}
+		part := fmt.Sprintf("%.3g req/s %s", l.OfferedRate, searchDecision(l))
+		if len(how) > 0 {
+			part += " (" + strings.Join(how, ", ") + ")"
 		}
 		parts = append(parts, part)
 	}
@@ -398,9 +415,9 @@ func (l *Level) Notes(queue bool) []string {
 	}
 	switch {
 	case l.Batches > 0 && l.ToDecide != nil && l.ToDecide.Early:
-		notes = append(notes, fmt.Sprintf("stopped undecided after %s: %s would decide it, more than window.max_steady holds", seconds(l.WindowSeconds), l.ToDecide.Text()))
+		notes = append(notes, fmt.Sprintf("stopped undecided after %s: %s, more than window.max_steady holds", seconds(l.WindowSeconds), l.ToDecide.Text()))
 	case l.Batches > 0 && l.ToDecide != nil:
-		notes = append(notes, fmt.Sprintf("undecided after %s: %s would decide it", seconds(l.WindowSeconds), l.ToDecide.Text()))
+		notes = append(notes, fmt.Sprintf("undecided after %s: %s", seconds(l.WindowSeconds), l.ToDecide.Text()))
 	case l.Batches > 0 && l.Looks > 0 && l.Decision != DecisionInconclusive:
 		notes = append(notes, fmt.Sprintf("decided after %s", seconds(l.WindowSeconds)))
 	case l.Batches == 0 && l.Extensions > 0:
@@ -416,8 +433,8 @@ func (l *Level) Notes(queue bool) []string {
 		notes = append(notes, "(few: under window.min_requests)")
 	}
 	notes = append(notes, rest...)
-	if n := dropped(l); n > 0 {
-		notes = append(notes, fmt.Sprintf("dropped %d", n))
+	if d := droppedText(l); d != "" {
+		notes = append(notes, d)
 	}
 	if n := l.LengthMismatches["input"]; n > 0 {
 		notes = append(notes, fmt.Sprintf("usage.prompt_tokens off the prompt in %d", n))
@@ -517,6 +534,31 @@ func dropped(l *Level) int {
 		n += d
 	}
 	return n
+}
+
+// droppedText names what a level's arrivals never sent were dropped for:
+// "dropped 10 (max_in_flight)", or with more than one reason
+// "dropped 12 (max_in_flight 10, late 2)". A drop at max_in_flight is
+// the load's own cap (the server held that many); a late one, the
+// prober's.
+func droppedText(l *Level) string {
+	n := dropped(l)
+	if n == 0 {
+		return ""
+	}
+	var why []string
+	for _, r := range prober.DropReasons {
+		if d := l.Dropped[string(r)]; d > 0 {
+			why = append(why, fmt.Sprintf("%s %d", r, d))
+		}
+	}
+	if len(why) == 1 {
+		why[0] = strings.Fields(why[0])[0]
+	}
+	if len(why) == 0 {
+		return fmt.Sprintf("dropped %d", n)
+	}
+	return fmt.Sprintf("dropped %d (%s)", n, strings.Join(why, ", "))
 }
 
 // addNote appends s to a level's note.

@@ -102,11 +102,32 @@ func TestWriteMarkdown(t *testing.T) {
 	out := b.String()
 	require.Contains(t, out, "- test knee (step) on sim: PASS")
 	require.Contains(t, out, "| stage | clients | intended/s | offered/s | window | sent | ok/s | good/s | in tok/s | out tok/s | attained [95% CI] | TTFT p50/p95/p99 ms (n) | TPOT p99 ms | E2E p99 ms | drain s | note |")
-	require.Contains(t, out, "| burst | - | 17.8 | 12.8 | 5s | 64 | 12.8 | 1.6 | 3277 | 409.6 | 12.5% | 655/744*/748* (64) | 23* | 1455* | 1.90 | dropped 41; drained in 1.9s (within 10s) |")
+	require.Contains(t, out, "| burst | - | 17.8 | 12.8 | 5s | 64 | 12.8 | 1.6 | 3277 | 409.6 | 12.5% | 655/744*/748* (64) | 23* | 1455* | 1.90 | dropped 41 (max_in_flight); drained in 1.9s (within 10s) |")
 	require.Equal(t, 11, strings.Count(out, "\n| ")-1, "a row a level")
 
 	b.Reset()
 	capacity.WriteMarkdown(&b, readRun(t, "testdata/v1-soak-run.json"))
 	require.Contains(t, b.String(), "- soak: 4 req/s open loop, 5 windows of 15 s")
 	require.Contains(t, b.String(), "| error burst; 43 of 60 failed (http_5xx 43); prober 22 MiB, 30 goroutines |")
+}
+
+// TestSearchText: the search line names each verification level's rate,
+// decision and how it came: bisection, forecast, measured again.
+func TestSearchText(t *testing.T) {
+	met := func(rate float64, why string, again int) capacity.Level {
+		l := capacity.Level{Stage: "verify", OfferedRate: rate, Decision: capacity.DecisionMet, Why: why, Prober: &capacity.ProberHealth{}}
+		for range again {
+			l.Remeasured = append(l.Remeasured, "attained 100.0% [53.4, 100.0] of 32")
+		}
+		return l
+	}
+	run := &capacity.Run{Stages: capacity.Stages{Verify: []capacity.Level{
+		met(5, "0.5x the closed-loop rate", 0),
+		met(8, "0.8x the closed-loop rate", 1),
+		met(9, "bisection between 8 req/s and 10 req/s", 2),
+		met(6, "forecast peak: 3 replicas", 0),
+		{Stage: "verify", OfferedRate: 7, Decision: capacity.DecisionMet, Why: "0.9x the closed-loop rate", Prober: &capacity.ProberHealth{}, First: "attained 100.0% [53.4, 100.0] of 32"},
+		{Stage: "verify", IntendedRate: 20, Note: "not run: capped by max_rate 15 req/s"},
+	}}}
+	require.Equal(t, "5 req/s met, 8 req/s met (measured again), 9 req/s met (bisection, measured 3 times), 6 req/s met (forecast peak), 7 req/s met (measured again)", run.SearchText())
 }

@@ -41,14 +41,18 @@ type Measurement struct {
 	// reasoning (usage's reasoning_tokens; within OutputTokens), 0 when
 	// not reported.
 	ReasoningTokens int
-	OutputTokens    int  // N: usage, else the chunk count
+	OutputTokens    int  // N: usage within [chunks, max(asked, chunks)], else the chunk count
 	HasOutput       bool // received tokens
 	OutputFallback  bool // an ok reply without usage: N is the chunk count
 	// UsageBelowChunks: usage's completion_tokens was below the text
 	// chunks received, which N is then (and a length mismatch).
 	UsageBelowChunks bool
-	InputTokens      int  // usage, else the workload's estimate
-	InputFallback    bool // an ok reply without usage
+	// UsageAboveAsked: usage's completion_tokens was above the tokens
+	// asked for and the chunks received, the most N can be, which N is
+	// then (and a length mismatch).
+	UsageAboveAsked bool
+	InputTokens     int  // usage, else the workload's estimate
+	InputFallback   bool // an ok reply without usage
 
 	InputMismatch  bool // server-counted input off the request beyond InputWithinTolerance
 	OutputMismatch bool // ok output longer than requested, or shorter although ignore_eos was sent
@@ -90,6 +94,13 @@ func Measure(r *Result, slos []config.SLO) Measurement {
 				// the chunks.
 				m.OutputTokens, m.UsageBelowChunks = n, true
 			}
+			if most := max(r.OutputTokens, n); r.OutputTokens > 0 && m.OutputTokens > most {
+				// Nor above what was asked for (max_tokens), or the
+				// chunks if more came: a server claiming ten times the
+				// tokens it streamed would cut its TPOT tenfold and
+				// multiply its tokens/s; N is the most it can be.
+				m.OutputTokens, m.UsageAboveAsked = most, true
+			}
 		} else if ok {
 			m.OutputFallback = true
 		}
@@ -119,16 +130,13 @@ func Measure(r *Result, slos []config.SLO) Measurement {
 		m.E2E, m.HasE2E = r.Chunks[n-1], true
 		if n >= 2 {
 			m.MaxITL, m.HasMaxITL = MaxGap(r.Chunks), true
-			// TPOT's N is at most what was asked for (or the chunks,
-			// if more came): a server that claims ten times the tokens
-			// it streamed would otherwise cut its TPOT tenfold.
-			if tokens := tpotTokens(m.OutputTokens, n, r.OutputTokens); tokens >= 2 {
-				m.TPOT, m.HasTPOT = (r.Chunks[n-1]-r.Chunks[0])/time.Duration(tokens-1), true
+			if m.OutputTokens >= 2 {
+				m.TPOT, m.HasTPOT = (r.Chunks[n-1]-r.Chunks[0])/time.Duration(m.OutputTokens-1), true
 			}
 		}
 		// Longer than asked always is (the server ignored the maximum);
 		// shorter only when ignore_eos asked for the whole length.
-		m.OutputMismatch = m.UsageBelowChunks || r.OutputTokens > 0 &&
+		m.OutputMismatch = m.UsageBelowChunks || m.UsageAboveAsked || r.OutputTokens > 0 &&
 			(m.OutputTokens > r.OutputTokens || r.IgnoreEOS && m.OutputTokens < r.OutputTokens)
 	}
 
@@ -147,16 +155,6 @@ func Measure(r *Result, slos []config.SLO) Measurement {
 		}
 	}
 	return m
-}
-
-// tpotTokens is the N of a TPOT: the reply's output tokens, at most the
-// tokens asked for (max_tokens) or, if more text chunks came, their
-// count. 20 chunks, max_tokens 20 and a usage of 200: 20.
-func tpotTokens(tokens, chunks, asked int) int {
-	if asked <= 0 {
-		return tokens
-	}
-	return min(tokens, max(asked, chunks))
 }
 
 // metSLO checks one SLO of an ok request with text; a TPOT or max ITL that

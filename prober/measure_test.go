@@ -76,13 +76,14 @@ func TestMeasure(t *testing.T) {
 			TPOT: ms(20), HasTPOT: true, MaxITL: ms(30), HasMaxITL: true, HasITL: true,
 			OutputTokens: 5, UsageBelowChunks: true, OutputMismatch: true, HasOutput: true, InputTokens: 100, Counted: true, Missed: []string{"tpot"}},
 	}, {
-		// Ten times the tokens asked for: TPOT's N is at most max_tokens.
-		name: "usage above max_tokens: TPOT over what was asked, a length mismatch",
+		// Ten times the tokens asked for: N is at most max_tokens (its
+		// TPOT and tokens/s are not cut or multiplied tenfold).
+		name: "usage above max_tokens: N is what was asked, a length mismatch",
 		r:    Result{Outcome: OutcomeOK, Chunks: chunks, Usage: &Usage{PromptTokens: 100, CompletionTokens: 50}, InputTokens: 100, OutputTokens: 5},
 		slos: []config.SLO{{Name: "tpot", Threshold: ms(10)}},
 		want: Measurement{Outcome: OutcomeOK, TTFT: ms(80), HasTTFT: true, E2E: ms(160), HasE2E: true,
 			TPOT: ms(20), HasTPOT: true, MaxITL: ms(30), HasMaxITL: true, HasITL: true,
-			OutputTokens: 50, OutputMismatch: true, HasOutput: true, InputTokens: 100, Counted: true, Missed: []string{"tpot"}},
+			OutputTokens: 5, UsageAboveAsked: true, OutputMismatch: true, HasOutput: true, InputTokens: 100, Counted: true, Missed: []string{"tpot"}},
 	}, {
 		name: "SLO bounds are inclusive",
 		r:    Result{Outcome: OutcomeOK, Chunks: []time.Duration{ms(100), ms(150), ms(300)}, Usage: &Usage{PromptTokens: 10, CompletionTokens: 11}, InputTokens: 10},
