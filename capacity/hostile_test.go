@@ -161,3 +161,38 @@ func TestSoakAgainstServerThatStartsResetting(t *testing.T) {
 	require.True(t, last.ErrorBurst)
 	require.Positive(t, last.Outcomes[prober.OutcomeStreamError], "a reset mid-stream is a stream error")
 }
+
+// TestStepAgainstDelayedCloser: a whole step test (a baseline of 10,
+// closed loop at 1 and 4 clients, open loop) against a server that closes
+// each connection 0-3 ms after its response and never reads a request
+// that races the close loses no request to a close, and the server
+// processes none twice: the client reuses no connection before it knows
+// the server keeps them, and after the first close soon after a response
+// gives each request a connection of its own.
+func TestStepAgainstDelayedCloser(t *testing.T) {
+	srv, err := hostile.StartCloser(3*time.Millisecond, 2*time.Millisecond)
+	require.NoError(t, err)
+	defer srv.Close()
+	run := runStep(t, t.Context(), hostileConfig(t, srv.URL(), `  - {name: t, kind: step, target: liar, scenario: s, baseline: {requests: 10}, sweep: {concurrency: [1, 4], refine: 0},
+     window: {warmup: 0s, steady: 1s, min_requests: 1}, verify: {rates: [0.5], max_levels: 1, burst: {factor: 1}}}
+`))
+	require.NotNil(t, run.Baseline, run.Reason)
+	levels := append([]capacity.Level{*run.Baseline}, run.Sweep...)
+	levels = append(levels, run.Verify...)
+	sent := 0
+	for _, l := range levels {
+		if l.Prober == nil {
+			continue
+		}
+		sent += l.Sent
+		require.Equal(t, l.Sent, l.Outcomes[prober.OutcomeOK], "%s level %s: %v", l.Stage, l.RateName(), l.Outcomes)
+	}
+	require.Equal(t, 10, run.Baseline.Outcomes[prober.OutcomeOK], "the baseline's 10 requests")
+	processed := srv.Processed()
+	delete(processed, "") // not a probe: /models and the like carry no request id
+	for id, n := range processed {
+		require.Equal(t, 1, n, "request %s processed %d times", id, n)
+	}
+	require.GreaterOrEqual(t, len(processed), sent, "every request counted was processed")
+	t.Logf("%s: %d requests sent in levels, %d processed", run.Verdict, sent, len(processed))
+}

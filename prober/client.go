@@ -65,8 +65,8 @@ const idlePerPool = 1000
 // requests; userAgent is sent on every request.
 func NewClient(t *config.TargetConfig, userAgent string, maxStreams int) (*Client, error) {
 	c := &Client{target: t, api: apiOf(t.API), timing: newTimingMap(t.TimingOf()), conns: newConnTracker()}
-	client := func(opts ...commoncfg.HTTPClientOption) (*http.Client, error) {
-		opts = append(opts, commoncfg.WithUserAgent(userAgent), commoncfg.WithDialContextFunc(c.conns.dial))
+	client := func(dial commoncfg.DialContextFunc, opts ...commoncfg.HTTPClientOption) (*http.Client, error) {
+		opts = append(opts, commoncfg.WithUserAgent(userAgent), commoncfg.WithDialContextFunc(dial))
 		rt, err := commoncfg.NewRoundTripperFromConfig(t.HTTPClientConfig, "sloprober_"+t.Name, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("target %q: %w", t.Name, err)
@@ -74,14 +74,14 @@ func NewClient(t *config.TargetConfig, userAgent string, maxStreams int) (*Clien
 		return &http.Client{Transport: rt, CheckRedirect: checkRedirect(t.HTTPClientConfig.FollowRedirects)}, nil
 	}
 	for range poolsFor(maxStreams) {
-		hc, err := client()
+		hc, err := client(c.conns.dial)
 		if err != nil {
 			return nil, err
 		}
 		c.pools = append(c.pools, hc)
 	}
 	var err error
-	if c.retry, err = client(commoncfg.WithKeepAlivesDisabled()); err != nil {
+	if c.retry, err = client(c.conns.dialOneShot, commoncfg.WithKeepAlivesDisabled()); err != nil {
 		return nil, err
 	}
 	c.http = c.pools[0]
@@ -273,9 +273,14 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 
 	n := c.next.Add(1)
 	pool := c.pools[n%uint64(len(c.pools))]
-	if c.conns.oneShot() && n%oneShotProbe != 0 {
+	switch {
+	case c.conns.oneShot() && n%oneShotProbe != 0:
 		// The server closes every connection after one response: a
 		// connection of its own for each request (see connTracker).
+		pool = c.retry
+	case c.conns.unsettled():
+		// Whether the server keeps connections is not known yet, and
+		// one just became idle: it may be closing (see connTracker).
 		pool = c.retry
 	}
 	markSent()
@@ -284,6 +289,9 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 	defer func() {
 		r.Ended = time.Since(r.Sent)
 		r.Trace = tr.result()
+		if tc := tr.given(); tc != nil && r.Done {
+			tc.idle()
+		}
 	}()
 	if reason := tr.neverReached(err); reason != "" && ctx.Err() == nil {
 		// Sent again, once, on a connection of its own; TTFT and E2E
@@ -677,6 +685,14 @@ func (tr *tracer) neverReached(err error) string {
 		return RetryServerClosedIdle
 	}
 	return ""
+}
+
+// given is the tracked connection the request was last given, nil for
+// none.
+func (tr *tracer) given() *trackedConn {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.tc
 }
 
 // attempts is how many connections the request was given.

@@ -164,7 +164,11 @@ func TestRequestHeaders(t *testing.T) {
 	}))
 	defer srv.Close()
 	c := newClient(t, target(srv.URL))
-	r1, r2 := do(c, 1, 10, 1), do(c, 2, 10, 1)
+	r1 := do(c, 1, 10, 1)
+	// A connection just idle is reused once the client knows the server
+	// keeps connections, or it has stayed open a while (connTracker).
+	require.Eventually(t, func() bool { return !prober.Settling(c) }, 5*time.Second, time.Millisecond)
+	r2 := do(c, 2, 10, 1)
 	require.Equal(t, prober.OutcomeOK, r1.Outcome, r1.Error())
 	require.True(t, r2.Trace.Reused, "keep-alive: the second request reuses the connection")
 	require.Len(t, seen, 2)

@@ -52,34 +52,97 @@ func isServerClosedIdle(err error) bool {
 // on the connection just as the server's close arrives, and then fails
 // without proof that the server never saw it (a reset, or an EOF: not
 // retried). Against such a server the client stops reusing connections
-// (oneShot), which costs nothing the server did not already impose.
+// (oneShot) from the first close it sees soon after a response, which
+// costs nothing the server did not already impose.
+//
+// The first reuse is the race no close has warned of: a sequential load
+// sends its second request 0.1 ms after the first response, and a server
+// that closes 3 ms after its responses reads none of it. So until the
+// server has shown what it does (a connection carried a second response,
+// or one was closed soon after its response), a request that would reuse
+// a connection idle for less than settle goes on a connection of its own
+// (unsettled): by the next, the close has come or the connection is
+// known to be kept.
 type connTracker struct {
 	mu    sync.Mutex
 	conns map[string]*trackedConn // by local address, unique per open connection
 
 	serverClosed      atomic.Int64 // connections the server closed
 	serverClosedAfter atomic.Int64 // of those, closed after exactly one response
-	// streak counts the connections closed by the server after one
+	// streak counts the connections closed by the server soon after one
 	// response since a connection last carried a second one.
 	streak atomic.Int64
+	// kept: a connection carried a second response (the server keeps
+	// connections, or did until its last close).
+	kept atomic.Bool
+	// lastIdle is when a kept-alive connection last became idle (unix
+	// nanoseconds); diverted counts the requests sent on connections of
+	// their own while the server's behaviour was unknown.
+	lastIdle atomic.Int64
+	diverted atomic.Int64
 }
 
 // oneShotAfter is how many connections in a row the server must close
-// after one response each, with none reused meanwhile, before the client
-// stops keeping connections alive: four, so that an idle timeout closing
-// a connection now and then does not count.
-const oneShotAfter = 4
+// soon after one response each, with none reused meanwhile, before the
+// client stops keeping connections alive: one, a close within closeSoon
+// of the response's end (an idle timeout of seconds does not count).
+const (
+	oneShotAfter = 1
+	closeSoon    = time.Second
+)
+
+// settle is how long a connection must have been idle before a client
+// that does not yet know whether the server keeps connections reuses it,
+// and maxDiverted how many requests at most are sent on connections of
+// their own meanwhile (a load of 1,000 streams always has a connection
+// just idle: past maxDiverted it reuses, and the retries cover it).
+// llama.cpp's server closes as it ends its response; 50 ms covers a
+// server that closes a few milliseconds later.
+const (
+	settle      = 50 * time.Millisecond
+	maxDiverted = 64
+)
 
 // oneShot reports whether requests should go on new connections: the
 // server closed the last oneShotAfter connections after one response each.
 func (t *connTracker) oneShot() bool { return t.streak.Load() >= oneShotAfter }
 
+// unsettled reports whether a request should go on a connection of its
+// own because the server's keep-alive behaviour is unknown and a
+// connection became idle less than settle ago (see connTracker).
+func (t *connTracker) unsettled() bool {
+	return t.settling() && t.diverted.Add(1) <= maxDiverted
+}
+
+// settling reports whether the server's keep-alive behaviour is unknown
+// and a connection became idle less than settle ago.
+func (t *connTracker) settling() bool {
+	if t.kept.Load() || t.streak.Load() > 0 {
+		return false
+	}
+	last := t.lastIdle.Load()
+	return last != 0 && time.Since(time.Unix(0, last)) < settle
+}
+
 // response records a response beginning on c: a second one on a connection
 // shows the server keeps connections after all.
 func (c *trackedConn) response() {
+	c.idleSince.Store(0)
 	if c.responses.Add(1) > 1 {
 		c.t.streak.Store(0)
+		c.t.kept.Store(true)
 	}
+}
+
+// idle records that the response on c ended: the connection may be given
+// to the next request.
+func (c *trackedConn) idle() {
+	if c.oneShot {
+		return
+	}
+	now := time.Now().UnixNano()
+	c.idleSince.Store(now)
+	c.t.lastIdle.Store(now)
 }
 
 func newConnTracker() *connTracker {
@@ -91,11 +154,21 @@ var dialer = &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 
 // dial dials as prometheus/common's transport does and tracks the connection.
 func (t *connTracker) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	return t.dialConn(ctx, network, addr, false)
+}
+
+// dialOneShot dials a connection for one request (keep-alives off): the
+// client asks for its close, which tells nothing of the server.
+func (t *connTracker) dialOneShot(ctx context.Context, network, addr string) (net.Conn, error) {
+	return t.dialConn(ctx, network, addr, true)
+}
+
+func (t *connTracker) dialConn(ctx context.Context, network, addr string, oneShot bool) (net.Conn, error) {
 	c, err := dialer.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
-	tc := &trackedConn{Conn: c, t: t, key: c.LocalAddr().String()}
+	tc := &trackedConn{Conn: c, t: t, key: c.LocalAddr().String(), oneShot: oneShot}
 	t.mu.Lock()
 	t.conns[tc.key] = tc
 	t.mu.Unlock()
@@ -142,18 +215,24 @@ type trackedConn struct {
 	net.Conn
 	t          *connTracker
 	key        string
+	oneShot    bool         // dialed for one request, its close asked for
 	responses  atomic.Int32 // responses that began on the connection
+	idleSince  atomic.Int64 // when its last response ended (unix ns); 0 while one runs
 	peerClosed atomic.Bool
 	closeOnce  sync.Once
 }
 
 func (c *trackedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) && c.peerClosed.CompareAndSwap(false, true) {
+	if err != nil && !c.oneShot && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) && c.peerClosed.CompareAndSwap(false, true) {
 		c.t.serverClosed.Add(1)
 		if c.responses.Load() == 1 {
 			c.t.serverClosedAfter.Add(1)
-			c.t.streak.Add(1)
+			// Soon after its response (or as it ended): the server
+			// closes after responses; later, an idle timeout.
+			if idle := c.idleSince.Load(); idle == 0 || time.Since(time.Unix(0, idle)) <= closeSoon {
+				c.t.streak.Add(1)
+			}
 		}
 	}
 	return n, err
