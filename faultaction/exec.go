@@ -11,9 +11,10 @@ import (
 )
 
 // maxExecOutput bounds the output (stdout and stderr together) an exec
-// action keeps: 4 KiB shows a command's message and error; a command
-// printing 1 GiB costs the prober 4 KiB, not 1 GiB.
-const maxExecOutput = 4 << 10
+// action keeps: 960 bytes show a command's message and error, with room
+// in MaxResultBytes to say how much more came; a command printing 1 GiB
+// costs the prober a kilobyte, not 1 GiB.
+const maxExecOutput = MaxResultBytes - 64
 
 // execWaitDelay is how long, after the command is killed (or exits),
 // Wait waits for its output pipes to close: a child it started that keeps
@@ -29,6 +30,8 @@ func doExec(ctx context.Context, argv []string, d time.Duration) (result, error)
 	out := &boundedBuffer{max: maxExecOutput}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = execWaitDelay
+	var killed string
+	inGroup(cmd, &killed)
 	err := cmd.Run()
 	res := result{text: out.String()}
 	if err == nil {
@@ -38,7 +41,11 @@ func doExec(ctx context.Context, argv []string, d time.Duration) (result, error)
 		return res, nil
 	}
 	if ctx.Err() != nil {
-		// The command was killed: say why, not only "signal: killed".
+		// The command was killed: say why, not only "signal: killed",
+		// and what (the processes it started too).
+		if killed != "" {
+			return res, fmt.Errorf("%s: %w (%v): %s", shown, err, context.Cause(ctx), killed)
+		}
 		return res, fmt.Errorf("%s: %w (%v)", shown, err, context.Cause(ctx))
 	}
 	var ee *exec.ExitError

@@ -3,6 +3,8 @@ package faultaction
 import (
 	"context"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -51,14 +53,14 @@ func TestExec(t *testing.T) {
 		// No shell: the ; and $HOME are arguments, not syntax.
 		{"no shell", []string{"echo", "a;", "$HOME", "b c"}, 0, "a; $HOME b c", ""},
 		{"missing", []string{"/nonexistent/chaos"}, 0, "", `["/nonexistent/chaos"]: could not run: fork/exec /nonexistent/chaos: no such file or directory`},
-		{"timeout", []string{"sleep", "5"}, 100 * time.Millisecond, "", `["sleep" "5"]: signal: killed (timed out after 100ms)`},
+		{"timeout", []string{"sleep", "5"}, 100 * time.Millisecond, "", `["sleep" "5"]: signal: killed (timed out after 100ms): killed its process group <pid> (1 process: sleep)`},
 		{"output bounded", []string{"printf", "%s", long}, 0, long[:maxExecOutput] + "… (100 more bytes not kept)", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Runner{AllowExec: true}
 			a := &Action{Exec: &ExecAction{Command: tc.argv, Timeout: model.Duration(tc.timeout)}}
 			e := r.Do(context.Background(), a)
-			require.Equal(t, tc.errMsg, e.Error)
+			require.Equal(t, tc.errMsg, pgidRE.ReplaceAllString(e.Error, "group <pid>"))
 			require.Equal(t, tc.result, e.Result)
 			require.Less(t, e.Seconds, 3.0)
 		})
@@ -75,7 +77,7 @@ func TestExecUndoAndStderr(t *testing.T) {
 	e := r.Undo(context.Background(), a)
 	require.Equal(t, ActionUndo, e.Action)
 	require.Equal(t, `exec ["sh" "-c" "echo healed; echo oops >&2; exit 3"]`, e.Description)
-	require.Equal(t, "healed\noops", e.Result)
+	require.Equal(t, "healed oops", e.Result, "one line")
 	require.Equal(t, `["sh" "-c" "echo healed; echo oops >&2; exit 3"]: exit status 3`, e.Error)
 
 	e = r.Undo(context.Background(), &Action{Exec: &ExecAction{Command: []string{"true"}}})
@@ -88,8 +90,39 @@ func TestExecContextCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
 	e := (&Runner{AllowExec: true}).Do(ctx, &Action{Exec: &ExecAction{Command: []string{"sleep", "5"}}})
-	require.Equal(t, `["sleep" "5"]: signal: killed (context canceled)`, e.Error)
+	require.Equal(t, `["sleep" "5"]: signal: killed (context canceled): killed its process group <pid> (1 process: sleep)`, pgidRE.ReplaceAllString(e.Error, "group <pid>"))
 	require.Less(t, e.Seconds, 3.0)
+}
+
+// pgidRE finds the process group a kill names, which changes run to run.
+var pgidRE = regexp.MustCompile(`group [0-9]+`)
+
+// TestExecKillsItsGroup: a timeout kills what the command started too, and
+// says so. `sh -c "sleep 300 & sleep 301"` timed out after 2 s used to
+// leave both sleeps running under PID 1; a kubectl wrapper so could act
+// minutes later, unrecorded.
+func TestExecKillsItsGroup(t *testing.T) {
+	needTools(t, "sh", "sleep")
+	r := Runner{AllowExec: true}
+	e := r.Do(context.Background(), &Action{Exec: &ExecAction{Command: []string{"sh", "-c", "sleep 300 & sleep 301"}, Timeout: model.Duration(200 * time.Millisecond)}})
+	m := regexp.MustCompile(`^\["sh" "-c" "sleep 300 & sleep 301"\]: signal: killed \(timed out after 200ms\): killed its process group ([0-9]+) \(3 processes: (sh|sleep), (sh|sleep), (sh|sleep)\)$`).FindStringSubmatch(e.Error)
+	require.NotNil(t, m, e.Error)
+	pgid, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+	require.Less(t, e.Seconds, 3.0)
+	// SIGKILL is delivered at once; the kernel reaps orphans through
+	// init, which may take a moment: wait on the group, not a clock.
+	require.Eventually(t, func() bool { return len(groupMembers(pgid)) == 0 }, 10*time.Second, 10*time.Millisecond, "left in the group: %v", groupMembers(pgid))
+}
+
+// TestExecResultCleaned: what a command prints reaches the run as one
+// printable line: no escape sequence sets the operator's window title or
+// clears the screen when `report show` prints it.
+func TestExecResultCleaned(t *testing.T) {
+	needTools(t, "printf")
+	e := (&Runner{AllowExec: true}).Do(context.Background(), &Action{Exec: &ExecAction{Command: []string{"printf", "ok\033]0;PWNED\007\033[2J\nnext\342\200\256line"}}})
+	require.Empty(t, e.Error)
+	require.Equal(t, "ok ]0;PWNED [2J next line", e.Result)
 }
 
 func TestBoundedBuffer(t *testing.T) {

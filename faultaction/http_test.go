@@ -85,6 +85,17 @@ func TestHTTPNon2xx(t *testing.T) {
 	}
 }
 
+// An endpoint's answer reaches the run as one printable line: "ok" then
+// an OSC that would set the operator's window title and a CSI that would
+// clear the screen, a bidi override, a NUL.
+func TestHTTPResultCleaned(t *testing.T) {
+	srv, _ := recorder(t, http.StatusOK, "ok\x1b]0;PWNED\x07\x1b[2J\x00done\u202e!")
+	var r Runner
+	e := r.Do(context.Background(), &Action{HTTP: &HTTPAction{HTTPRequest: HTTPRequest{URL: srv.URL + "/x"}}})
+	require.Empty(t, e.Error)
+	require.Equal(t, "HTTP 200 OK: ok ]0;PWNED [2J done !", e.Result)
+}
+
 // A redirect is a failure naming its Location, and its target receives
 // nothing, whichever client the Runner was given.
 func TestHTTPRedirectRefused(t *testing.T) {

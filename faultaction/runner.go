@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/sloprober/sloprober/internal/safetext"
 )
 
 // ErrExecNotAllowed is the error of an exec action run, or checked, by a
@@ -114,13 +116,19 @@ func (r *Runner) run(ctx context.Context, a *Action, action string) Event {
 		}
 		res, err = doExec(ctx, argv, timeout(a.Exec.Timeout, DefaultExecTimeout))
 	}
-	e.Result, e.DryRun = res.text, res.dryRun
+	// What an action returns (an endpoint's body, a command's output)
+	// is cleaned as a server's message is before it is stored or shown.
+	e.Result, e.DryRun = safetext.Line(res.text, MaxResultBytes), res.dryRun
 	if err != nil {
-		e.Error = err.Error()
+		e.Error = safetext.Line(err.Error(), MaxResultBytes)
 	}
 	e.Seconds = time.Since(start).Seconds()
 	return e
 }
+
+// MaxResultBytes bounds an Event's Result and Error: one line, enough
+// for a command's message or an endpoint's answer.
+const MaxResultBytes = 1024
 
 // result is what a call did, for its Event.
 type result struct {

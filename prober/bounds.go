@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strings"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/sloprober/sloprober/internal/safetext"
 )
 
 // Bounds on what a server can make sloprober read, store or send. A probe
@@ -136,19 +136,7 @@ func errorValueMessage(raw []byte) string {
 
 // boundMessage makes s one line of valid UTF-8 of at most
 // MaxServerMessageBytes.
-func boundMessage(s string) string {
-	if len(s) > 4*MaxServerMessageBytes {
-		s = s[:4*MaxServerMessageBytes]
-	}
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	// White space, control characters (C0, DEL, C1), line and paragraph
-	// separators and bidi overrides all become one space: one line,
-	// safe in a terminal.
-	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool {
-		return !unicode.IsPrint(r) || unicode.IsSpace(r)
-	}), " ")
-	return Truncate(s, MaxServerMessageBytes)
-}
+func boundMessage(s string) string { return safetext.Line(s, MaxServerMessageBytes) }
 
 // MaxIdentityBytes bounds what is kept of a server's statement of who it
 // is (a Server header, a reply's model, a system_fingerprint): enough for
@@ -175,16 +163,7 @@ func boundIdentity(s string) string {
 
 // Truncate cuts s to at most n bytes at a rune boundary, ending it in
 // "..." when it was cut.
-func Truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := max(n-len("..."), 0)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}
+func Truncate(s string, n int) string { return safetext.Truncate(s, n) }
 
 // validTimings reports whether every time a server reported is in [0, a day].
 func validTimings(t *ServerTimings) bool {

@@ -1,0 +1,42 @@
+// Package safetext makes text from outside (a server's message, a fault
+// action's output, a string read back from a stored run) safe to keep,
+// show in a terminal and write into a report: valid UTF-8, one line, no
+// control or format characters, bounded. A fault endpoint that answers
+// "ok\x1b]0;PWNED\x07\x1b[2J" would otherwise set the operator's window
+// title and clear the screen when `report show` prints it.
+package safetext
+
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Line makes s one line of valid UTF-8 of at most max bytes: white space,
+// control characters (C0, DEL, C1), line and paragraph separators and
+// format characters (bidi overrides such as U+202E, zero-width ones)
+// each become one space, runs of them one; a longer line is cut, with
+// "...". Only the first 4*max bytes of s are read.
+func Line(s string, max int) string {
+	if len(s) > 4*max {
+		s = s[:4*max]
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool {
+		return !unicode.IsPrint(r) || unicode.IsSpace(r) || unicode.Is(unicode.Cf, r)
+	}), " ")
+	return Truncate(s, max)
+}
+
+// Truncate cuts s to at most n bytes on a rune boundary, ending in "..."
+// when cut.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := max(n-len("..."), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
