@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -34,7 +35,16 @@ type faultPlan struct {
 	// ran are the steps' times as they ran: start when the step was
 	// applied (its action sent), end when it was undone.
 	ran map[int]stepTimes
+	// notRun says, by step, how a step did not run as configured: its
+	// do failed, it began late, or it was in place for less than its
+	// for.
+	notRun map[int]string
 }
+
+// planSlack is how far a step may begin after its at, or fall short of
+// its for, and still have run as configured: a second, or a tenth of its
+// for if that is more (an action's own call takes tens of milliseconds).
+const planSlack = time.Second
 
 // stepTimes are when a step that took effect began and ended, and
 // whether it was a dry run (nothing was done).
@@ -54,7 +64,7 @@ func newFaultPlan(target string, steps []config.FaultStep, runner *faultaction.R
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	p := &faultPlan{client: &http.Client{Timeout: 5 * time.Second}, runner: runner, logger: logger, ran: map[int]stepTimes{}}
+	p := &faultPlan{client: &http.Client{Timeout: 5 * time.Second}, runner: runner, logger: logger, ran: map[int]stepTimes{}, notRun: map[int]string{}}
 	for i := range steps {
 		st := &steps[i]
 		if st.Kind() != config.FaultSimulator {
@@ -78,32 +88,52 @@ func newFaultPlan(target string, steps []config.FaultStep, runner *faultaction.R
 }
 
 // run applies the steps at their times from start until ctx is done; it
-// ends (restores or undoes) a step in force when ctx ends.
+// ends (restores or undoes) a step in force when ctx ends. Each step
+// runs on its own timer: an undo that hangs does not push the next step
+// back (check config refuses steps that overlap). Simulator steps still
+// take turns: a step's restore must not land after the next one's set.
 func (p *faultPlan) run(ctx context.Context, start time.Time, steps []config.FaultStep) {
+	var wg sync.WaitGroup
+	var prevSim chan struct{} // the last simulator step's end
 	for i := range steps {
 		st := &steps[i]
-		if !prober.Sleep(ctx, time.Until(start.Add(time.Duration(st.At)))) {
-			return
-		}
-		var ok bool
+		var after, done chan struct{}
 		if st.Kind() == config.FaultSimulator {
-			ok = p.runSimulator(ctx, i, start, st)
-		} else {
-			ok = p.runAction(ctx, i, start, st)
+			after, done = prevSim, make(chan struct{})
+			prevSim = done
 		}
-		if !ok {
-			return
-		}
+		wg.Go(func() {
+			if done != nil {
+				defer close(done)
+			}
+			if !prober.Sleep(ctx, time.Until(start.Add(time.Duration(st.At)))) {
+				return
+			}
+			if st.Kind() != config.FaultSimulator {
+				p.runAction(ctx, i, start, st)
+				return
+			}
+			if after != nil {
+				select {
+				case <-after:
+				case <-ctx.Done():
+					return
+				}
+			}
+			p.runSimulator(ctx, i, start, st)
+		})
 	}
+	wg.Wait()
 }
 
 // runAction runs a step's fault action, and its undo at the step's end
 // (or when ctx ends first: a gateway must not keep a replica out after
-// the soak). It reports whether ctx is still live.
-func (p *faultPlan) runAction(ctx context.Context, i int, start time.Time, st *config.FaultStep) bool {
+// the soak).
+func (p *faultPlan) runAction(ctx context.Context, i int, start time.Time, st *config.FaultStep) {
 	began := time.Now()
 	e := p.runner.Do(ctx, &st.Action)
 	p.recordEvent(i, e)
+	inPlace := time.Now()
 	ok := prober.Sleep(ctx, time.Until(start.Add(time.Duration(st.At+st.For))))
 	ended := time.Now()
 	if st.Action.Undoable() {
@@ -112,13 +142,63 @@ func (p *faultPlan) runAction(ctx context.Context, i int, start time.Time, st *c
 		// action's own timeout.
 		p.recordEvent(i, p.runner.Undo(context.WithoutCancel(ctx), &st.Action))
 	}
-	if !e.Failed() {
+	if e.Failed() {
 		// A step that failed did nothing to measure.
-		p.mu.Lock()
-		p.ran[i] = stepTimes{start: began, end: ended, dryRun: e.DryRun}
-		p.mu.Unlock()
+		p.setNotRun(i, st, "its do failed: "+e.Error)
+		return
 	}
-	return ok
+	p.mu.Lock()
+	p.ran[i] = stepTimes{start: began, end: ended, dryRun: e.DryRun}
+	p.mu.Unlock()
+	if ok {
+		p.checkTimes(i, start, st, began, inPlace, ended)
+	}
+}
+
+// checkTimes notes a step that began later than planSlack after its at,
+// or was in place (from its do's end to its end) for less than its for
+// by more than planSlack: "began 7s late; in place 3ms instead of 3s (its
+// do took 10.2s)".
+func (p *faultPlan) checkTimes(i int, start time.Time, st *config.FaultStep, began, inPlace, ended time.Time) {
+	slack := max(planSlack, time.Duration(st.For)/10)
+	var notes []string
+	if late := began.Sub(start.Add(time.Duration(st.At))); late > slack {
+		notes = append(notes, fmt.Sprintf("began %s late", late.Round(time.Millisecond)))
+	}
+	if held := ended.Sub(inPlace); time.Duration(st.For)-held > slack {
+		notes = append(notes, fmt.Sprintf("in place %s instead of %s (its do took %s)", max(held, 0).Round(time.Millisecond),
+			time.Duration(st.For), inPlace.Sub(began).Round(time.Millisecond)))
+	}
+	if len(notes) > 0 {
+		p.setNotRun(i, st, strings.Join(notes, "; "))
+	}
+}
+
+// setNotRun records how step i did not run as configured.
+func (p *faultPlan) setNotRun(i int, st *config.FaultStep, why string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.notRun[i] = fmt.Sprintf("step %d (%s at %s): %s", i, stepKind(st), time.Duration(st.At), why)
+}
+
+// stepKind names a step for a note: "simulator faults", "exec", "http".
+func stepKind(st *config.FaultStep) string {
+	if st.Kind() == config.FaultSimulator {
+		return "simulator faults"
+	}
+	return st.Action.Kind()
+}
+
+// NotRun says, step by step in order, how the plan did not run as
+// configured; empty when it did.
+func (p *faultPlan) NotRun() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, i := range slices.Sorted(maps.Keys(p.notRun)) {
+		out = append(out, p.notRun[i])
+	}
+	return out
 }
 
 // recordEvent keeps and logs what a fault action did.
@@ -136,13 +216,14 @@ func (p *faultPlan) recordEvent(i int, e faultaction.Event) {
 }
 
 // runSimulator sets a step's simulator faults and restores the faults the
-// simulator had at the step's end (or when ctx ends first). It reports
-// whether ctx is still live.
-func (p *faultPlan) runSimulator(ctx context.Context, i int, start time.Time, st *config.FaultStep) bool {
+// simulator had at the step's end (or when ctx ends first).
+func (p *faultPlan) runSimulator(ctx context.Context, i int, start time.Time, st *config.FaultStep) {
+	began := time.Now()
 	before, err := p.get(ctx)
 	if err != nil {
 		p.record(i, "set", "", err)
-		return true
+		p.setNotRun(i, st, "its faults were not set: "+err.Error())
+		return
 	}
 	b, err := json.Marshal(stringKeys(st.Set))
 	if err == nil {
@@ -151,10 +232,11 @@ func (p *faultPlan) runSimulator(ctx context.Context, i int, start time.Time, st
 		// step (kill -9) must not leave it failing for good.
 		err = p.put(ctx, b, time.Duration(st.For)+faultExpirySlack)
 	}
-	began := time.Now()
+	inPlace := time.Now()
 	p.record(i, "set", string(b), err)
 	if err != nil {
-		return true
+		p.setNotRun(i, st, "its faults were not set: "+err.Error())
+		return
 	}
 	ok := prober.Sleep(ctx, time.Until(start.Add(time.Duration(st.At+st.For))))
 	ended := time.Now()
@@ -164,9 +246,11 @@ func (p *faultPlan) runSimulator(ctx context.Context, i int, start time.Time, st
 	p.record(i, "restored", compactJSON(before), p.put(rctx, before, 0))
 	cancel()
 	p.mu.Lock()
-	p.ran[i] = stepTimes{start: began, end: ended}
+	p.ran[i] = stepTimes{start: inPlace, end: ended}
 	p.mu.Unlock()
-	return ok
+	if ok {
+		p.checkTimes(i, start, st, began, inPlace, ended)
+	}
 }
 
 // Ran returns the times of the steps that ran, by index.

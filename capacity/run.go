@@ -747,6 +747,12 @@ type SoakRun struct {
 	Drift   *Drift       `json:"drift,omitempty"`
 	// Faults is what the soak's fault plan did.
 	Faults []FaultEvent `json:"faults,omitempty"`
+	// PlanNotRun says, step by step, how the fault plan did not run as
+	// configured: a do that failed, a step that began late or was in
+	// place for less than its for ("step 1 (http at 12s): in place 3ms
+	// instead of 3s (its do took 10.2s)"). A soak whose plan did not run
+	// as configured does not pass: what it was to show was not shown.
+	PlanNotRun []string `json:"plan_not_run,omitempty"`
 	// Impacts is what each step of the fault plan that ran did to the
 	// target, measured (impact.go).
 	Impacts []FaultImpact `json:"impacts,omitempty"`

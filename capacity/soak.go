@@ -124,6 +124,8 @@ func (s *Soak) Run(ctx context.Context) *Run {
 			stopPlan()
 			<-planned // a step in force is restored first
 			run.Soak.Faults = plan.Events()
+			run.Soak.PlanNotRun = plan.NotRun()
+			planVerdict(run)
 			s.impacts(run, col, plan)
 		}()
 	}
@@ -227,6 +229,25 @@ func (s *Soak) Run(ctx context.Context) *Run {
 		run.Verdict, run.Reason = s.judge(run.Soak)
 	}
 	return run
+}
+
+// planVerdict keeps a soak whose fault plan did not run as configured
+// from passing: a soak that was to show recovery from an outage shows
+// nothing of it when the outage was never set (every action failing
+// used to pass as "no drift over 4 windows"). It is inconclusive, or, if
+// it failed on its own, says so beside the failure.
+func planVerdict(run *Run) {
+	notRun := run.Soak.PlanNotRun
+	if len(notRun) == 0 {
+		return
+	}
+	why := "the fault plan did not run as configured: " + strings.Join(notRun, "; ")
+	switch run.Verdict {
+	case VerdictPass:
+		run.Verdict, run.Reason = VerdictInconclusive, "not concluded: "+why+" (the soak itself: "+run.Reason+")"
+	case VerdictFail, VerdictInconclusive:
+		run.Reason += "; " + why
+	}
 }
 
 // impacts measures each step of the fault plan that ran (impact.go), and

@@ -374,6 +374,9 @@ func (m *mdWriter) risk(r *Report) {
 	for _, f := range rk.Faults {
 		m.P("%s.", faultLine(f))
 	}
+	for _, n := range rk.PlanNotRun {
+		m.P("- **Fault plan did not run as configured**: %s.", mdText(n))
+	}
 	if len(rk.ErrorBursts) > 0 {
 		rec := "and recovered"
 		if rk.Recovered != nil && !*rk.Recovered {

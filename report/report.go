@@ -317,9 +317,11 @@ type Risk struct {
 	Longest []Longest `json:"longest"`
 	// Faults is what a soak's fault plan did, and ErrorBursts the
 	// windows in which more than 10% of requests failed.
-	Faults      []capacity.FaultEvent `json:"faults,omitempty"`
-	ErrorBursts []int                 `json:"error_bursts,omitempty"`
-	Recovered   *bool                 `json:"recovered,omitempty"`
+	Faults []capacity.FaultEvent `json:"faults,omitempty"`
+	// PlanNotRun says how the fault plan did not run as configured.
+	PlanNotRun  []string `json:"plan_not_run,omitempty"`
+	ErrorBursts []int    `json:"error_bursts,omitempty"`
+	Recovered   *bool    `json:"recovered,omitempty"`
 	// Canary is the canary on the target during the run.
 	Canary []capacity.CanaryScenario `json:"canary,omitempty"`
 	// HotSpots is what the run says about single-tenant hot spots, and
@@ -787,7 +789,7 @@ func risk(run *capacity.Run, levels []*capacity.Level) Risk {
 		}
 	}
 	if s := run.Soak; s != nil {
-		r.Faults = s.Faults
+		r.Faults, r.PlanNotRun = s.Faults, s.PlanNotRun
 		for i, w := range s.Windows {
 			if w.ErrorBurst {
 				r.ErrorBursts = append(r.ErrorBursts, i+1)
