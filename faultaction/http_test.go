@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -164,4 +165,35 @@ func TestKeep(t *testing.T) {
 	require.Equal(t, "ok", keep([]byte(" ok\n")))
 	require.Equal(t, strings.Repeat("a", 511)+"…", keep([]byte(strings.Repeat("a", 511)+"€€")), "a rune cut in two is dropped")
 	require.Equal(t, "\uFFFD", keep([]byte{0xff}))
+}
+
+// TestPending: a call under way is pending until its timeout, for a
+// stopping daemon to wait on; nothing is once it ended.
+func TestPending(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the server's close: a failed check must not wait out the minute
+	var r Runner
+	a := &Action{HTTP: &HTTPAction{HTTPRequest: HTTPRequest{URL: srv.URL + "/down"}, Undo: &HTTPRequest{URL: srv.URL + "/up"}, Timeout: model.Duration(time.Minute)}}
+	until, _ := r.Pending()
+	require.True(t, until.IsZero())
+	done := make(chan Event)
+	before := time.Now()
+	go func() { done <- r.Undo(context.Background(), a) }()
+	require.Eventually(t, func() bool { u, _ := r.Pending(); return !u.IsZero() }, 5*time.Second, time.Millisecond)
+	until, what := r.Pending()
+	require.Equal(t, "undo http POST "+srv.URL+"/up", what)
+	require.WithinDuration(t, before.Add(time.Minute), until, 5*time.Second)
+	free()
+	require.Empty(t, (<-done).Error)
+	until, _ = r.Pending()
+	require.True(t, until.IsZero(), "nothing under way once the undo ended")
 }

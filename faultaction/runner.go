@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -33,6 +34,39 @@ type Runner struct {
 	// redirects are never followed: a copy of the client is used whose
 	// CheckRedirect refuses them.
 	HTTPClient *http.Client
+
+	mu      sync.Mutex
+	pending map[*Event]time.Time // calls under way, by their deadline
+}
+
+// Pending says which fault action call under way ends last, and by when
+// its timeout ends it (zero when none is under way): a daemon stopping
+// waits for it rather than exit with a replica out of rotation and no
+// record of the undo.
+func (r *Runner) Pending() (until time.Time, what string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for e, t := range r.pending {
+		if t.After(until) {
+			until, what = t, e.Action+" "+e.Description
+		}
+	}
+	return until, what
+}
+
+// track records a call under way until its returned function is called.
+func (r *Runner) track(e *Event, d time.Duration) func() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending == nil {
+		r.pending = map[*Event]time.Time{}
+	}
+	r.pending[e] = time.Now().Add(d)
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.pending, e)
+	}
 }
 
 // Event is what one call did, for a soak's report.
@@ -106,15 +140,20 @@ func (r *Runner) run(ctx context.Context, a *Action, action string) Event {
 		if action == ActionUndo {
 			req = a.HTTP.Undo
 		}
-		res, err = r.doHTTP(ctx, req, timeout(a.HTTP.Timeout, DefaultHTTPTimeout))
+		d := timeout(a.HTTP.Timeout, DefaultHTTPTimeout)
+		defer r.track(&e, d)()
+		res, err = r.doHTTP(ctx, req, d)
 	case a.Kubernetes != nil:
+		defer r.track(&e, timeout(a.Kubernetes.Timeout, DefaultKubernetesTimeout))()
 		res, err = r.doKubernetes(ctx, a.Kubernetes)
 	default:
 		argv := a.Exec.Command
 		if action == ActionUndo {
 			argv = a.Exec.Undo
 		}
-		res, err = doExec(ctx, argv, timeout(a.Exec.Timeout, DefaultExecTimeout))
+		d := timeout(a.Exec.Timeout, DefaultExecTimeout)
+		defer r.track(&e, d+execWaitDelay)()
+		res, err = doExec(ctx, argv, d)
 	}
 	// What an action returns (an endpoint's body, a command's output)
 	// is cleaned as a server's message is before it is stored or shown.

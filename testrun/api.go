@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/report"
@@ -163,14 +164,25 @@ func NewAPI(s *Service, mutations bool) http.Handler {
 	}))
 	mux.HandleFunc("POST /api/v1/tests/{name}/abort", mutate(func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
-		if !s.Abort(name, "aborted through the API") {
+		found, ended := s.Abort(name, "aborted through the API", abortWait)
+		switch {
+		case !found:
 			writeError(w, http.StatusNotFound, fmt.Errorf("test %q is not running", name))
-			return
+		case ended:
+			writeJSON(w, http.StatusOK, map[string]string{"aborted": name})
+		default:
+			writeJSON(w, http.StatusAccepted, map[string]string{"aborting": name,
+				"note": "the run is ending: it is stored, with its fault step's undo, when the undo ends (within its timeout)"})
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"aborted": name})
 	}))
 	return mux
 }
+
+// abortWait is how long an abort waits for its run to end before it
+// answers 202: most runs end within it; a level's drain (up to the
+// target's timeout) or a fault step's undo (its timeout, 30 s by
+// default) may take longer, which the caller need not wait out.
+const abortWait = 2 * time.Second
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -376,8 +376,11 @@ func (s *Service) Start(name, why string) (runstore.ID, error) {
 }
 
 // Abort aborts a running test, by its name; the run ends as aborted with
-// its partial results. It reports whether the test was running.
-func (s *Service) Abort(name, why string) bool {
+// its partial results. It reports whether the test was running, and
+// whether its run ended within wait: a run whose fault step's undo is
+// under way ends, and is stored with the undo's outcome, when the undo
+// does (its timeout bounds it), and the caller is not held that long.
+func (s *Service) Abort(name, why string, wait time.Duration) (found, ended bool) {
 	s.mu.Lock()
 	var a *active
 	for _, r := range s.running {
@@ -387,11 +390,19 @@ func (s *Service) Abort(name, why string) bool {
 	}
 	s.mu.Unlock()
 	if a == nil {
-		return false
+		return false, false
 	}
 	a.cancel(errors.New(why))
-	<-a.done
-	return true
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-a.done:
+		return true, true
+	case <-t.C:
+		// A fault step's undo under way: the run is stored when it
+		// ends, bounded by its timeout.
+		return true, false
+	}
 }
 
 // Stop aborts every running test ("sloprober is stopping") and waits for

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -362,4 +363,48 @@ func TestRunningProgress(t *testing.T) {
 	require.LessOrEqual(t, p.RemainingSeconds, 300.0)
 	require.GreaterOrEqual(t, p.RemainingSeconds, 300-since)
 	require.Nil(t, b.Progress)
+}
+
+// TestAbortAnswersAtOnce: an abort through the API of a run whose end
+// waits on a fault step's undo answers 202 within its wait, not after the
+// undo's whole timeout, and the run is stored, aborted, when the undo
+// ends. Before, the call answered only after the undo's timeout (60 s).
+func TestAbortAnswersAtOnce(t *testing.T) {
+	f := newService(t, t.TempDir(), loadConfig(t), time.Hour)
+	undone := make(chan struct{})
+	var once sync.Once
+	undo := func() { once.Do(func() { close(undone) }) }
+	t.Cleanup(undo)
+	defer f.svc.Stop()
+	f.svc.SetRunner(func(ctx context.Context, tc *config.TestConfig, _ config.LoadSpec, _ float64) *capacity.Run {
+		r := &capacity.Run{Summary: capacity.Summary{Test: tc.Name, Kind: tc.Kind, Target: tc.Target, Start: time.Now()}}
+		<-ctx.Done()
+		<-undone // the undo of the step in force
+		r.Verdict, r.Reason, r.End = capacity.VerdictAborted, "aborted: "+context.Cause(ctx).Error(), time.Now()
+		return r
+	})
+	api := testrun.NewAPI(f.svc, true)
+	do := func(method, path string) (int, string) {
+		rec := httptest.NewRecorder()
+		api.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+		return rec.Code, rec.Body.String()
+	}
+	code, body := do("POST", "/api/v1/tests/a/run")
+	require.Equal(t, http.StatusAccepted, code, body)
+	var started struct{ ID string }
+	require.NoError(t, json.Unmarshal([]byte(body), &started))
+
+	code, body = do("POST", "/api/v1/tests/a/abort")
+	require.Equal(t, http.StatusAccepted, code, body)
+	require.Contains(t, body, `"aborting": "a"`)
+	require.Contains(t, body, "stored, with its fault step's undo, when the undo ends")
+	code, body = do("GET", "/api/v1/runs/"+started.ID)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `"verdict": "running"`, "not stored before the undo ends")
+
+	undo()
+	require.Eventually(t, func() bool {
+		_, body := do("GET", "/api/v1/runs/"+started.ID)
+		return strings.Contains(body, `"reason": "aborted: aborted through the API"`)
+	}, 10*time.Second, 5*time.Millisecond)
 }

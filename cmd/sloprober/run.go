@@ -377,7 +377,8 @@ func (c *runCommand) run(ctx context.Context, logger *slog.Logger, exit func(int
 	defer store.Close()
 	d.tests = testrun.New(logger, d.manager, recorder, store, testrun.NewMetrics(reg))
 	d.tests.SetValidity(c.validity)
-	d.tests.SetFaults(&faultaction.Runner{AllowExec: *c.execFaults})
+	faults := &faultaction.Runner{AllowExec: *c.execFaults}
+	d.tests.SetFaults(faults)
 	d.engines = servermetrics.NewManager(logger, servermetrics.NewMetrics(reg))
 	d.tests.SetQueues(func(target string) capacity.QueueProbe {
 		cfg := d.cfg.Load()
@@ -452,7 +453,7 @@ func (c *runCommand) run(ctx context.Context, logger *slog.Logger, exit func(int
 		}, func(error) {
 			once.Do(func() {
 				d.stopping.Store(true)
-				deadline.Store(exitDeadline(logger, *c.grace+*c.linger+exitMargin, exit))
+				deadline.Store(exitDeadline(logger, *c.grace+*c.linger+exitMargin, exit, faults.Pending))
 				close(stop)
 			})
 		})
@@ -627,11 +628,33 @@ func lingerFor(logger *slog.Logger, linger time.Duration, scraped, serving <-cha
 // after d (grace period + linger + exitMargin from the start of the stop),
 // something hangs, and exit(1) ends the process with a log line saying so,
 // rather than leaving it for a SIGKILL that loses the log.
-func exitDeadline(logger *slog.Logger, d time.Duration, exit func(int)) *time.Timer {
-	return time.AfterFunc(d, func() {
-		logger.Error("sloprober did not stop within the grace period and the linger time; exiting now", "after", d)
+//
+// One thing extends it: a fault action's call under way (pending), an
+// undo putting a replica back in rotation above all. Exiting before it
+// ends would leave the replica out and the run without a record of the
+// undo; the call's own timeout bounds the wait (30 s by default), and the
+// log says what is awaited and until when. A pod's
+// terminationGracePeriodSeconds must cover it.
+func exitDeadline(logger *slog.Logger, d time.Duration, exit func(int), pending func() (time.Time, string)) *time.Timer {
+	var t *time.Timer
+	var mu sync.Mutex
+	start := time.Now()
+	var fire func()
+	fire = func() {
+		if until, what := pending(); until.After(time.Now()) {
+			logger.Warn("A fault action is under way: the exit waits for it, at most until its timeout", "action", what, "until", until.Format(time.RFC3339))
+			mu.Lock()
+			t.Reset(time.Until(until) + exitMargin)
+			mu.Unlock()
+			return
+		}
+		logger.Error("sloprober did not stop within the grace period and the linger time; exiting now", "after", time.Since(start).Round(time.Millisecond))
 		exit(1)
-	})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(d, fire)
+	return t
 }
 
 func userAgent() string {

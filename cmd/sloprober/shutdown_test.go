@@ -124,11 +124,30 @@ func TestExitDeadline(t *testing.T) {
 	var log bytes.Buffer
 	logger := promslog.New(&promslog.Config{Writer: &log})
 	exited := make(chan int)
-	exitDeadline(logger, 10*time.Millisecond, func(code int) { exited <- code })
+	none := func() (time.Time, string) { return time.Time{}, "" }
+	exitDeadline(logger, 10*time.Millisecond, func(code int) { exited <- code }, none)
 	require.Equal(t, 1, <-exited)
 	require.Contains(t, log.String(), "sloprober did not stop within the grace period and the linger time; exiting now")
 
-	exitDeadline(logger, time.Hour, func(int) { t.Error("exited before the deadline") }).Stop()
+	exitDeadline(logger, time.Hour, func(int) { t.Error("exited before the deadline") }, none).Stop()
+}
+
+// TestExitDeadlineWaitsForAnUndo: a fault action's undo under way at the
+// deadline extends it to the undo's own timeout (and the margin), said in
+// the log: exiting then would leave a replica out of rotation and the run
+// without its undo. Before, the process exited at grace + linger + 2 s
+// whatever the undo did.
+func TestExitDeadlineWaitsForAnUndo(t *testing.T) {
+	var log bytes.Buffer
+	logger := promslog.New(&promslog.Config{Writer: &log})
+	exited := make(chan time.Time, 1)
+	until := time.Now().Add(300 * time.Millisecond)
+	pending := func() (time.Time, string) { return until, "undo http POST http://gateway/admin/backends/1/up" }
+	exitDeadline(logger, 10*time.Millisecond, func(int) { exited <- time.Now() }, pending)
+	at := <-exited
+	require.False(t, at.Before(until), "exited at %s, before the undo's timeout %s", at, until)
+	require.Contains(t, log.String(), "A fault action is under way: the exit waits for it")
+	require.Contains(t, log.String(), "undo http POST http://gateway/admin/backends/1/up")
 }
 
 // goroutines counts the goroutines of this test binary, where sloprober
