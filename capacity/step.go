@@ -302,6 +302,11 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 		// after its retries: that says nothing of the target.
 		return VerdictInconclusive, fmt.Sprintf("not concluded: %sthe baseline missed the objective while %s", proberCause(base.Prober.Diagnosis), proberBoundReason(base))
 	}
+	if n := base.Outcomes[prober.OutcomeConnectError]; n > 0 && n == base.Sent {
+		// Not one request connected: the target never answered, which
+		// says nothing of what it can serve. An error, not a verdict.
+		return VerdictAborted, fmt.Sprintf("the target never answered: all %d baseline requests failed to connect (connect_error): is %s up, and reachable from here?", n, s.Load.Target.URL)
+	}
 	if base.Decided() == DecisionMissed {
 		return VerdictInfeasible, fmt.Sprintf("one request at a time already misses the objective: %s", missedObjectives(base))
 	}

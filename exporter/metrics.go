@@ -341,6 +341,10 @@ func (m *Metrics) Observe(info prober.LoadInfo) prober.Observer {
 	for _, o := range prober.Outcomes {
 		s.finished[o] = m.finished.WithLabelValues(append(lv, string(o))...)
 	}
+	for _, r := range prober.RetryReasons {
+		// At zero from the start, so that increase() sees the first.
+		m.retries.WithLabelValues(info.Target, r)
+	}
 	for _, slo := range info.SLOs {
 		s.missed[slo.Name] = m.sloMissed.WithLabelValues(append(lv, slo.Name)...)
 		if !slo.IsQuality() { // a quality check has no threshold

@@ -150,6 +150,9 @@ func TestCountersExact(t *testing.T) {
 		for _, r := range prober.DropReasons {
 			require.NotNil(t, find(t, reg, "sloprober_requests_dropped_total", load(s, "reason", string(r))), "reason %s", r)
 		}
+		for _, r := range prober.RetryReasons {
+			require.NotNil(t, find(t, reg, "sloprober_request_retries_total", map[string]string{"target": "sim", "reason": r}), "reason %s", r)
+		}
 		for _, k := range []string{"input", "output"} {
 			require.NotNil(t, find(t, reg, "sloprober_token_count_fallbacks_total", load(s, "kind", k)))
 			require.NotNil(t, find(t, reg, "sloprober_length_mismatches_total", load(s, "kind", k)))

@@ -26,6 +26,9 @@ const (
 	RetryNothingWritten = "nothing_written"
 )
 
+// RetryReasons lists every retry reason, for zero-initialised series.
+var RetryReasons = []string{RetryServerClosedIdle, RetryNothingWritten}
+
 // errServerClosedIdle is the message of net/http's unexported
 // errServerClosedIdle: a connection taken from the idle pool was closed by
 // the server before the request went out. net/http retries it only for

@@ -132,7 +132,7 @@ func probeOnce(cfg *config.Config, target, scenario string, stdout, stderr io.Wr
 	if closesEvery {
 		fmt.Fprintln(stdout, "connection: the server closed the connection after its response although it answered keep-alive (as llama.cpp's server does):"+
 			" every request pays a new connection, and a request sent on a kept-alive one races the close."+
-			" sloprober sends each request on a connection of its own once the server has closed four so, and retries one given a connection already closed (sloprober_request_retries_total).")
+			" sloprober sends each request on a connection of its own from the first such close, and retries one given a connection already closed (sloprober_request_retries_total).")
 	}
 	switch overhead, perWord := cal.Model(); {
 	case calib.Tokenize != "":

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -231,4 +233,17 @@ tests:
 	require.Equal(t, "aborted: sloprober is stopping", run.Reason)
 	require.NotNil(t, run.Baseline, "the partial results are kept")
 	require.NotEmpty(t, run.Sweep)
+}
+
+// TestTestRunUnreachable: a target that never answers is an error (exit
+// 2), not a verdict on what it can serve. Before, `test run --target` of a
+// closed port said INFEASIBLE ("one request at a time already misses the
+// objective") and exited 1, as a target too slow for its SLOs does.
+func TestTestRunUnreachable(t *testing.T) {
+	closed := httptest.NewServer(nil)
+	url := closed.URL + "/v1"
+	closed.Close()
+	code, stdout, stderr := runCLI(t, append([]string{"test", "run", "--target", url, "--model", "m", "--storage.path", t.TempDir()}, testValidity...)...)
+	require.Equal(t, 2, code, "%s\n%s", stdout, stderr)
+	require.Contains(t, strings.Join(strings.Fields(stdout), " "), "ABORTED: the target never answered: all 10 baseline requests failed to connect (connect_error): is "+url+" up, and reachable from here?")
 }
