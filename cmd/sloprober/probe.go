@@ -267,7 +267,11 @@ func printTimeline(w io.Writer, t *config.TargetConfig, s *config.ScenarioConfig
 		conn = " (reused connection)"
 	}
 	at("DNS done", r.Trace.DNSDone, "")
-	at("connected", r.Trace.ConnectDone, "")
+	if r.ConnectErr != "" {
+		at("connect failed", r.Trace.ConnectDone, "") // the dial's end, not a connection
+	} else {
+		at("connected", r.Trace.ConnectDone, "")
+	}
 	at("TLS handshake done", r.Trace.TLSDone, "")
 	at("got connection", r.Trace.GotConn, conn)
 	at("request written", r.Trace.WroteRequest, "")
@@ -342,9 +346,15 @@ func printTimeline(w io.Writer, t *config.TargetConfig, s *config.ScenarioConfig
 		p("check:      %s FAILED: %s", req.Name, printable(req.Reason))
 		p("reply:      %s", printable(req.Excerpt))
 	}
+	measured := map[string]bool{"ttft": m.HasTTFT, "ttfa": m.HasTTFA, "tpot": m.HasTPOT, "e2e": m.HasE2E, "max_itl": m.HasMaxITL}
 	for _, slo := range s.SLOs() {
 		verdict := "met"
-		if slices.Contains(m.Missed, slo.Name) {
+		switch has, timed := measured[slo.Name]; {
+		case slices.Contains(m.Missed, slo.Name) && timed && !has && r.Outcome != prober.OutcomeOK:
+			// A failed request has no TTFT to compare: it counts as a
+			// miss, which is not the same as a slow first token.
+			verdict = fmt.Sprintf("not measured (%s): counted as missed", r.Outcome)
+		case slices.Contains(m.Missed, slo.Name):
 			verdict = "MISSED"
 		}
 		if slo.IsQuality() {

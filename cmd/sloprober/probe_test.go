@@ -183,3 +183,19 @@ func TestProbeCalibrationDeadline(t *testing.T) {
 	require.GreaterOrEqual(t, took, probeCalibrationTimeout, "the calibration had its time")
 	require.Less(t, took, probeCalibrationTimeout+5*time.Second, "probe took %s", took)
 }
+
+// TestProbeRefused: a dial refused is no connection, and SLOs it never
+// measured are not "MISSED" as a slow first token would be. Before, the
+// timeline said "connected +0.06 ms" and every SLO "MISSED".
+func TestProbeRefused(t *testing.T) {
+	t.Parallel()
+	closed := httptest.NewServer(nil)
+	url := closed.URL + "/v1"
+	closed.Close()
+	code, stdout, stderr := runCLI(t, "probe", url, "--model", "m")
+	require.Equal(t, 1, code, "%s\n%s", stdout, stderr)
+	require.Regexp(t, `\n  connect failed +\+[0-9.]+ ms\n`, stdout)
+	require.NotContains(t, stdout, "connected ")
+	require.Regexp(t, `\nslo ttft +<= 2s +not measured \(connect_error\): counted as missed\n`, stdout)
+	require.NotContains(t, stdout, "MISSED")
+}
