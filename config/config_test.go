@@ -189,6 +189,9 @@ line 7: scenarios[0].name: must be at most 64 bytes, got 100 bytes ("sssssssssss
 		{"secret_url.yml", `testdata/secret_url.yml: line 2: targets[0].url: scheme must be http or https, got "ftp://user:xxxxx@127.0.0.1/v1"
 line 3: targets[1].url: invalid URL, got "http://user:xxxxx@127.0.0.1:port/v1"
 line 4: targets[2].url: must start with http:// or https://, e.g. http://127.0.0.1:8000/v1, got "user:xxxxx@127.0.0.1:8000/v1"`},
+		// A URL copied with its API path: sloprober appends it itself.
+		{"api_path_url.yml", `testdata/api_path_url.yml: line 2: targets[0].url: is the base URL, without the API's path (sloprober appends "/chat/completions" itself): write "http://127.0.0.1:8000/v1"
+line 3: targets[1].url: is the base URL, without the API's path (sloprober appends "/responses" itself): write "https://user:xxxxx@gw.example:443/openai/v1"`},
 		{"secret_proxy.yml", `testdata/secret_proxy.yml: line 5: targets[0].proxy_url: parse "http://proxy:xxxxx@proxy host:3128": invalid character " " in host name`},
 	} {
 		t.Run(tc.file, func(t *testing.T) {

@@ -113,6 +113,11 @@ func (v *validation) validateTarget(key string, t *TargetConfig) {
 		v.bad(key+".url", "is required: the endpoint's base URL, e.g. http://127.0.0.1:8000/v1")
 	} else if err := validateURL(t.URL); err != nil {
 		v.bad(key+".url", "%v, got %q", err, RedactURL(t.URL))
+	} else if base, suffix, ok := apiPathSuffix(t.URL); ok {
+		// sloprober appends the API's path itself: the URL as copied
+		// from a server's documentation would be sent to
+		// .../v1/chat/completions/chat/completions.
+		v.bad(key+".url", "is the base URL, without the API's path (sloprober appends %q itself): write %q", suffix, RedactURL(base))
 	}
 	if !slices.Contains(APIs, t.API) {
 		v.bad(key+".api", "must be one of %s, got %q", strings.Join(APIs, ", "), t.API)
@@ -490,6 +495,27 @@ func (v *validation) validateHeaderValues(key string, c *commoncfg.HTTPClientCon
 			}
 		}
 	}
+}
+
+// apiSuffixes are the generation paths of the APIs, as a URL copied from
+// a server's documentation ends.
+var apiSuffixes = []string{"/chat/completions", "/completions", "/responses", "/messages"}
+
+// apiPathSuffix reports whether a target's URL ends in an API's path, and
+// the base URL without it.
+func apiPathSuffix(s string) (base, suffix string, ok bool) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", "", false
+	}
+	path := strings.TrimSuffix(u.Path, "/")
+	for _, sfx := range apiSuffixes {
+		if strings.HasSuffix(path, sfx) {
+			u.Path = strings.TrimSuffix(path, sfx)
+			return u.String(), sfx, true
+		}
+	}
+	return "", "", false
 }
 
 func validateURL(s string) error {
