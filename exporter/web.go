@@ -151,6 +151,7 @@ func NewHandler(o WebOptions) *Handler {
 	}
 	mux.HandleFunc("/config", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		fmt.Fprint(w, o.Config())
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -162,6 +163,12 @@ func NewHandler(o WebOptions) *Handler {
 	})
 	return h
 }
+
+// landingCSP is the landing page's Content-Security-Policy, as the
+// reports': no script and no fetch (its charts are inline SVG), inline
+// styles only. Target, scenario and model names are a configuration's,
+// error messages a server's: nothing in them can run.
+const landingCSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
@@ -271,6 +278,8 @@ func serveLanding(w http.ResponseWriter, o WebOptions, stopping bool) {
 		tests = o.Tests()
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", landingCSP)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	err := landingTemplate.Execute(w, map[string]any{
 		"Version":  version.Info(),
 		"Notes":    o.Notes(),
@@ -324,7 +333,7 @@ var landingTemplate = template.Must(template.New("landing").Funcs(template.FuncM
 <style>
 body{font-family:sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}
-td,th{border:1px solid #ccc;padding:.2em .6em;font-size:90%;text-align:left}
+td,th{border:1px solid #ccc;padding:.2em .6em;font-size:90%;text-align:left;max-width:30em;overflow-wrap:anywhere}
 th{background:#f3f3f3}
 .bad{color:#b00}.good{color:#070}.pending{color:#a60}
 td.error{max-width:40em;white-space:pre-wrap;overflow-wrap:anywhere}

@@ -77,6 +77,13 @@ canary: [{target: hostile, scenario: chat, rate: 20, arrival: constant}]
 	require.NotContains(t, page, "<img src=x")
 	require.Contains(t, page, "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt; &amp; the request exceeds")
 	require.Contains(t, page, "increasing it END", "the message is shown whole (%d bytes), not cut", len(hostile))
+
+	// And were anything to slip through, the browser runs no script and
+	// sniffs no type.
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	require.Equal(t, "default-src 'none'; style-src 'unsafe-inline'; img-src data:", rec.Header().Get("Content-Security-Policy"))
+	require.Equal(t, "nosniff", rec.Header().Get("X-Content-Type-Options"))
 }
 
 // TestWebWhileStopping: while sloprober stops, /-/reload answers at once
