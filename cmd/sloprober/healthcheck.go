@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 	"unicode"
@@ -103,7 +105,16 @@ func healthcheck(rawURL string, timeout time.Duration, insecure bool) error {
 		return fmt.Errorf("GET %s: %v", u.Redacted(), err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, healthcheckBodyLimit))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, healthcheckBodyLimit))
+	if err != nil {
+		// A 200 whose body never ends is a server that hangs: the
+		// whole answer is what --timeout bounds.
+		var uerr *url.Error
+		if errors.As(err, &uerr) && uerr.Timeout() || errors.Is(err, context.DeadlineExceeded) || os.IsTimeout(err) {
+			return fmt.Errorf("GET %s: %s, but its body did not end within %s", u.Redacted(), resp.Status, timeout)
+		}
+		return fmt.Errorf("GET %s: %s, but reading its body failed: %v", u.Redacted(), resp.Status, err)
+	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return nil
 	}

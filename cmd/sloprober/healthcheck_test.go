@@ -41,6 +41,17 @@ func TestHealthcheck(t *testing.T) {
 		case <-release:
 		}
 	})
+	// /stall sends 200 and its headers, then no body: a server that hangs
+	// is not healthy. Before, the check waited out its timeout and passed.
+	mux.HandleFunc("/stall", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(release) })
@@ -73,6 +84,8 @@ func TestHealthcheck(t *testing.T) {
 			reason: []string{"401 Unauthorized", "admin:xxxxx@"}},
 		{name: "connection refused", args: []string{"--url", refusedURL + "/-/healthy"}, code: 1, reason: []string{"connection refused"}},
 		{name: "timeout", args: []string{"--url", srv.URL + "/hang", "--timeout", "200ms"}, code: 1, reason: []string{"no answer within 200ms"}},
+		{name: "200 whose body never ends", args: []string{"--url", srv.URL + "/stall", "--timeout", "200ms"}, code: 1,
+			reason: []string{"200 OK, but its body did not end within 200ms"}},
 		{name: "scheme", args: []string{"--url", "ftp://127.0.0.1/"}, code: 1, reason: []string{"the scheme must be http or https"}},
 		{name: "bad URL redacted", args: []string{"--url", "http://u:wrong-pass@127.0.0.1:bad/"}, code: 1, reason: []string{"--url"}},
 		{name: "zero timeout", args: []string{"--url", srv.URL + "/ok", "--timeout", "0s"}, code: 1, reason: []string{"must be positive"}},
