@@ -189,6 +189,11 @@ line 7: scenarios[0].name: must be at most 64 bytes, got 100 bytes ("sssssssssss
 		{"secret_url.yml", `testdata/secret_url.yml: line 2: targets[0].url: scheme must be http or https, got "ftp://user:xxxxx@127.0.0.1/v1"
 line 3: targets[1].url: invalid URL, got "http://user:xxxxx@127.0.0.1:port/v1"
 line 4: targets[2].url: must start with http:// or https://, e.g. http://127.0.0.1:8000/v1, got "user:xxxxx@127.0.0.1:8000/v1"`},
+		// A credential still holding ${VAR} (init writes them) would be
+		// sent as the literal text without --config.expand-env.
+		{"unexpanded_secret.yml", "testdata/unexpanded_secret.yml: line 7: targets[0].authorization.credentials (or bearer_token): holds ${TOKEN}, an environment reference not expanded: start sloprober with --config.expand-env (and the variable set), or the literal text is sent as the credential\n" +
+			"line 6: targets[0].http_headers.X-Api-Key.secrets[0]: holds ${SLOPROBER_HEADER_X_API_KEY}, an environment reference not expanded: start sloprober with --config.expand-env (and the variable set), or the literal text is sent as the credential\n" +
+			"(the file has ${VAR} references, the first ${SLOPROBER_HEADER_X_API_KEY} on line 6: they are expanded with --config.expand-env)"},
 		// A URL copied with its API path: sloprober appends it itself.
 		{"api_path_url.yml", `testdata/api_path_url.yml: line 2: targets[0].url: is the base URL, without the API's path (sloprober appends "/chat/completions" itself): write "http://127.0.0.1:8000/v1"
 line 3: targets[1].url: is the base URL, without the API's path (sloprober appends "/responses" itself): write "https://user:xxxxx@gw.example:443/openai/v1"`},
@@ -329,6 +334,7 @@ func TestExpandEnv(t *testing.T) {
 
 	_, err = LoadFile("testdata/env.yml", false)
 	require.EqualError(t, err, `testdata/env.yml: line 3: targets[0].url: must start with http:// or https://, e.g. http://127.0.0.1:8000/v1, got "${SLOPROBER_TEST_URL}"`+"\n"+
+		"line 5: targets[0].authorization.credentials (or bearer_token): holds ${SLOPROBER_TEST_TOKEN}, an environment reference not expanded: start sloprober with --config.expand-env (and the variable set), or the literal text is sent as the credential\n"+
 		"(the file has ${VAR} references, the first ${SLOPROBER_TEST_URL} on line 3: they are expanded with --config.expand-env)")
 
 	t.Setenv("SLOPROBER_TEST_URL", "")

@@ -469,6 +469,12 @@ func checkName(name string) error {
 // (a secret pasted with its line end) passed `check config` and then
 // failed every request ("invalid header field value"): it is an error
 // here, naming the key and never the secret.
+// unexpanded is the error of a credential that still holds a ${VAR}
+// reference: `init` writes them for credentials, and without
+// --config.expand-env the literal "${SLOPROBER_HEADER_X_API_KEY}" would
+// be sent as the credential, every request then failing 401.
+const unexpanded = "holds %s, an environment reference not expanded: start sloprober with --config.expand-env (and the variable set), or the literal text is sent as the credential"
+
 func (v *validation) validateHeaderValues(key string, c *commoncfg.HTTPClientConfig) {
 	bad := func(s string) bool { return !httpguts.ValidHeaderFieldValue(s) }
 	const why = "must not contain a newline or another control character: it is sent as a header value"
@@ -479,6 +485,8 @@ func (v *validation) validateHeaderValues(key string, c *commoncfg.HTTPClientCon
 		// prometheus/common moves a bearer_token here when it loads.
 		if bad(string(a.Credentials)) {
 			v.bad(key+".authorization.credentials (or bearer_token)", "%s", why)
+		} else if ref := envRef.FindString(string(a.Credentials)); ref != "" {
+			v.bad(key+".authorization.credentials (or bearer_token)", unexpanded, ref)
 		}
 	}
 	if h := c.HTTPHeaders; h != nil {
@@ -491,6 +499,8 @@ func (v *validation) validateHeaderValues(key string, c *commoncfg.HTTPClientCon
 			for i, val := range h.Headers[name].Secrets {
 				if bad(string(val)) {
 					v.bad(fmt.Sprintf("%s.http_headers.%s.secrets[%d]", key, name, i), "%s", why)
+				} else if ref := envRef.FindString(string(val)); ref != "" {
+					v.bad(fmt.Sprintf("%s.http_headers.%s.secrets[%d]", key, name, i), unexpanded, ref)
 				}
 			}
 		}

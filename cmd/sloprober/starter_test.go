@@ -117,7 +117,12 @@ func TestInit(t *testing.T) {
 	code, stdout, _ = runCLI(t, "check", "config", file, "--config.expand-env")
 	require.Equal(t, 0, code)
 	require.Contains(t, stdout, "1 target, 1 scenario, 1 canary load, 1 test")
-	cfg, err := config.LoadFile(file, false)
+	// Without --config.expand-env the literal ${...} would be sent as the
+	// credential: refused.
+	code, _, stderr = runCLI(t, "check", "config", file)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "holds ${SLOPROBER_HEADER_X_TENANT}, an environment reference not expanded")
+	cfg, err := config.LoadFile(file, true)
 	require.NoError(t, err)
 	tg := cfg.Targets[0]
 	require.Equal(t, sim.URL+"/v1", tg.URL, "the API's path is cut from the URL")
