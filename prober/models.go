@@ -23,6 +23,10 @@ type ServedModel struct {
 	Root string `json:"root,omitempty"`
 	// MaxModelLen is vLLM's context length.
 	MaxModelLen int `json:"max_model_len,omitempty"`
+	// Rewritten: the server's id was not kept as it came (control
+	// characters made spaces, or cut past MaxIdentityBytes): it is not
+	// a name to send as the model.
+	Rewritten bool `json:"-"`
 }
 
 // Models returns the models the target lists at /models: at most 16, each
@@ -52,6 +56,8 @@ func (c *Client) Models(ctx context.Context) ([]ServedModel, error) {
 	var out []ServedModel
 	for _, d := range r.Data[:min(len(r.Data), maxServedModels)] {
 		m := ServedModel{ID: str(d.ID), OwnedBy: str(d.OwnedBy), Root: str(d.Root)}
+		raw, _ := d.ID.(string)
+		m.Rewritten = m.ID != raw
 		if n, ok := d.MaxModelLen.(float64); ok && n > 0 && n <= maxReportedTokens && n == float64(int(n)) {
 			m.MaxModelLen = int(n)
 		}

@@ -7,13 +7,13 @@ import (
 	"io"
 	"io/fs"
 	"net/url"
-	"os"
 	"regexp"
 	"strings"
 
 	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/internal/regularfile"
 )
 
 // initCommand is `sloprober init --target URL`: a starter configuration
@@ -78,11 +78,7 @@ func (c *initCommand) run(ctx context.Context, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, text)
 		return 0
 	}
-	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
-	if *c.force {
-		flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
-	}
-	f, err := os.OpenFile(*c.output, flags, 0o644)
+	f, err := regularfile.Create(*c.output, *c.force)
 	if errors.Is(err, fs.ErrExist) {
 		return fail(fmt.Errorf("--output %s exists: give --force to overwrite it", *c.output))
 	}

@@ -221,6 +221,7 @@ func (s *starter) resolve(ctx context.Context, raw string) error {
 // line break, backslash or double quote), and not a header prometheus/common
 // reserves (Authorization: use --bearer-token-file).
 func (s *starter) checkHeaders() error {
+	vars := map[string]string{} // the environment variable of each header, and whose it is
 	for _, h := range s.headers {
 		name, value, ok := strings.Cut(h, ":")
 		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
@@ -234,6 +235,11 @@ func (s *starter) checkHeaders() error {
 		case strings.ContainsAny(value, "\r\n\x00\\\""):
 			return fmt.Errorf("--header %s: the value holds a line break, NUL, backslash or double quote, which a configuration's ${VAR} expansion would not keep: write that header into the configuration by hand", name)
 		}
+		if other, ok := vars[headerEnv(name)]; ok {
+			// X-K and X_K: one variable could not hold both values.
+			return fmt.Errorf("--header %s and --header %s would both be read from %s: write them into the configuration by hand", other, name, headerEnv(name))
+		}
+		vars[headerEnv(name)] = name
 		hs := commoncfg.Headers{Headers: map[string]commoncfg.Header{name: {Secrets: []commoncfg.Secret{"x"}}}}
 		if err := hs.Validate(); err != nil {
 			return fmt.Errorf("--header %s: %w", name, err)
@@ -264,18 +270,15 @@ func (s *starter) servedModel(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("reading the model from %s/models: %w (give it with --model)", config.RedactURL(s.url), err)
 	}
-	id := models[0].ID
-	if identityCut.MatchString(id) {
-		// The prober bounds what a server says of itself: a name this
-		// long came back shortened, and is not the served one.
-		return "", fmt.Errorf("the model %s/models lists first is longer than %d bytes: give it with --model", config.RedactURL(s.url), prober.MaxIdentityBytes)
+	if m := models[0]; m.Rewritten {
+		// The prober bounds what a server says of itself: a name with
+		// control characters, or longer than MaxIdentityBytes, came back
+		// cleaned or shortened, and is not the served one.
+		return "", fmt.Errorf("the model %s/models lists first (%q as kept) holds control characters or is longer than %d bytes: give it with --model",
+			config.RedactURL(s.url), m.ID, prober.MaxIdentityBytes)
 	}
-	return id, nil
+	return models[0].ID, nil
 }
-
-// identityCut matches a name prober shortened (boundIdentity): cut, then
-// "~" and 8 hex digits of its hash.
-var identityCut = regexp.MustCompile(`~[0-9a-f]{8}$`)
 
 // config is the starter configuration for model, loaded as a file is.
 func (s *starter) config(model string) (*config.Config, error) {

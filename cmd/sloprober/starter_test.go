@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -165,6 +167,10 @@ func TestInit(t *testing.T) {
 	code, _, stderr = runCLI(t, "init", "--target="+sim.URL+"/v1", "--model=${AWS_SECRET_ACCESS_KEY}")
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "which --config.expand-env would expand")
+	code, _, stderr = runCLI(t, "init", "--target="+sim.URL+"/v1", "--header=X-K: s3cret", "--header=X_K: s3cret")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "--header X-K and --header X_K would both be read from SLOPROBER_HEADER_X_K")
+	require.NotContains(t, stderr, "s3cret")
 	code, _, stderr = runCLI(t, "init", "--target=http://127.0.0.1:1/v1")
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "reading the model from http://127.0.0.1:1/v1/models")
@@ -182,6 +188,22 @@ func TestInit(t *testing.T) {
 		require.Equal(t, 1, code)
 		require.Contains(t, stderr, msg)
 		require.NotContains(t, stderr, "s3cret")
+	}
+}
+
+// TestInitModelRewritten: a model id a server lists with control
+// characters (or too long) is not the name to send; `init` says so and
+// asks for --model. Before, it wrote the id with the characters made
+// spaces, a model the server does not serve.
+func TestInitModelRewritten(t *testing.T) {
+	for _, id := range []string{"my\tmodel", strings.Repeat("m", 200)} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, `{"data": [{"id": %q}]}`, id)
+		}))
+		code, _, stderr := runCLI(t, "init", "--target="+srv.URL+"/v1")
+		srv.Close()
+		require.Equal(t, 1, code)
+		require.Contains(t, stderr, "holds control characters or is longer than 128 bytes: give it with --model")
 	}
 }
 

@@ -7,6 +7,7 @@
 package regularfile
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -49,4 +50,38 @@ func kind(m fs.FileMode) string {
 	default:
 		return m.Type().String()
 	}
+}
+
+// Create opens path for writing, creating it, or truncating it when
+// overwrite is set (else an existing file is fs.ErrExist), only when it is
+// a regular file: `init -o fifo --force` blocked in the open until a reader
+// came. The open does not block (O_NONBLOCK: a FIFO without a reader is
+// ENXIO at once), and what was opened is checked (fstat).
+func Create(path string, overwrite bool) (*os.File, error) {
+	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL | syscall.O_NONBLOCK
+	if overwrite {
+		flags = os.O_WRONLY | os.O_CREATE | syscall.O_NONBLOCK
+	}
+	f, err := os.OpenFile(path, flags, 0o644)
+	if errors.Is(err, syscall.ENXIO) {
+		return nil, fmt.Errorf("%s: not a regular file (a named pipe)", path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s: not a regular file (%s)", path, kind(fi.Mode()))
+	}
+	// Truncated only once known to be a regular file.
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
