@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,10 +71,11 @@ type scheduled struct {
 
 // active is a running test.
 type active struct {
-	id     runstore.ID
-	test   string
-	cancel context.CancelCauseFunc
-	done   chan struct{}
+	id      runstore.ID
+	test    string
+	maxRate float64 // the most its loads may send
+	cancel  context.CancelCauseFunc
+	done    chan struct{}
 	// progress is the last level the run started, at progressAt (s.mu).
 	progress   *capacity.Progress
 	progressAt time.Time
@@ -333,6 +336,13 @@ func (s *Service) Start(name, why string) (runstore.ID, error) {
 	if err != nil {
 		return "", err
 	}
+	claim := maxRate
+	if t.Kind == config.TestSoak && t.MaxRate == 0 && t.Rate > 0 {
+		claim = t.Rate // a soak sends at its rate
+	}
+	if err := s.fitsBeside(cfg, t, claim); err != nil {
+		return "", err
+	}
 	id, err := Begin(s.store, t)
 	if err != nil {
 		// Nothing ran: the storage cannot take the run.
@@ -340,7 +350,7 @@ func (s *Service) Start(name, why string) (runstore.ID, error) {
 		return "", err
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	a := &active{id: id, test: t.Name, cancel: cancel, done: make(chan struct{})}
+	a := &active{id: id, test: t.Name, maxRate: claim, cancel: cancel, done: make(chan struct{})}
 	s.running[t.Target] = a
 	s.metrics.setRunning(t.Target, t.Name, true)
 	s.logger.Info("Test started", "test", t.Name, "kind", t.Kind, "target", t.Target, "run", id, "by", why)
@@ -373,6 +383,32 @@ func (s *Service) Start(name, why string) (runstore.ID, error) {
 		s.logger.Info("Test ended", "test", t.Name, "run", id, "verdict", r.Verdict, "reason", r.Reason, "stored", err == nil)
 	}()
 	return id, nil
+}
+
+// fitsBeside refuses (ErrBusy) a test whose max_rate, beside those of the
+// tests running on other targets and the canary's, would exceed
+// global.max_rate: its levels would be refused by the caps mid-run, and
+// it would be stored aborted a moment after the API said 202. A test
+// without a max_rate may take all the canary leaves, so two such tests
+// never run at once; with max_rates that add up within the caps they do.
+// Called with s.mu held.
+func (s *Service) fitsBeside(cfg *config.Config, t *config.TestConfig, maxRate float64) error {
+	var running []string
+	total := maxRate
+	for target, a := range s.running {
+		total += a.maxRate
+		running = append(running, fmt.Sprintf("%s on %s up to %g req/s", a.test, target, a.maxRate))
+	}
+	budget := cfg.Global.MaxRate
+	for _, l := range cfg.CanaryLoads() {
+		budget -= l.PeakRate()
+	}
+	if len(running) == 0 || total <= budget*(1+1e-9) {
+		return nil
+	}
+	slices.Sort(running)
+	return fmt.Errorf("%w: over the global caps: %s up to %g req/s beside %s is above the %g req/s global.max_rate leaves beside the canary: give each test a max_rate that fits, or wait for the others to end",
+		ErrBusy, t.Name, maxRate, strings.Join(running, ", "), budget)
 }
 
 // Abort aborts a running test, by its name; the run ends as aborted with

@@ -408,3 +408,47 @@ func TestAbortAnswersAtOnce(t *testing.T) {
 		return strings.Contains(body, `"reason": "aborted: aborted through the API"`)
 	}, 10*time.Second, 5*time.Millisecond)
 }
+
+// TestCapsShared: a step test started while another runs on another
+// target is refused at once (409, with the reason) when their max_rates
+// cannot both fit the global caps; a soak takes its rate, and tests with
+// max_rates that fit run side by side. Before, the API answered 202 and
+// the run was stored aborted a moment later ("over the global caps").
+func TestCapsShared(t *testing.T) {
+	cfg, err := config.Load([]byte(`
+global: {max_rate: 100}
+targets: [{name: sim, url: "http://127.0.0.1:9/v1", model: m}, {name: other, url: "http://127.0.0.1:9/v1", model: m}, {name: third, url: "http://127.0.0.1:9/v1", model: m}]
+scenarios: [{name: s}]
+tests:
+  - {name: a, kind: step, target: sim, scenario: s}
+  - {name: b, kind: step, target: other, scenario: s}
+  - {name: c, kind: soak, target: third, scenario: s, rate: 5, duration: 1h}
+  - {name: d, kind: step, target: other, scenario: s, max_rate: 40}
+  - {name: e, kind: step, target: sim, scenario: s, max_rate: 50}
+`), false)
+	require.NoError(t, err)
+	f := newService(t, t.TempDir(), cfg, time.Hour)
+	defer f.svc.Stop()
+	api := testrun.NewAPI(f.svc, true)
+	do := func(method, path string) (int, string) {
+		rec := httptest.NewRecorder()
+		api.ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+		return rec.Code, rec.Body.String()
+	}
+	code, body := do("POST", "/api/v1/tests/a/run") // the whole 100 req/s
+	require.Equal(t, http.StatusAccepted, code, body)
+	code, body = do("POST", "/api/v1/tests/b/run")
+	require.Equal(t, http.StatusConflict, code, body)
+	require.Contains(t, body, "over the global caps: b up to 100 req/s beside a on sim up to 100 req/s is above the 100 req/s global.max_rate leaves beside the canary")
+	code, body = do("POST", "/api/v1/tests/c/run") // a soak at 5 req/s: still over a's 100
+	require.Equal(t, http.StatusConflict, code, body)
+	code, body = do("POST", "/api/v1/tests/a/abort")
+	require.Equal(t, http.StatusOK, code, body)
+
+	code, body = do("POST", "/api/v1/tests/e/run") // 50
+	require.Equal(t, http.StatusAccepted, code, body)
+	code, body = do("POST", "/api/v1/tests/d/run") // 40 beside 50
+	require.Equal(t, http.StatusAccepted, code, body)
+	code, body = do("POST", "/api/v1/tests/c/run") // 5 beside 90
+	require.Equal(t, http.StatusAccepted, code, body)
+}
