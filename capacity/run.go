@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -113,6 +114,7 @@ func DecodeRun(data []byte) (*Run, error) {
 		// Version 2 wrote false for a peak not verified too.
 		r.Capacity.Forecast.setHolds()
 	}
+	cleanStrings(reflect.ValueOf(&r))
 	r.Summary = r.Header()
 	return &r, nil
 }
@@ -139,6 +141,7 @@ func DecodeSummary(data []byte) (Summary, error) {
 		c = &Capacity{VerifiedRate: h.Capacity.VerifiedRate}
 	}
 	h.Summary.VerifiedRate = Concluded(h.Kind, h.Verdict, c)
+	cleanStrings(reflect.ValueOf(&h.Summary))
 	return h.Summary, nil
 }
 

@@ -3,13 +3,16 @@ package capacity_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sloprober/sloprober/capacity"
+	"github.com/sloprober/sloprober/prober"
 )
 
 // TestDecodeRunBeforeSchemaVersion: runs stored before the schema had a
@@ -110,3 +113,57 @@ func TestDecodeRunSchemaVersion(t *testing.T) {
 }
 
 func ptr(v float64) *float64 { return &v }
+
+// TestDecodeRunCleans: a hand-edited stored run cannot act on the terminal
+// that prints it nor be rendered whole at any size: every string read back
+// is cleaned (ESC, BEL, U+202E made spaces; lines kept) and bounded.
+func TestDecodeRunCleans(t *testing.T) {
+	huge := strings.Repeat("r", 20<<20)
+	data := fmt.Sprintf(`{"schema_version": 3, "test": "t\u202eevil", "kind": "step", "verdict": "fail",
+		"reason": "ok\u001b]0;PWNED\u0007\u001b[2J %s",
+		"setup": {"target": {"name": "x", "url": "http://h/v1", "api": "chat", "model": "m", "replicas": 1, "timeout_seconds": 1, "metadata": {"k\u001b": "v\u202e"}}, "scenarios": [], "test": "kind: step\nsweep: [1, 2]\n"},
+		"sweep": [{"stage": "sweep", "note": "a\u0000b", "outcomes": {"ok\u001b[31m": 1}}]}`, huge)
+	run, err := capacity.DecodeRun([]byte(data))
+	require.NoError(t, err)
+	require.Equal(t, "t evil", run.Test)
+	require.True(t, strings.HasPrefix(run.Reason, "ok ]0;PWNED  [2J rrr"), run.Reason[:40])
+	require.LessOrEqual(t, len(run.Reason), capacity.MaxStoredString)
+	require.Equal(t, "kind: step\nsweep: [1, 2]\n", run.Setup.Test, "lines kept")
+	require.Equal(t, map[string]string{"k ": "v "}, run.Setup.Target.Metadata)
+	require.Equal(t, "a b", run.Sweep[0].Note)
+	require.Contains(t, run.Sweep[0].Outcomes, prober.Outcome("ok [31m"))
+
+	sum, err := capacity.DecodeSummary([]byte(data))
+	require.NoError(t, err)
+	require.Equal(t, "t evil", sum.Test)
+	require.LessOrEqual(t, len(sum.Reason), capacity.MaxStoredString)
+}
+
+// FuzzDecodeRun: whatever a stored run's file holds, decoding it ends, and
+// what it decodes to holds no ESC, BEL or bidi override in the strings a
+// report prints first.
+func FuzzDecodeRun(f *testing.F) {
+	for _, name := range []string{"v1-step-run.json"} {
+		if b, err := os.ReadFile(filepath.Join("testdata", name)); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte(`{"schema_version": 3, "test": "t\u202e", "reason": "\u001b[2J", "sweep": [{"note": "\u0007"}]}`))
+	f.Add([]byte(`{"schema_version": 99}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		run, err := capacity.DecodeRun(b)
+		if err != nil {
+			return
+		}
+		for _, s := range []string{run.Test, run.Reason, run.Target, run.Verdict} {
+			if strings.ContainsAny(s, "\x1b\x07\u202e") || len(s) > capacity.MaxStoredString {
+				t.Fatalf("kept %q", s)
+			}
+		}
+		for _, l := range run.Sweep {
+			if strings.ContainsAny(l.Note, "\x1b\x07\u202e") {
+				t.Fatalf("kept note %q", l.Note)
+			}
+		}
+	})
+}

@@ -38,6 +38,16 @@ func (c *Client) Models(ctx context.Context) ([]ServedModel, error) {
 	if err != nil {
 		return nil, err
 	}
+	models, err := parseModels(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", config.RedactURL(url), err)
+	}
+	return models, nil
+}
+
+// parseModels reads a /models reply: at most maxServedModels, each string
+// bounded, an id the server sent as it was or marked Rewritten.
+func parseModels(b []byte) ([]ServedModel, error) {
 	var r struct {
 		Data []struct {
 			ID          any `json:"id"`
@@ -47,7 +57,7 @@ func (c *Client) Models(ctx context.Context) ([]ServedModel, error) {
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: not a models list: %w", config.RedactURL(url), err)
+		return nil, fmt.Errorf("not a models list: %w", err)
 	}
 	str := func(v any) string {
 		s, _ := v.(string)

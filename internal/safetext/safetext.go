@@ -28,6 +28,31 @@ func Line(s string, max int) string {
 	return Truncate(s, max)
 }
 
+// Text makes s valid UTF-8 of at most max bytes that keeps its lines
+// (newlines and tabs) but no other control or format character: each
+// becomes a space. For text of many lines kept as written (a test's
+// configuration as YAML) that a terminal or a report will show.
+func Text(s string, max int) string {
+	if len(s) > 4*max {
+		s = s[:4*max]
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if strings.ContainsFunc(s, unsafe) {
+		s = strings.Map(func(r rune) rune {
+			if unsafe(r) {
+				return ' '
+			}
+			return r
+		}, s)
+	}
+	return Truncate(s, max)
+}
+
+// unsafe: a control character but a newline or a tab, or a format one.
+func unsafe(r rune) bool {
+	return r != '\n' && r != '\t' && unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
+}
+
 // Truncate cuts s to at most n bytes on a rune boundary, ending in "..."
 // when cut.
 func Truncate(s string, n int) string {

@@ -27,6 +27,12 @@ func TestLine(t *testing.T) {
 	}
 }
 
+func TestText(t *testing.T) {
+	require.Equal(t, "kind: step\nsweep:\n\tconcurrency: [1, 2]", Text("kind: step\nsweep:\n\tconcurrency: [1, 2]", 100), "lines kept")
+	require.Equal(t, "ok ]0;PWNED  [2J a bc", Text("ok\x1b]0;PWNED\x07\x1b[2J a\u202ebc", 100))
+	require.Equal(t, "abcdefg...", Text(strings.Repeat("abcdefghij", 1000), 10))
+}
+
 func FuzzLine(f *testing.F) {
 	f.Add("ok\x1b]0;PWNED\x07", 64)
 	f.Fuzz(func(t *testing.T, s string, max int) {
