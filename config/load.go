@@ -174,14 +174,18 @@ func withLines(b []byte, err error) error {
 	if lines == nil {
 		return err
 	}
-	var errs []error
+	// In the order of the file, at most 20 and then how many more, as a
+	// decoding error's are.
+	var ls []strictyaml.Line
 	for _, e := range joined.Unwrap() {
-		if line := keyLine(lines, e); line > 0 {
-			e = fmt.Errorf("line %d: %w", line, e)
+		text := e.Error()
+		line := keyLine(lines, e)
+		if line > 0 {
+			text = fmt.Sprintf("line %d: %s", line, text)
 		}
-		errs = append(errs, e)
+		ls = append(ls, strictyaml.Line{Line: line, Text: text})
 	}
-	return errors.Join(errs...)
+	return errors.New(strictyaml.Join(ls))
 }
 
 // keyLine is the line of the key a validation error e names (its text up
