@@ -100,7 +100,7 @@ type Metrics struct {
 	reg prometheus.Registerer
 
 	scheduled, sent, good, inputTokens, outputTokens, goodOutputTokens, outputChunks *prometheus.CounterVec
-	reasoningTokens                                                                  *prometheus.CounterVec
+	reasoningTokens, cachedTokens                                                    *prometheus.CounterVec
 	dropped, finished, responses, sloMissed, fallbacks, mismatches                   *prometheus.CounterVec
 	inFlight, intendedRate, intendedConcurrency, objective, sloThreshold             *prometheus.GaugeVec
 	targetInfo, costPerHour                                                          *prometheus.GaugeVec
@@ -150,6 +150,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		goodOutputTokens: counter("good_output_tokens_total", "Output tokens of good requests."),
 		outputChunks:     counter("output_chunks_total", "Chunks carrying generated text."),
 		reasoningTokens:  counter("reasoning_tokens_total", "Output tokens the server counted as reasoning (usage's reasoning_tokens, where sent); within output_tokens_total."),
+		cachedTokens:     counter("cached_prompt_tokens_total", "Prompt tokens the server reported found in its prefix cache (usage's cached_tokens, or the Messages API's cache_read_input_tokens, where sent); within input_tokens_total."),
 		fallbacks:        counter("token_count_fallbacks_total", "ok replies without usage, whose token count fell back to an estimate, by kind (input, output).", "kind"),
 		mismatches:       counter("length_mismatches_total", "Server-counted lengths off the request, by kind (input, output).", "kind"),
 		inFlight:         gauge("requests_in_flight", "Requests in flight.", loadLabels...),
@@ -178,7 +179,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.hist = newHistograms(m.layout)
 	reg.MustRegister(m.scheduled, m.dropped, m.sent, m.finished, m.responses, m.good, m.sloMissed,
-		m.inputTokens, m.outputTokens, m.goodOutputTokens, m.outputChunks, m.reasoningTokens, m.fallbacks, m.mismatches,
+		m.inputTokens, m.outputTokens, m.goodOutputTokens, m.outputChunks, m.reasoningTokens, m.cachedTokens, m.fallbacks, m.mismatches,
 		m.inFlight, m.intendedRate, m.intendedConcurrency, m.objective, m.sloThreshold, m.targetInfo, m.costPerHour,
 		m.reloadSuccess, m.reloadTimestamp, m.calFrozen, m.calRejected, m.retries)
 	for _, h := range m.hist.all() {
@@ -329,6 +330,7 @@ func (m *Metrics) Observe(info prober.LoadInfo) prober.Observer {
 		goodOutputTokens: m.goodOutputTokens.WithLabelValues(lv...),
 		outputChunks:     m.outputChunks.WithLabelValues(lv...),
 		reasoningTokens:  m.reasoningTokens.WithLabelValues(lv...),
+		cachedTokens:     m.cachedTokens.WithLabelValues(lv...),
 		inFlight:         m.inFlight.WithLabelValues(lv...),
 		dropped:          map[prober.DropReason]prometheus.Counter{},
 		finished:         map[prober.Outcome]prometheus.Counter{},
@@ -417,7 +419,7 @@ func (m *Metrics) deleteSeries(k config.Key) {
 		DeletePartialMatch(prometheus.Labels) int
 	}{
 		m.scheduled, m.dropped, m.sent, m.finished, m.responses, m.good, m.sloMissed, m.inputTokens,
-		m.outputTokens, m.goodOutputTokens, m.outputChunks, m.reasoningTokens, m.fallbacks, m.mismatches,
+		m.outputTokens, m.goodOutputTokens, m.outputChunks, m.reasoningTokens, m.cachedTokens, m.fallbacks, m.mismatches,
 		m.inFlight, m.intendedRate, m.intendedConcurrency, m.objective, m.sloThreshold,
 	} {
 		v.DeletePartialMatch(match)
@@ -433,7 +435,7 @@ type series struct {
 	labels []string
 
 	scheduled, sent, good, inputTokens, outputTokens, goodOutputTokens, outputChunks prometheus.Counter
-	reasoningTokens                                                                  prometheus.Counter
+	reasoningTokens, cachedTokens                                                    prometheus.Counter
 	inputFallbacks, outputFallbacks, inputMismatches, outputMismatches               prometheus.Counter
 	inFlight                                                                         prometheus.Gauge
 	dropped                                                                          map[prober.DropReason]prometheus.Counter
@@ -551,6 +553,11 @@ func (s *series) Finished(r *prober.Result, m *prober.Measurement) {
 	}
 	h.in.Observe(float64(m.InputTokens))
 	s.inputTokens.Add(float64(m.InputTokens))
+	if u := r.Usage; u != nil && u.CachedTokens != nil && *u.CachedTokens > 0 {
+		// Within the prompt it counted: a server's claim beyond it is
+		// bounded by it.
+		s.cachedTokens.Add(float64(min(*u.CachedTokens, m.InputTokens)))
+	}
 	if m.HasOutput {
 		h.out.Observe(float64(m.OutputTokens))
 		s.outputTokens.Add(float64(m.OutputTokens))

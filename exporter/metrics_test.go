@@ -571,3 +571,29 @@ func TestForgetIntended(t *testing.T) {
 		})
 	}
 }
+
+// TestCachedPromptTokens: the prompt tokens a server reports cached are
+// counted per load, within the prompt tokens: a canary's cached share is
+// rate(cached) / rate(input). Before, the replies' cached_tokens fed
+// probe, spans and tests but no daemon series.
+func TestCachedPromptTokens(t *testing.T) {
+	// An engine (the fixed mode has no cache): 8 slots, 2 ms steps.
+	url := startSim(t, "slots: 8\nprefill: {base: 1ms, per_token: 0s}\ndecode: {base: 2ms, per_sequence: 0s}\nprefix_cache: {block_tokens: 16, max_blocks: 1000}\n")
+	cfg := mustConfig(t, fmt.Sprintf(`
+targets: [{name: sim, url: "%s", model: sim-model}]
+scenarios:
+  - {name: shared, input_tokens: 200, output_tokens: 2, ignore_eos: true, prefix: {tokens: 128, share: 1, groups: 1}}
+  - {name: fresh, input_tokens: 200, output_tokens: 2, ignore_eos: true}
+canary:
+  - {target: sim, scenario: shared, rate: 20, arrival: constant}
+  - {target: sim, scenario: fresh, rate: 20, arrival: constant}
+`, url))
+	reg, _, mgr := run(t, cfg)
+	require.NotNil(t, find(t, reg, "sloprober_cached_prompt_tokens_total", load("fresh")), "at 0 from the start")
+	waitSent(t, reg, 10, "shared", "fresh")
+	mgr.Stop(10 * time.Second)
+	cached, input := value(t, reg, "sloprober_cached_prompt_tokens_total", load("shared")), value(t, reg, "sloprober_input_tokens_total", load("shared"))
+	require.Positive(t, cached, "a shared prefix of 128 tokens is found cached after the first request")
+	require.LessOrEqual(t, cached, input)
+	require.Zero(t, value(t, reg, "sloprober_cached_prompt_tokens_total", load("fresh")))
+}
