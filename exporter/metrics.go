@@ -553,10 +553,10 @@ func (s *series) Finished(r *prober.Result, m *prober.Measurement) {
 	}
 	h.in.Observe(float64(m.InputTokens))
 	s.inputTokens.Add(float64(m.InputTokens))
-	if u := r.Usage; u != nil && u.CachedTokens != nil && *u.CachedTokens > 0 {
+	if n := cachedTokens(r); n > 0 {
 		// Within the prompt it counted: a server's claim beyond it is
 		// bounded by it.
-		s.cachedTokens.Add(float64(min(*u.CachedTokens, m.InputTokens)))
+		s.cachedTokens.Add(float64(min(n, m.InputTokens)))
 	}
 	if m.HasOutput {
 		h.out.Observe(float64(m.OutputTokens))
@@ -594,4 +594,16 @@ func (s *series) response(code int) prometheus.Counter {
 		s.responses[code] = c
 	}
 	return c
+}
+
+// cachedTokens is the prompt tokens a reply said were cached: its usage's,
+// else llama.cpp's timings.cache_n; 0 when it said neither.
+func cachedTokens(r *prober.Result) int {
+	switch {
+	case r.Usage != nil && r.Usage.CachedTokens != nil:
+		return *r.Usage.CachedTokens
+	case r.Timings != nil && r.Timings.CacheN != nil:
+		return *r.Timings.CacheN
+	}
+	return 0
 }
