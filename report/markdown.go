@@ -300,6 +300,13 @@ func (m *mdWriter) closedLoop(r *Report) {
 	case k == nil:
 	case k.Reached:
 		m.P("Knee: %s: %s.", clients(k.Concurrency), mdText(k.Reason))
+		if c := r.ClosedLoop; c != nil && c.Concurrency > k.Concurrency {
+			// Two different questions, which a reader of "knee 1,
+			// capacity 2" asks to have tied: where more clients stop
+			// adding goodput, and up to where the objectives still hold.
+			m.P("The two differ: goodput stopped growing at %s (the knee), while up to %s the objectives still held (the closed-loop capacity): the clients above the knee wait in the engine's queue, adding latency and no goodput.",
+				clients(k.Concurrency), clients(c.Concurrency))
+		}
 	default:
 		m.P("No knee within the levels run: %s.", mdText(k.Reason))
 	}

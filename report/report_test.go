@@ -577,3 +577,21 @@ func TestEveryNumberJudged(t *testing.T) {
 		}
 	}
 }
+
+// TestKneeBelowClosedLoop: a knee below the closed-loop capacity (a
+// compute-bound engine: a second client adds no goodput, yet two still
+// meet the objectives) is tied to it in one sentence; a knee at the
+// capacity needs none.
+func TestKneeBelowClosedLoop(t *testing.T) {
+	run := load(t, "step-run.json")
+	run.Capacity.Concurrency = 2
+	run.Knee = &capacity.Knee{Reached: true, Concurrency: 1, Goodput: 0.7, Reason: "goodput 0.7 -> 0.7 good req/s from 1 to 2 clients (+0% for +100% clients)"}
+	var md bytes.Buffer
+	require.NoError(t, report.WriteMarkdown(&md, report.Build(run)))
+	require.Contains(t, md.String(), "The two differ: goodput stopped growing at 1 client (the knee), while up to 2 clients the objectives still held (the closed-loop capacity)")
+
+	run.Knee.Concurrency = 2
+	md.Reset()
+	require.NoError(t, report.WriteMarkdown(&md, report.Build(run)))
+	require.NotContains(t, md.String(), "The two differ")
+}
