@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/prober"
+	"github.com/sloprober/sloprober/servermetrics"
 	"github.com/sloprober/sloprober/validity"
 )
 
@@ -146,11 +148,56 @@ func probeOnce(cfg *config.Config, target, scenario string, stdout, stderr io.Wr
 	if calib.Context > 0 {
 		fmt.Fprintf(stdout, "context:    %d tokens (from %s)\n", calib.Context, calib.ContextSource)
 	}
+	if t.ServerMetrics != nil {
+		printEngine(stdout, t)
+	}
 	printProberHealth(stdout, r)
 	if m.Good {
 		return 0
 	}
 	return 1
+}
+
+// printEngine reads the target's engine metrics (server_metrics) once and
+// says what they serve and what they do not: llama.cpp's /metrics has no
+// KV-cache usage, and a reader of the canary's dashboards should know the
+// panel is empty because the engine does not expose it, not because it
+// is at zero.
+func printEngine(w io.Writer, t *config.TargetConfig) {
+	sc, err := servermetrics.NewScraper(t.Name, t.ServerMetrics)
+	if err != nil {
+		fmt.Fprintf(w, "engine:     server_metrics: %v\n", err)
+		return
+	}
+	defer sc.Close()
+	snap, err := sc.Scrape(context.Background())
+	if err != nil {
+		fmt.Fprintf(w, "engine:     server_metrics %s: not read: %s\n", config.RedactURL(t.ServerMetrics.URL), printable(err.Error()))
+		return
+	}
+	fmt.Fprintf(w, "engine:     %s\n", engineText(snap))
+}
+
+// engineText says what one scrape of an engine's metrics served: "vllm:
+// 0 running, 0 waiting, KV cache 2.1% used, prefix cache not exposed".
+func engineText(s servermetrics.Snapshot) string {
+	engine := cmp.Or(s.Engine, "unknown engine (none of vLLM's, SGLang's, TGI's or llama.cpp's names)")
+	count := func(v *float64, what string) string {
+		if v == nil {
+			return what + " not exposed"
+		}
+		return fmt.Sprintf("%.0f %s", *v, what)
+	}
+	parts := []string{count(s.Running, "running"), count(s.Waiting, "waiting")}
+	if s.KVCacheUsage != nil {
+		parts = append(parts, fmt.Sprintf("KV cache %.1f%% used", 100**s.KVCacheUsage))
+	} else {
+		parts = append(parts, "KV-cache usage not exposed by the engine")
+	}
+	if s.PrefixCache == nil && s.PrefixCacheHitRatio == nil {
+		parts = append(parts, "prefix cache not exposed")
+	}
+	return engine + ": " + strings.Join(parts, ", ")
 }
 
 // printLengths compares the lengths the server counted with those asked

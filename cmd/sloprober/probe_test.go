@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sloprober/sloprober/servermetrics"
 )
 
 // lyingServer answers every chat completion with three tokens and usage
@@ -198,4 +200,23 @@ func TestProbeRefused(t *testing.T) {
 	require.NotContains(t, stdout, "connected ")
 	require.Regexp(t, `\nslo ttft +<= 2s +not measured \(connect_error\): counted as missed\n`, stdout)
 	require.NotContains(t, stdout, "MISSED")
+}
+
+// TestEngineText: what an engine's metrics serve, and what they do not,
+// said as such: llama.cpp's /metrics has no KV-cache usage.
+func TestEngineText(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	for _, tc := range []struct {
+		snap servermetrics.Snapshot
+		want string
+	}{
+		{servermetrics.Snapshot{Engine: "llamacpp", Running: f(1), Waiting: f(0)},
+			"llamacpp: 1 running, 0 waiting, KV-cache usage not exposed by the engine, prefix cache not exposed"},
+		{servermetrics.Snapshot{Engine: "vllm", Running: f(3), Waiting: f(2), KVCacheUsage: f(0.021), PrefixCacheHitRatio: f(0.5)},
+			"vllm: 3 running, 2 waiting, KV cache 2.1% used"},
+		{servermetrics.Snapshot{},
+			"unknown engine (none of vLLM's, SGLang's, TGI's or llama.cpp's names): running not exposed, waiting not exposed, KV-cache usage not exposed by the engine, prefix cache not exposed"},
+	} {
+		require.Equal(t, tc.want, engineText(tc.snap))
+	}
 }
