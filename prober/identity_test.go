@@ -57,8 +57,10 @@ func TestIdentity(t *testing.T) {
 	models, err = c.Models(t.Context())
 	require.NoError(t, err)
 	require.Len(t, models, 16-1, "at most 16 entries, the one without an id left out")
-	require.Equal(t, prober.ServedModel{ID: "a [31mred"}, models[0], "an escape character is a space; an owner not a string and a negative length dropped")
+	require.Equal(t, prober.ServedModel{ID: "a [31mred", Rewritten: true}, models[0], "an escape character is a space (not the id served: rewritten); an owner not a string and a negative length dropped")
 	require.LessOrEqual(t, len(models[1].ID), prober.MaxIdentityBytes)
+	require.True(t, models[1].Rewritten, "cut")
+	require.False(t, models[2].Rewritten, "kept as it came")
 	require.Zero(t, models[1].MaxModelLen, "1e300 is no context length")
 	require.Equal(t, 4096, models[2].MaxModelLen)
 
