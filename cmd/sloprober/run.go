@@ -632,9 +632,10 @@ func lingerFor(logger *slog.Logger, linger time.Duration, scraped, serving <-cha
 // One thing extends it: a fault action's call under way (pending), an
 // undo putting a replica back in rotation above all. Exiting before it
 // ends would leave the replica out and the run without a record of the
-// undo; the call's own timeout bounds the wait (30 s by default), and the
-// log says what is awaited and until when. A pod's
-// terminationGracePeriodSeconds must cover it.
+// undo; the call's own timeout bounds the wait (30 s by default), then
+// the stop has its budget d again (the canary's drain and the linger
+// come after the test's end), and the log says what is awaited and until
+// when. A pod's terminationGracePeriodSeconds must cover it.
 func exitDeadline(logger *slog.Logger, d time.Duration, exit func(int), pending func() (time.Time, string)) *time.Timer {
 	var t *time.Timer
 	var mu sync.Mutex
@@ -642,9 +643,11 @@ func exitDeadline(logger *slog.Logger, d time.Duration, exit func(int), pending 
 	var fire func()
 	fire = func() {
 		if until, what := pending(); until.After(time.Now()) {
+			// The test's stop waits for it; the canary's drain and the
+			// linger come after: the whole budget again from its end.
 			logger.Warn("A fault action is under way: the exit waits for it, at most until its timeout", "action", what, "until", until.Format(time.RFC3339))
 			mu.Lock()
-			t.Reset(time.Until(until) + exitMargin)
+			t.Reset(time.Until(until) + d)
 			mu.Unlock()
 			return
 		}
