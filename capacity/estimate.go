@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/sloprober/sloprober/config"
@@ -14,8 +15,8 @@ import (
 // the estimate is a typical run's: each sweep level deciding at
 // typicalSweepShare of its window.max_steady, each open-loop level at
 // typicalVerifyShare (the search spends its levels next to the
-// objective), the sweep ending two levels past the knee, the search using
-// all its verify.max_levels. At most, every level runs to its
+// objective), the sweep ending two levels past the knee, the search
+// running the levels it typically runs (typicalVerifyLevels). At most, every level runs to its
 // window.max_steady and every level is measured again retries times.
 //
 // While it runs, the estimate of the time left learns from the levels so
@@ -26,7 +27,9 @@ import (
 // stages'. Once the sweep has measured the closed loop's throughput, an
 // open-loop level is expected to take what verifyRequests take at
 // openShare of it (within its first look and its most): the speed of the
-// target, not only the windows, sets it. Worked numbers, the starter
+// target, not only the windows, sets it; a bisection level, next to the
+// objective, is expected to take typicalVerifyShare of its most whatever
+// the target's speed (its misses come in bunches). Worked numbers, the starter
 // test (a level up to 60 s) against a target whose sweep completed 11
 // req/s: an open-loop level is expected to take 5 s + 200 / 7.7 s + 2 s
 // = 33 s; the first stopped after 15 s; the next three are expected to
@@ -113,7 +116,7 @@ func EstimateStep(t *config.TestConfig, target *config.TargetConfig) Estimate {
 
 	sweep := len(t.Sweep.Concurrency) + t.Sweep.Refine + 1
 	typicalSweep := min(len(t.Sweep.Concurrency), 5) + min(t.Sweep.Refine, 2)
-	verify := t.Verify.Levels()
+	verify := typicalVerifyLevels(&t.Verify)
 	forecast := forecastLevelCount(target)
 	forecastFull := warmup + max(t.ForecastMaxSteady(), most) + drainAllowance + time.Duration(t.Retries)*retry
 	burst := burstTime(t)
@@ -124,13 +127,33 @@ func EstimateStep(t *config.TestConfig, target *config.TargetConfig) Estimate {
 	baseline := time.Duration(t.Baseline.Requests) * typicalBaseline
 	e := Estimate{
 		Typical: baseline + time.Duration(typicalSweep)*share(typicalSweepShare) + time.Duration(verify+forecast)*share(typicalVerifyShare) + burst + hot,
-		Most: baseline + time.Duration((sweep+verify+1)*(1+t.Retries))*full + time.Duration(forecast*(1+t.Retries))*forecastFull +
+		Most: baseline + time.Duration((sweep+t.Verify.Levels()+1)*(1+t.Retries))*full + time.Duration(forecast*(1+t.Retries))*forecastFull +
 			burst + hot,
 	}
 	if t.Cache == config.CacheBoth {
 		e.Typical, e.Most = 2*e.Typical, 2*e.Most
 	}
 	return e
+}
+
+// typicalVerifyLevels is how many open-loop levels the search typically
+// runs: its configured rates, then bisection from the highest of them to
+// the closed loop's rate until the gap is within verify.resolution,
+// within verify.max_levels. The starter test (0.6x and 0.8x, 5%): 2 + 2
+// = 4, its max_levels; the sign profile (0.5x and 0.8x, 3%): 2 +
+// ceil(log2(0.2 / 0.03)) = 5 of its 8 (ten runs against an M/D/8 engine
+// used 4 to 7; the estimate that counted all 8 said 1h3m for runs of 33
+// to 48 minutes).
+func typicalVerifyLevels(v *config.VerifyConfig) int {
+	top := 0.0
+	for _, r := range v.Rates {
+		top = max(top, r)
+	}
+	n := len(v.Rates)
+	if res := v.Resolution; res > 0 && top < 1 {
+		n += int(math.Ceil(math.Log2(max(1-top, res) / res)))
+	}
+	return min(max(n, 1), v.Levels())
 }
 
 // forecastLevelCount is how many levels a target's forecast adds to the
@@ -172,11 +195,16 @@ func (s *Step) timeLeft(stage string) time.Duration {
 		"verify":   time.Duration(w.Warmup) + time.Duration(typicalVerifyShare*float64(most)) + drainAllowance,
 	}
 	prior["refine"] = prior["sweep"]
+	// The bisection's levels are next to the objective, where a sample
+	// decides late (the misses come in bunches: 1,300 requests near 95%
+	// decide no better than 100 independent ones): at 80% of
+	// window.max_steady, whatever the target's speed.
+	prior["bisection"] = prior["verify"]
 	if peak := s.peak(); peak > 0 {
-		// The open-loop levels run at about 0.7x of what the closed
-		// loop completed, and decide in about verifyRequests requests:
-		// a target of 11 req/s decides in 26 s where one of 3.5 req/s
-		// takes its whole 60 s.
+		// The configured rates, further from it, run at about 0.7x of
+		// what the closed loop completed, and decide in about
+		// verifyRequests requests: a target of 11 req/s decides in 26 s
+		// where one of 3.5 req/s takes its whole 60 s.
 		first := time.Duration(firstLook) * s.batch()
 		need := time.Duration(float64(time.Second) * verifyRequests / (openShare * peak))
 		prior["verify"] = time.Duration(w.Warmup) + min(most, max(first, need)) + drainAllowance
@@ -185,27 +213,42 @@ func (s *Step) timeLeft(stage string) time.Duration {
 	// if the prior were priorWeight levels: one open-loop level that
 	// stopped at its first look (15 s) does not make the next ones as
 	// short.
-	expect := func(st string) time.Duration {
+	// expectAs is what a level of stage st is expected to take, the
+	// levels of st that ran blended with the prior of kind.
+	expectAs := func(st, kind string) time.Duration {
 		ds := s.took[st]
-		sum := priorWeight * prior[st]
+		sum := priorWeight * prior[kind]
 		for _, d := range ds {
 			sum += d
 		}
 		return sum / time.Duration(priorWeight+len(ds))
 	}
+	expect := func(st string) time.Duration { return expectAs(st, st) }
 	// The levels left, this one included.
 	ran := func(st string) int { return len(s.took[st]) }
 	sweepLeft := max(0, min(len(t.Sweep.Concurrency), 5)-ran("sweep")) + max(0, min(t.Sweep.Refine, 2)-ran("refine"))
-	verifyLeft := max(0, t.Verify.Levels()-ran("verify"))
-	verifyLeft += forecastLevelCount(&s.Load.Target)
+	// The open-loop levels left: the configured rates' (and the
+	// forecast's), at what the target's speed says, and the bisection's,
+	// at its share; the levels that ran so far teach both.
+	ranOpen := ran("verify")
+	configured := max(0, len(t.Verify.Rates)-ranOpen) + forecastLevelCount(&s.Load.Target)
+	bisection := max(0, typicalVerifyLevels(&t.Verify)-max(ranOpen, len(t.Verify.Rates)))
+	open := func(atLeastOne bool) time.Duration {
+		c, b := configured, bisection
+		if atLeastOne && c+b == 0 {
+			b = 1 // more bisection than typical
+		}
+		d := time.Duration(c)*expect("verify") + time.Duration(b)*expectAs("verify", "bisection")
+		return d
+	}
 	var left time.Duration
 	switch stage {
 	case "baseline":
-		left = expect("baseline") + time.Duration(sweepLeft)*expect("sweep") + time.Duration(verifyLeft)*expect("verify")
+		left = expect("baseline") + time.Duration(sweepLeft)*expect("sweep") + open(false)
 	case "sweep", "refine":
-		left = time.Duration(max(sweepLeft, 1))*expect("sweep") + time.Duration(verifyLeft)*expect("verify")
+		left = time.Duration(max(sweepLeft, 1))*expect("sweep") + open(false)
 	case "verify":
-		left = time.Duration(max(verifyLeft, 1)) * expect("verify")
+		left = open(true)
 	default: // burst, hot tenant: one level each
 		left = expect("verify")
 	}

@@ -46,6 +46,12 @@ func TestEstimateStep(t *testing.T) {
 	require.Equal(t, e.Typical+2*(5+48+2)*time.Second, f.Typical)
 	sign := EstimateStep(profileTest(t, config.ProfileSign), &config.TargetConfig{})
 	require.Greater(t, sign.Typical, 3*e.Typical, "a number to sign takes several times a first look")
+	// Of the sign profile's 8 open-loop levels, the search typically
+	// runs 5: 0.5x, 0.8x, then bisection from 0.8x to the closed loop
+	// in steps down to 3% (ten runs used 4 to 7).
+	require.Equal(t, 5, typicalVerifyLevels(&profileTest(t, config.ProfileSign).Verify))
+	require.Equal(t, 4, typicalVerifyLevels(&profileTest(t, config.ProfileFirstLook).Verify))
+	require.Equal(t, "about 47m (up to 7h10m if every level takes its longest)", sign.String())
 }
 
 // TestTimeLeft: the time left learns from the levels that ran, each
@@ -62,12 +68,14 @@ func TestTimeLeft(t *testing.T) {
 		"verify": {15 * time.Second}}
 	verify := (2*55*time.Second + 15*time.Second) / 3
 	require.Equal(t, 3*verify+25*time.Second, s.timeLeft("verify"))
-	// The sweep completed 11 req/s: an open-loop level at about 7.7
-	// req/s is expected to decide in 200 requests, 26 s, not 48.
+	// The sweep completed 11 req/s: the configured rate left, at about
+	// 7.7 req/s, is expected to decide in 200 requests, 26 s, not 48; the
+	// two bisection levels, next to the objective, at 80% of their 60 s
+	// whatever the speed (blended with the 15 s level that ran).
 	s.run = &Run{Stages: Stages{Sweep: []Level{{Concurrency: 8, CompletedRate: 11}}}}
 	need := 200 / (0.7 * 11.0)
 	prior := 5*time.Second + time.Duration(need*float64(time.Second)) + 2*time.Second
-	require.Equal(t, 3*((2*prior+15*time.Second)/3)+25*time.Second, s.timeLeft("verify"))
+	require.Equal(t, (2*prior+15*time.Second)/3+2*verify+25*time.Second, s.timeLeft("verify"))
 	s.run = nil
 	// A cache: both test's cold pass: the production pass after it is
 	// about as long again.
