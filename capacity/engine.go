@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync"
 	"time"
@@ -61,6 +62,9 @@ func sampleQueue(ctx context.Context, q QueueProbe) *queueSampler {
 		defer qs.mu.Unlock()
 		if err != nil {
 			qs.q.Errors++
+			if errors.Is(err, servermetrics.ErrNoQueueMetric) {
+				qs.q.NotExposed = true
+			}
 			return
 		}
 		qs.q.Samples++

@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"sync"
 	"testing"
@@ -83,4 +84,26 @@ func TestQueueSamplerPrefixCacheCounters(t *testing.T) {
 			})
 		})
 	}
+}
+
+// noQueueProbe is an engine whose metrics have no waiting queue.
+type noQueueProbe struct{}
+
+func (noQueueProbe) Waiting(context.Context) (int, error) {
+	return 0, fmt.Errorf("target %q (llamacpp): %w", "x", servermetrics.ErrNoQueueMetric)
+}
+
+// TestQueueNotExposed: an engine whose metrics have no waiting queue is
+// said to have none where the queue's numbers would be, not left as "-".
+func TestQueueNotExposed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		qs := sampleQueue(t.Context(), noQueueProbe{})
+		time.Sleep(engineSampleInterval + engineSampleInterval/2)
+		q := qs.stop()
+		require.NotNil(t, q)
+		require.True(t, q.NotExposed)
+		require.Zero(t, q.Samples)
+		l := &Level{Stage: "sweep", Concurrency: 1, Decision: DecisionMet, EngineQueue: q}
+		require.Contains(t, l.Notes(true), "engine queue not exposed by the engine's metrics")
+	})
 }

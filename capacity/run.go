@@ -720,6 +720,10 @@ type EngineQueue struct {
 	PrefixCacheQueries float64 `json:"prefix_cache_queries,omitempty"`
 	// Errors counts the reads that failed (counted, not averaged in).
 	Errors int `json:"errors,omitempty"`
+	// NotExposed: the engine's metrics have no waiting-queue series
+	// (llama.cpp's without --metrics' queue, TGI's older builds): said
+	// where the numbers would be, not left as "-".
+	NotExposed bool `json:"not_exposed,omitempty"`
 }
 
 // Timeline is a burst's requests in flight, sampled every

@@ -454,6 +454,8 @@ func (l *Level) Notes(queue bool) []string {
 	}
 	if q := l.EngineQueue; queue && q != nil && q.Samples > 0 {
 		notes = append(notes, fmt.Sprintf("engine queue mean %.1f, max %d", q.Mean, q.Max))
+	} else if q != nil && q.Samples == 0 && q.NotExposed {
+		notes = append(notes, "engine queue not exposed by the engine's metrics")
 	}
 	if p := l.Prober; p != nil && !l.ProberBound() && len(p.Over) == 0 && (p.LagP99 > ProberLagLimit.Seconds() || p.CPUShare > ProberCPULimit) {
 		notes = append(notes, fmt.Sprintf("prober busy: send lag P99 %.0f ms, CPU %.0f%%", 1e3*p.LagP99, 100*p.CPUShare))
