@@ -27,7 +27,9 @@ func TestEndToEndTests(t *testing.T) {
 	// The simulator of capacity's ground-truth test: 4 slots; 4 clients
 	// complete 12.5 req/s with every TTFT far below 150 ms. Its open-loop
 	// level at a quarter of that, about 3 req/s, decides 85% as its
-	// batches come (a few dozen requests all good, within max_steady 24s);
+	// batches come (a few dozen requests all good, within max_steady
+	// 40s: at 24 s a fresh clone's run drew 71, all good, [84.2, 100],
+	// about 5 short, and was inconclusive);
 	// verify.max_levels 1 keeps the search from bisecting on up to the
 	// closed loop's 12.5 req/s, minutes of levels these rules do not need.
 	simAddr, proberAddr, promAddr := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)
@@ -49,7 +51,7 @@ tests:
     scenario: short
     baseline: {requests: 3}
     sweep: {concurrency: [1, 4], refine: 0}
-    window: {warmup: 500ms, steady: 3s, min_requests: 5, max_steady: 24s}
+    window: {warmup: 500ms, steady: 4s, min_requests: 5, max_steady: 40s}
     verify: {rates: [0.25], max_levels: 1, burst: {factor: 1}}
   - {name: quick-soak, kind: soak, target: sim, scenario: short, rate: 5, duration: 4s, window: 2s, drift: {p99_growth: 10, goodput_drop: 0.9}}
 `, simAddr)), 0o600))
