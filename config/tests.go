@@ -342,9 +342,7 @@ func (c *Config) TestMaxRate(t *TestConfig, canary bool) (float64, error) {
 	}
 	rate := c.Global.MaxRate
 	if canary {
-		for _, l := range c.CanaryLoads() {
-			rate -= l.PeakRate()
-		}
+		rate = c.RateBesideCanary()
 	}
 	switch {
 	case rate <= 0 && canary:
@@ -353,6 +351,16 @@ func (c *Config) TestMaxRate(t *TestConfig, canary bool) (float64, error) {
 		return 0, fmt.Errorf("test %q: global.max_rate %g leaves the test nothing to send: set the test's max_rate or raise global.max_rate", t.Name, c.Global.MaxRate)
 	}
 	return rate, nil
+}
+
+// RateBesideCanary is what global.max_rate leaves the tests beside the
+// canary's loads at their peak rates.
+func (c *Config) RateBesideCanary() float64 {
+	rate := c.Global.MaxRate
+	for _, l := range c.CanaryLoads() {
+		rate -= l.PeakRate()
+	}
+	return rate
 }
 
 // Test returns the test of that name, or nil.

@@ -399,10 +399,7 @@ func (s *Service) fitsBeside(cfg *config.Config, t *config.TestConfig, maxRate f
 		total += a.maxRate
 		running = append(running, fmt.Sprintf("%s on %s up to %g req/s", a.test, target, a.maxRate))
 	}
-	budget := cfg.Global.MaxRate
-	for _, l := range cfg.CanaryLoads() {
-		budget -= l.PeakRate()
-	}
+	budget := cfg.RateBesideCanary()
 	if len(running) == 0 || total <= budget*(1+1e-9) {
 		return nil
 	}
