@@ -36,9 +36,11 @@ type faultPlan struct {
 	// applied (its action sent), end when it was undone.
 	ran map[int]stepTimes
 	// notRun says, by step, how a step did not run as configured: its
-	// do failed, it began late, or it was in place for less than its
-	// for.
+	// do failed, it began late, it was in place for less than its for,
+	// or it began while another step's undo was still under way.
 	notRun map[int]string
+	// undoing are the action steps whose undo is under way.
+	undoing map[int]bool
 }
 
 // planSlack is how far a step may begin after its at, or fall short of
@@ -64,7 +66,7 @@ func newFaultPlan(target string, steps []config.FaultStep, runner *faultaction.R
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	p := &faultPlan{client: &http.Client{Timeout: 5 * time.Second}, runner: runner, logger: logger, ran: map[int]stepTimes{}, notRun: map[int]string{}}
+	p := &faultPlan{client: &http.Client{Timeout: 5 * time.Second}, runner: runner, logger: logger, ran: map[int]stepTimes{}, notRun: map[int]string{}, undoing: map[int]bool{}}
 	for i := range steps {
 		st := &steps[i]
 		if st.Kind() != config.FaultSimulator {
@@ -131,6 +133,15 @@ func (p *faultPlan) run(ctx context.Context, start time.Time, steps []config.Fau
 // the soak).
 func (p *faultPlan) runAction(ctx context.Context, i int, start time.Time, st *config.FaultStep) {
 	began := time.Now()
+	// Steps run on their own timers: one whose undo hangs may still be
+	// undoing when the next begins (two replicas out where the plan
+	// had one, or the first back in the middle of the second).
+	p.mu.Lock()
+	undoing := slices.Sorted(maps.Keys(p.undoing))
+	p.mu.Unlock()
+	for _, j := range undoing {
+		p.setNotRun(i, st, fmt.Sprintf("began while step %d's undo was still under way", j))
+	}
 	e := p.runner.Do(ctx, &st.Action)
 	p.recordEvent(i, e)
 	inPlace := time.Now()
@@ -140,7 +151,13 @@ func (p *faultPlan) runAction(ctx context.Context, i int, start time.Time, st *c
 		// Even after a failed action (it may have half done its work)
 		// and when the soak ends: the runner bounds the undo by the
 		// action's own timeout.
+		p.mu.Lock()
+		p.undoing[i] = true
+		p.mu.Unlock()
 		p.recordEvent(i, p.runner.Undo(context.WithoutCancel(ctx), &st.Action))
+		p.mu.Lock()
+		delete(p.undoing, i)
+		p.mu.Unlock()
 	}
 	if e.Failed() {
 		// A step that failed did nothing to measure.
@@ -174,10 +191,15 @@ func (p *faultPlan) checkTimes(i int, start time.Time, st *config.FaultStep, beg
 	}
 }
 
-// setNotRun records how step i did not run as configured.
+// setNotRun records how step i did not run as configured, after what
+// was recorded of it already.
 func (p *faultPlan) setNotRun(i int, st *config.FaultStep, why string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if note, ok := p.notRun[i]; ok {
+		p.notRun[i] = note + "; " + why
+		return
+	}
 	p.notRun[i] = fmt.Sprintf("step %d (%s at %s): %s", i, stepKind(st), time.Duration(st.At), why)
 }
 
@@ -277,7 +299,9 @@ func (p *faultPlan) record(i int, action, faults string, err error) {
 func (p *faultPlan) Events() []FaultEvent {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]FaultEvent(nil), p.events...)
+	// In the order they began: steps on their own timers end out of
+	// order (a slow undo after the next step's do).
+	return slices.SortedStableFunc(slices.Values(p.events), func(a, b FaultEvent) int { return a.At.Compare(b.At) })
 }
 
 func (p *faultPlan) get(ctx context.Context) ([]byte, error) {

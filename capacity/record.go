@@ -229,8 +229,8 @@ const (
 // implausible and not used.
 func serverOf(r *prober.Result) serverRecord {
 	var s serverRecord
-	if u := r.Usage; u != nil && u.CachedTokens != nil && u.PromptTokens > 0 && *u.CachedTokens <= u.PromptTokens {
-		s.HasCached, s.Cached, s.Prompt = true, *u.CachedTokens, u.PromptTokens
+	if cached, prompt, ok := r.CachedPromptTokens(); ok {
+		s.HasCached, s.Cached, s.Prompt = true, cached, prompt
 	}
 	t := r.Timings
 	if t == nil {

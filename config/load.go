@@ -53,7 +53,9 @@ func Load(b []byte, expandEnv bool) (*Config, error) {
 // errTooLarge is the error of a configuration above MaxConfigFileBytes.
 var errTooLarge = fmt.Errorf("larger than the limit of %d bytes (4 MiB)", MaxConfigFileBytes)
 
-var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+// EnvRef is a ${VAR} reference, expanded with --config.expand-env: `init`
+// writes them for credentials.
+var EnvRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
 // Parse decodes a configuration strictly, resolves relative paths against
 // dir, reads the trace files it names, and validates it. The errors of
@@ -66,7 +68,7 @@ func Parse(b []byte, expandEnv bool, dir string) (*Config, error) {
 	sum := sha256.Sum256(b)
 	if expandEnv {
 		var missing []string
-		b = envRef.ReplaceAllFunc(b, func(ref []byte) []byte {
+		b = EnvRef.ReplaceAllFunc(b, func(ref []byte) []byte {
 			name := string(ref[2 : len(ref)-1])
 			v, ok := os.LookupEnv(name)
 			if !ok {
@@ -219,7 +221,7 @@ func envHint(b []byte, expandEnv bool, err error) error {
 	if expandEnv {
 		return err
 	}
-	ref := envRef.Find(b)
+	ref := EnvRef.Find(b)
 	if ref == nil {
 		return err
 	}

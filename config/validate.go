@@ -463,18 +463,18 @@ func checkName(name string) error {
 	return nil
 }
 
-// validateHeaderValues checks the inline values that prometheus/common
-// sends as header values: the authorization's type and credentials (a
-// bearer_token among them), and http_headers' values and secrets. A newline in one
-// (a secret pasted with its line end) passed `check config` and then
-// failed every request ("invalid header field value"): it is an error
-// here, naming the key and never the secret.
 // unexpanded is the error of a credential that still holds a ${VAR}
 // reference: `init` writes them for credentials, and without
 // --config.expand-env the literal "${SLOPROBER_HEADER_X_API_KEY}" would
 // be sent as the credential, every request then failing 401.
 const unexpanded = "holds %s, an environment reference not expanded: start sloprober with --config.expand-env (and the variable set), or the literal text is sent as the credential"
 
+// validateHeaderValues checks the inline values that prometheus/common
+// sends as header values: the authorization's type and credentials (a
+// bearer_token among them), and http_headers' values and secrets. A newline in one
+// (a secret pasted with its line end) passed `check config` and then
+// failed every request ("invalid header field value"): it is an error
+// here, naming the key and never the secret.
 func (v *validation) validateHeaderValues(key string, c *commoncfg.HTTPClientConfig) {
 	bad := func(s string) bool { return !httpguts.ValidHeaderFieldValue(s) }
 	const why = "must not contain a newline or another control character: it is sent as a header value"
@@ -485,7 +485,7 @@ func (v *validation) validateHeaderValues(key string, c *commoncfg.HTTPClientCon
 		// prometheus/common moves a bearer_token here when it loads.
 		if bad(string(a.Credentials)) {
 			v.bad(key+".authorization.credentials (or bearer_token)", "%s", why)
-		} else if ref := envRef.FindString(string(a.Credentials)); ref != "" {
+		} else if ref := EnvRef.FindString(string(a.Credentials)); ref != "" {
 			v.bad(key+".authorization.credentials (or bearer_token)", unexpanded, ref)
 		}
 	}
@@ -499,7 +499,7 @@ func (v *validation) validateHeaderValues(key string, c *commoncfg.HTTPClientCon
 			for i, val := range h.Headers[name].Secrets {
 				if bad(string(val)) {
 					v.bad(fmt.Sprintf("%s.http_headers.%s.secrets[%d]", key, name, i), "%s", why)
-				} else if ref := envRef.FindString(string(val)); ref != "" {
+				} else if ref := EnvRef.FindString(string(val)); ref != "" {
 					v.bad(fmt.Sprintf("%s.http_headers.%s.secrets[%d]", key, name, i), unexpanded, ref)
 				}
 			}
@@ -507,9 +507,29 @@ func (v *validation) validateHeaderValues(key string, c *commoncfg.HTTPClientCon
 	}
 }
 
-// apiSuffixes are the generation paths of the APIs, as a URL copied from
-// a server's documentation ends.
-var apiSuffixes = []string{"/chat/completions", "/completions", "/responses", "/messages"}
+// APIPaths are the generation paths of the APIs, as a URL copied from a
+// server's documentation ends: `init` and `probe URL` detect the API from
+// them and cut them from the base URL; a configured URL ending in one is
+// refused (sloprober appends it itself).
+var APIPaths = []struct{ Suffix, API string }{
+	{"/chat/completions", "chat"},
+	{"/completions", "completions"},
+	{"/responses", "responses"},
+	{"/messages", "messages"},
+}
+
+// CutAPIPath cuts the API's path a URL path ends with (a trailing slash
+// aside): the path without it, and the API it names; ok is false when it
+// ends in none.
+func CutAPIPath(path string) (base, api string, ok bool) {
+	path = strings.TrimRight(path, "/")
+	for _, p := range APIPaths {
+		if b, found := strings.CutSuffix(path, p.Suffix); found {
+			return b, p.API, true
+		}
+	}
+	return path, "", false
+}
 
 // apiPathSuffix reports whether a target's URL ends in an API's path, and
 // the base URL without it.
@@ -518,14 +538,13 @@ func apiPathSuffix(s string) (base, suffix string, ok bool) {
 	if err != nil {
 		return "", "", false
 	}
-	path := strings.TrimSuffix(u.Path, "/")
-	for _, sfx := range apiSuffixes {
-		if strings.HasSuffix(path, sfx) {
-			u.Path = strings.TrimSuffix(path, sfx)
-			return u.String(), sfx, true
-		}
+	b, _, ok := CutAPIPath(u.Path)
+	if !ok {
+		return "", "", false
 	}
-	return "", "", false
+	suffix = strings.TrimRight(u.Path, "/")[len(b):]
+	u.Path = b
+	return u.String(), suffix, true
 }
 
 func validateURL(s string) error {

@@ -553,9 +553,8 @@ func (s *series) Finished(r *prober.Result, m *prober.Measurement) {
 	}
 	h.in.Observe(float64(m.InputTokens))
 	s.inputTokens.Add(float64(m.InputTokens))
-	if n := cachedTokens(r); n > 0 {
-		// Within the prompt it counted: a server's claim beyond it is
-		// bounded by it.
+	if n, _, ok := r.CachedPromptTokens(); ok && n > 0 {
+		// Within the prompt counted in input_tokens_total.
 		s.cachedTokens.Add(float64(min(n, m.InputTokens)))
 	}
 	if m.HasOutput {
@@ -594,16 +593,4 @@ func (s *series) response(code int) prometheus.Counter {
 		s.responses[code] = c
 	}
 	return c
-}
-
-// cachedTokens is the prompt tokens a reply said were cached: its usage's,
-// else llama.cpp's timings.cache_n; 0 when it said neither.
-func cachedTokens(r *prober.Result) int {
-	switch {
-	case r.Usage != nil && r.Usage.CachedTokens != nil:
-		return *r.Usage.CachedTokens
-	case r.Timings != nil && r.Timings.CacheN != nil:
-		return *r.Timings.CacheN
-	}
-	return 0
 }

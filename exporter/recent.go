@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/internal/safetext"
 	"github.com/sloprober/sloprober/prober"
 )
 
@@ -31,7 +32,7 @@ type RecentResult struct {
 const maxErrorBytes = 2 * prober.MaxServerMessageBytes
 
 // boundError cuts s to maxErrorBytes at a rune boundary.
-func boundError(s string) string { return prober.Truncate(s, maxErrorBytes) }
+func boundError(s string) string { return safetext.Truncate(s, maxErrorBytes) }
 
 // recentLoad keeps the last results of a load, and apart from them its last
 // failures (results that were not good), so a failure stays visible after

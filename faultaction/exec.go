@@ -33,7 +33,16 @@ func doExec(ctx context.Context, argv []string, d time.Duration) (result, error)
 	var killed string
 	inGroup(cmd, &killed)
 	err := cmd.Run()
+	left := leftInGroup(cmd)
 	res := result{text: out.String()}
+	if left != "" {
+		// The command ended, what it started did not: it could act
+		// later, unrecorded. Killed, and the step is not in place.
+		if err == nil || errors.Is(err, exec.ErrWaitDelay) {
+			return res, fmt.Errorf("%s: ended, leaving processes running in its group: %s", shown, left)
+		}
+		return res, fmt.Errorf("%s: %w, leaving processes running in its group: %s", shown, err, left)
+	}
 	if err == nil {
 		if res.text == "" {
 			res.text = "exit status 0"

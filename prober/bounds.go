@@ -161,10 +161,6 @@ func boundIdentity(s string) string {
 	return b[:cut] + "~" + hex.EncodeToString(sum[:4])
 }
 
-// Truncate cuts s to at most n bytes at a rune boundary, ending it in
-// "..." when it was cut.
-func Truncate(s string, n int) string { return safetext.Truncate(s, n) }
-
 // validTimings reports whether every time a server reported is in [0, a day].
 func validTimings(t *ServerTimings) bool {
 	ok := func(ms float64) bool { return ms >= 0 && ms <= maxTimingMS && !math.IsNaN(ms) }

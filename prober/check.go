@@ -13,6 +13,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/internal/safetext"
 )
 
 // CheckRequest is what a request of a scenario with a quality check asks,
@@ -285,4 +286,4 @@ func matchAnswer(a *config.KnownAnswer, reply string) (ok bool, why string) {
 
 // Excerpt returns the start of a text for a report or a log line:
 // printable, one line, at most MaxExcerptBytes.
-func Excerpt(s string) string { return Truncate(boundMessage(s), MaxExcerptBytes) }
+func Excerpt(s string) string { return safetext.Truncate(boundMessage(s), MaxExcerptBytes) }

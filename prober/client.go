@@ -289,7 +289,10 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 	defer func() {
 		r.Ended = time.Since(r.Sent)
 		r.Trace = tr.result()
-		if tc := tr.given(); tc != nil && r.Done {
+		// Any response read (a 503's too) leaves the connection idle:
+		// a close long after it is the server's idle timeout, not a
+		// close after each response.
+		if tc := tr.given(); tc != nil && resp != nil {
 			tc.idle()
 		}
 	}()

@@ -286,3 +286,27 @@ func (r *Result) Error() string {
 	}
 	return ""
 }
+
+// CachedPromptTokens is what the reply said of the server's prefix
+// cache: the prompt tokens found in it, of how many. Its usage's cached
+// tokens of its prompt tokens, else llama.cpp's timings.cache_n of
+// cache_n + prompt_n (prompt_n counts the tokens it processed). ok is
+// false when it said neither, or claimed more cached than prompt: the
+// canary's counter and a test's cached share count the same replies.
+func (r *Result) CachedPromptTokens() (cached, prompt int, ok bool) {
+	switch {
+	case r.Usage != nil && r.Usage.CachedTokens != nil:
+		cached, prompt = *r.Usage.CachedTokens, r.Usage.PromptTokens
+	case r.Timings != nil && r.Timings.CacheN != nil:
+		cached, prompt = *r.Timings.CacheN, *r.Timings.CacheN+r.Timings.PromptN
+		if r.Usage != nil && r.Usage.PromptTokens > 0 {
+			prompt = r.Usage.PromptTokens
+		}
+	default:
+		return 0, 0, false
+	}
+	if cached < 0 || prompt <= 0 || cached > prompt {
+		return 0, 0, false
+	}
+	return cached, prompt, true
+}

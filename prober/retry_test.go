@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -89,8 +90,8 @@ func (s *closingServer) timesRead(id string) int {
 // 27% of concurrent requests failed ("connection reset by peer", "EOF",
 // "server closed idle connection"). A request given a connection the
 // server had closed before it was written is retried once on a new one;
-// once the server has closed four connections in a row after one response
-// each, requests go on connections of their own and the race is gone (the
+// once the server has closed a connection soon after its one response,
+// requests go on connections of their own and the race is gone (the
 // first few requests may still fail with a reset, which proves nothing
 // about what the server read, and are not retried). The server's own count
 // is the truth: it read exactly as many requests as were made after that.
@@ -259,13 +260,9 @@ func TestDelayedCloser(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)
 	c := newClient(t, target(srv.URL()))
-	var ids []string
-	check := func(r *prober.Result) {
-		ids = append(ids, r.RequestID)
-		require.Equal(t, prober.OutcomeOK, r.Outcome, "request %s: %s (retry %q)", r.RequestID, r.Error(), r.Retry)
-	}
+	var results []*prober.Result
 	for i := range 10 {
-		check(do(c, uint64(i), 8, 4))
+		results = append(results, do(c, uint64(i), 8, 4))
 	}
 	require.True(t, c.OneShot(), "the server closes every connection soon after its response")
 	var (
@@ -277,15 +274,42 @@ func TestDelayedCloser(t *testing.T) {
 			for i := range 20 {
 				r := do(c, uint64(100+w*20+i), 8, 4)
 				mu.Lock()
-				check(r)
+				results = append(results, r)
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
 	processed := srv.Processed()
-	for _, id := range ids {
-		require.Equal(t, 1, processed[id], "request %s processed once", id)
+	for _, r := range results {
+		require.Equal(t, prober.OutcomeOK, r.Outcome, "request %s: %s (retry %q)", r.RequestID, r.Error(), r.Retry)
+		require.Equal(t, 1, processed[r.RequestID], "request %s processed once", r.RequestID)
 	}
-	require.Len(t, processed, len(ids), "nothing else was processed")
+	require.Len(t, processed, len(results), "nothing else was processed")
+}
+
+// TestIdleTimeoutAfterAnErrorIsNotOneShot: a server that answers 503 and
+// closes the idle connection on its keep-alive timeout (seconds later)
+// does not close after each response: the client keeps connections. A
+// 503's connection was never marked idle, and its close counted as one
+// right after the response, so one 503 during a rollout sent every later
+// request over a new connection (its handshake in TTFT) for good.
+func TestIdleTimeoutAfterAnErrorIsNotOneShot(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		http.Error(w, "overloaded", http.StatusServiceUnavailable)
+	}))
+	// Well past closeSoon, however late the client marks the
+	// connection idle on a loaded machine.
+	srv.Config.IdleTimeout = 3 * time.Second
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c := newClient(t, target(srv.URL+"/v1"))
+	r := do(c, 1, 8, 1)
+	require.Equal(t, prober.OutcomeHTTP5xx, r.Outcome, r.Error())
+	require.Eventually(t, func() bool {
+		closed, _ := c.ServerConnections()
+		return closed == 1
+	}, 30*time.Second, 50*time.Millisecond, "the server closes the idle connection on its timeout")
+	require.False(t, c.OneShot(), "a close seconds after the response is an idle timeout")
 }

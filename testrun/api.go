@@ -172,7 +172,7 @@ func NewAPI(s *Service, mutations bool) http.Handler {
 			writeJSON(w, http.StatusOK, map[string]string{"aborted": name})
 		default:
 			writeJSON(w, http.StatusAccepted, map[string]string{"aborting": name,
-				"note": "the run is ending: it is stored, with its fault step's undo, when the undo ends (within its timeout)"})
+				"note": "the run is ending (a level's requests drain, a fault step's undo runs to its end or its timeout): it is stored when it has ended"})
 		}
 	}))
 	return mux

@@ -388,7 +388,11 @@ func (s *Service) Start(name, why string) (runstore.ID, error) {
 // fitsBeside refuses (ErrBusy) a test whose max_rate, beside those of the
 // tests running on other targets and the canary's, would exceed
 // global.max_rate: its levels would be refused by the caps mid-run, and
-// it would be stored aborted a moment after the API said 202. A test
+// it would be stored aborted a moment after the API said 202. It checks
+// the rate alone: a closed-loop level's clients are bounded by
+// global.max_in_flight as they run (ErrOverCaps), not here, since how
+// many of the caps' requests in flight the others hold moves with their
+// targets' latency. A test
 // without a max_rate may take all the canary leaves, so two such tests
 // never run at once; with max_rates that add up within the caps they do.
 // Called with s.mu held.

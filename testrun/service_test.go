@@ -397,7 +397,7 @@ func TestAbortAnswersAtOnce(t *testing.T) {
 	code, body = do("POST", "/api/v1/tests/a/abort")
 	require.Equal(t, http.StatusAccepted, code, body)
 	require.Contains(t, body, `"aborting": "a"`)
-	require.Contains(t, body, "stored, with its fault step's undo, when the undo ends")
+	require.Contains(t, body, "it is stored when it has ended")
 	code, body = do("GET", "/api/v1/runs/"+started.ID)
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, `"verdict": "running"`, "not stored before the undo ends")

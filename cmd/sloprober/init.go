@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"net/url"
-	"regexp"
 	"strings"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -71,7 +70,7 @@ func (c *initCommand) run(ctx context.Context, stdout, stderr io.Writer) int {
 `, config.RedactURL(c.starter.url), env, file, targetName(c.starter.url), starterScenario, starterTest), true)
 	// What is written is what check config accepts (with
 	// --config.expand-env and the variables set, where it has some).
-	if _, err := config.Load(envRefs.ReplaceAll([]byte(text), []byte("set")), false); err != nil {
+	if _, err := config.Load(config.EnvRef.ReplaceAll([]byte(text), []byte("set")), false); err != nil {
 		return fail(fmt.Errorf("the starter configuration does not load (a bug): %w", err))
 	}
 	if *c.output == "" {
@@ -95,6 +94,3 @@ func (c *initCommand) run(ctx context.Context, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "Wrote %s: target %s, model %s, API %s. Next: sloprober check config %s\n", *c.output, targetName(c.starter.url), c.starter.model, c.starter.api, file)
 	return 0
 }
-
-// envRefs are the ${VAR} references the starter writes for credentials.
-var envRefs = regexp.MustCompile(`\$\{[A-Za-z_][A-Za-z0-9_]*\}`)

@@ -309,7 +309,7 @@ func (c *runCommand) run(ctx context.Context, logger *slog.Logger, exit func(int
 	// armed through every deferred step of the stop (the tracer's flush,
 	// the store's close): main exits after them; a test's in-process run
 	// returns, and this first deferred call is the last to run.
-	var deadline atomic.Pointer[time.Timer]
+	var deadline atomic.Pointer[deadlineTimer]
 	defer func() {
 		if t := deadline.Load(); t != nil {
 			t.Stop()
@@ -636,28 +636,45 @@ func lingerFor(logger *slog.Logger, linger time.Duration, scraped, serving <-cha
 // the stop has its budget d again (the canary's drain and the linger
 // come after the test's end), and the log says what is awaited and until
 // when. A pod's terminationGracePeriodSeconds must cover it.
-func exitDeadline(logger *slog.Logger, d time.Duration, exit func(int), pending func() (time.Time, string)) *time.Timer {
-	var t *time.Timer
-	var mu sync.Mutex
+func exitDeadline(logger *slog.Logger, d time.Duration, exit func(int), pending func() (time.Time, string)) *deadlineTimer {
+	dt := &deadlineTimer{}
 	start := time.Now()
-	var fire func()
-	fire = func() {
+	fire := func() {
+		dt.mu.Lock()
+		defer dt.mu.Unlock()
+		if dt.stopped {
+			return // stopped while this call waited for the lock
+		}
 		if until, what := pending(); until.After(time.Now()) {
 			// The test's stop waits for it; the canary's drain and the
 			// linger come after: the whole budget again from its end.
 			logger.Warn("A fault action is under way: the exit waits for it, at most until its timeout", "action", what, "until", until.Format(time.RFC3339))
-			mu.Lock()
-			t.Reset(time.Until(until) + d)
-			mu.Unlock()
+			dt.t.Reset(time.Until(until) + d)
 			return
 		}
 		logger.Error("sloprober did not stop within the grace period and the linger time; exiting now", "after", time.Since(start).Round(time.Millisecond))
 		exit(1)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	t = time.AfterFunc(d, fire)
-	return t
+	dt.mu.Lock()
+	defer dt.mu.Unlock()
+	dt.t = time.AfterFunc(d, fire)
+	return dt
+}
+
+// deadlineTimer is the exit's deadline. Stop ends it for good: a call
+// that fired as it was stopped neither re-arms it nor exits.
+type deadlineTimer struct {
+	mu      sync.Mutex
+	t       *time.Timer
+	stopped bool
+}
+
+// Stop stops the deadline.
+func (dt *deadlineTimer) Stop() {
+	dt.mu.Lock()
+	defer dt.mu.Unlock()
+	dt.stopped = true
+	dt.t.Stop()
 }
 
 func userAgent() string {

@@ -31,16 +31,6 @@ const (
 // target given by its URL.
 const modelsTimeout = 15 * time.Second
 
-// apiPaths are the generation paths a URL may end with, as users copy
-// them from a server's documentation: the API is detected from them and
-// they are cut from the base URL (sloprober appends them itself).
-var apiPaths = []struct{ suffix, api string }{
-	{"/chat/completions", "chat"},
-	{"/completions", "completions"},
-	{"/responses", "responses"},
-	{"/messages", "messages"},
-}
-
 // starter is an endpoint given on the command line (`init`, `probe URL`,
 // `test run --target URL`): everything the starter configuration needs
 // that is not a default.
@@ -115,13 +105,9 @@ func parseURL(raw string) (base, api string, err error) {
 		u.User = nil // a user name alone may be a token: never printed
 		return "", "", fmt.Errorf("target URL %s (with user information left out here): credentials in the URL would be written into configurations and logs: use --bearer-token-file or --header", u.Redacted())
 	}
-	u.Path = strings.TrimRight(u.Path, "/")
-	for _, p := range apiPaths {
-		if p2, ok := strings.CutSuffix(u.Path, p.suffix); ok {
-			u.Path, api = p2, p.api
-			break
-		}
-	}
+	// The API's path, as copied from a server's documentation: the API
+	// is detected from it, and it is cut (sloprober appends it itself).
+	u.Path, api, _ = config.CutAPIPath(u.Path)
 	u.RawPath = ""
 	return u.String(), api, nil
 }

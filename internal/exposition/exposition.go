@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/version"
+	"github.com/sloprober/sloprober/internal/safetext"
 )
 
 // AcceptHeader asks for the text format 0.0.4, which every engine serves
@@ -237,21 +238,6 @@ func FromOpenMetrics(body []byte) []byte {
 }
 
 // BoundError makes server text safe to put in an error: valid UTF-8, one
-// line, at most MaxErrorBytes.
-func BoundError(s string) string {
-	if len(s) > 4*MaxErrorBytes {
-		s = s[:4*MaxErrorBytes]
-	}
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool {
-		return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == '\u2028' || r == '\u2029'
-	}), " ")
-	if len(s) <= MaxErrorBytes {
-		return s
-	}
-	cut := MaxErrorBytes - len("...")
-	for cut > 0 && s[cut]&0xc0 == 0x80 { // not at a rune start
-		cut--
-	}
-	return s[:cut] + "..."
-}
+// line, no control or format character (a bidi override in a metric's
+// name would reorder the error around it), at most MaxErrorBytes.
+func BoundError(s string) string { return safetext.Line(s, MaxErrorBytes) }
