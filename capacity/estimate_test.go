@@ -83,3 +83,37 @@ func TestTimeLeft(t *testing.T) {
 	left := s.timeLeft("verify")
 	require.InDelta(t, (4*time.Minute + 2*(3*verify+25*time.Second)).Seconds(), left.Seconds(), 1)
 }
+
+// TestTimeLeftBisection: once the configured rates have run, the
+// bisection levels left come from the search's bracket, not a typical
+// run's count. The sign profile (3% of the peak) with a closed loop of
+// 5.6 req/s, 2.8 req/s met and 4.98 missed: the gap of 2.18 req/s halves
+// 4 times to within 0.168, 4 levels more (a typical run's count said 3,
+// then 1, for runs that went on to 7 and 8 levels); with 4.01 undecided
+// below its objective the bracket is 1.21 req/s, 3; within the
+// resolution, none but the one starting.
+func TestTimeLeftBisection(t *testing.T) {
+	s := &Step{Test: profileTest(t, config.ProfileSign)}
+	measured := &ProberHealth{}
+	level := func(rate float64, decision string, attainment float64) Level {
+		return Level{Stage: "verify", OfferedRate: rate, Decision: decision, Attainment: attainment, Prober: measured,
+			Scenarios: []ScenarioResult{{Counted: 100, Attainment: attainment, Objective: 0.95, Decision: decision}}}
+	}
+	s.run = &Run{Stages: Stages{Sweep: []Level{{Concurrency: 8, CompletedRate: 5.6}},
+		Verify: []Level{level(2.8, DecisionMet, 1), level(4.98, DecisionMissed, 0.72)}}}
+	n, ok := s.bisectionLeft()
+	require.True(t, ok)
+	require.Equal(t, 4, n)
+	s.run.Verify = append(s.run.Verify, level(4.01, DecisionInconclusive, 0.94))
+	n, _ = s.bisectionLeft()
+	require.Equal(t, 3, n)
+	s.run.Verify = append(s.run.Verify, level(3.25, DecisionMet, 0.99), level(3.6, DecisionMet, 0.99), level(3.8, DecisionMet, 0.99))
+	n, _ = s.bisectionLeft()
+	require.Equal(t, 1, n, "3.8 to 4.01 is within 0.168: the one starting")
+	// The time left is those levels at a bisection level's prior, and
+	// the burst.
+	s.run.Verify = s.run.Verify[:2]
+	bisection := time.Duration(s.Test.Window.Warmup) + time.Duration(0.8*float64(6*time.Minute)) + drainAllowance
+	s.took = map[string][]time.Duration{"verify": {bisection, bisection}}
+	require.Equal(t, 4*bisection+burstTime(s.Test), s.timeLeft("verify"))
+}
