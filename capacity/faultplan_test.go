@@ -88,14 +88,17 @@ func eventOf(t *testing.T, run *capacity.Run, step int, action string) capacity.
 func TestFaultStepsOnTheirOwnTimers(t *testing.T) {
 	srv := faultEndpoint(t)
 	run := runPlanSoak(t, fmt.Sprintf(`      - {at: 500ms, for: 1s, http: {url: "%[1]s/ok", undo: {url: "%[1]s/slow"}, timeout: 5s}}
-      - {at: 2s, for: 2s, http: {url: "%[1]s/ok", undo: {url: "%[1]s/ok"}}}
+      - {at: 3s, for: 2s, http: {url: "%[1]s/ok", undo: {url: "%[1]s/ok"}}}
 `, srv.URL))
 	require.NotEqual(t, capacity.VerdictAborted, run.Verdict, run.Reason)
 	undo0, do1 := eventOf(t, run, 0, faultaction.ActionUndo), eventOf(t, run, 1, faultaction.ActionDo)
 	require.Empty(t, undo0.Error)
 	undoEnd := undo0.At.Add(time.Duration(undo0.Seconds * float64(time.Second)))
 	require.True(t, do1.At.Before(undoEnd), "step 1 began at %s, step 0's undo ended at %s", do1.At, undoEnd)
-	require.Equal(t, []string{"step 1 (http at 2s): began while step 0's undo was still under way"}, run.Soak.PlanNotRun)
+	// Step 0's undo runs from 1.5 s to 4.5 s, step 1 begins at 3 s
+	// (a loaded machine may add that it began late).
+	require.Len(t, run.Soak.PlanNotRun, 1, "%q", run.Soak.PlanNotRun)
+	require.Contains(t, run.Soak.PlanNotRun[0], "step 1 (http at 3s): began while step 0's undo was still under way")
 	require.Equal(t, capacity.VerdictInconclusive, run.Verdict, run.Reason)
 	require.True(t, slices.IsSortedFunc(run.Soak.Faults, func(a, b capacity.FaultEvent) int { return a.At.Compare(b.At) }), "events in the order they began")
 }
