@@ -157,7 +157,7 @@ func typicalVerifyLevels(v *config.VerifyConfig) int {
 }
 
 // bisectionLeft is how many bisection levels the search still runs, this
-// one included, once its configured rates have run: the gap from the
+// one included, once its configured rates have run and one verified: the gap from the
 // highest rate verified to the lowest above it that did not verify (or
 // the closed loop's peak, or twice it) halved until it is within
 // verify.resolution of the peak, within verify.max_levels. Worked
@@ -174,6 +174,14 @@ func (s *Step) bisectionLeft() (int, bool) {
 		return 0, false
 	}
 	lo, hi := s.searchBounds()
+	if lo == nil {
+		// Nothing verified yet: a bracket from 0 says little of how
+		// many levels the search takes (3.05 req/s undecided: 5 halvings
+		// to 3%, where the runs took 3, their first met at half of it
+		// and their next close under it, and the time left read 60%
+		// over).
+		return 0, false
+	}
 	top := offered(hi)
 	if hi == nil {
 		top, _ = s.ceiling()

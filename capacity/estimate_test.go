@@ -104,6 +104,11 @@ func TestTimeLeftBisection(t *testing.T) {
 	n, ok := s.bisectionLeft()
 	require.True(t, ok)
 	require.Equal(t, 4, n)
+	// Nothing verified: the typical count stands.
+	s.run.Verify[0].Decision = DecisionInconclusive
+	_, ok = s.bisectionLeft()
+	require.False(t, ok, "a bracket from 0")
+	s.run.Verify[0].Decision = DecisionMet
 	s.run.Verify = append(s.run.Verify, level(4.01, DecisionInconclusive, 0.94))
 	n, _ = s.bisectionLeft()
 	require.Equal(t, 3, n)
