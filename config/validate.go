@@ -507,11 +507,11 @@ func (v *validation) validateHeaderValues(key string, c *commoncfg.HTTPClientCon
 	}
 }
 
-// APIPaths are the generation paths of the APIs, as a URL copied from a
+// apiPaths are the generation paths of the APIs, as a URL copied from a
 // server's documentation ends: `init` and `probe URL` detect the API from
 // them and cut them from the base URL; a configured URL ending in one is
 // refused (sloprober appends it itself).
-var APIPaths = []struct{ Suffix, API string }{
+var apiPaths = []struct{ Suffix, API string }{
 	{"/chat/completions", "chat"},
 	{"/completions", "completions"},
 	{"/responses", "responses"},
@@ -523,7 +523,7 @@ var APIPaths = []struct{ Suffix, API string }{
 // ends in none.
 func CutAPIPath(path string) (base, api string, ok bool) {
 	path = strings.TrimRight(path, "/")
-	for _, p := range APIPaths {
+	for _, p := range apiPaths {
 		if b, found := strings.CutSuffix(path, p.Suffix); found {
 			return b, p.API, true
 		}

@@ -19,7 +19,8 @@ import (
 func inGroup(cmd *exec.Cmd, killed *string) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error {
-		what, err := killGroup(cmd.Process.Pid)
+		pgid := cmd.Process.Pid
+		what, err := killGroup(pgid, groupMembers(pgid))
 		if errors.Is(err, syscall.ESRCH) {
 			// The group is gone: the command ended as its
 			// deadline came, and exec must not call that a failure.
@@ -42,19 +43,21 @@ func leftInGroup(cmd *exec.Cmd) string {
 	}
 	// While a member lives, its group's id is not given to another
 	// process: the group killed is the command's.
-	if len(groupMembers(cmd.Process.Pid)) == 0 {
+	pgid := cmd.Process.Pid
+	names := groupMembers(pgid)
+	if len(names) == 0 {
 		return ""
 	}
-	what, err := killGroup(cmd.Process.Pid)
+	what, err := killGroup(pgid, names)
 	if err != nil {
 		return ""
 	}
 	return what
 }
 
-// killGroup kills process group pgid and says what it killed.
-func killGroup(pgid int) (string, error) {
-	names := groupMembers(pgid)
+// killGroup kills process group pgid, whose members were names, and says
+// what it killed.
+func killGroup(pgid int, names []string) (string, error) {
 	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
 		return "", err
 	}

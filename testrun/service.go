@@ -392,9 +392,9 @@ func (s *Service) Start(name, why string) (runstore.ID, error) {
 // the rate alone: a closed-loop level's clients are bounded by
 // global.max_in_flight as they run (ErrOverCaps), not here, since how
 // many of the caps' requests in flight the others hold moves with their
-// targets' latency. A test
-// without a max_rate may take all the canary leaves, so two such tests
-// never run at once; with max_rates that add up within the caps they do.
+// targets' latency. A test without a max_rate may take all the canary
+// leaves, so two such tests never run at once; with max_rates that add
+// up within the caps they do.
 // Called with s.mu held.
 func (s *Service) fitsBeside(cfg *config.Config, t *config.TestConfig, maxRate float64) error {
 	var running []string
