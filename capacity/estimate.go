@@ -15,9 +15,10 @@ import (
 // the estimate is a typical run's: each sweep level deciding at
 // typicalSweepShare of its window.max_steady, each open-loop level at
 // typicalVerifyShare (the search spends its levels next to the
-// objective), the sweep ending two levels past the knee, the search
-// running the levels it typically runs (typicalVerifyLevels). At most, every level runs to its
-// window.max_steady and every level is measured again retries times.
+// objective, up to verify.max_steady), the sweep ending two levels past
+// the knee, the search running the levels it typically runs
+// (typicalVerifyLevels). At most, every level runs to its longest and
+// every level is measured again retries times.
 //
 // While it runs, the estimate of the time left learns from the levels so
 // far: each stage's levels are expected to take what that stage's levels
@@ -109,16 +110,19 @@ func roughly(d time.Duration) string {
 func EstimateStep(t *config.TestConfig, target *config.TargetConfig) Estimate {
 	w := t.Window
 	warmup := time.Duration(w.Warmup)
-	most := time.Duration(w.Steady) * time.Duration(w.MaxSteadyWindows())
-	share := func(f float64) time.Duration { return warmup + time.Duration(f*float64(most)) + drainAllowance }
+	most, openMost := w.MaxSteadyTotal(), t.VerifyMaxSteady()
+	share := func(f float64, most time.Duration) time.Duration {
+		return warmup + time.Duration(f*float64(most)) + drainAllowance
+	}
 	retry := min(validWait, time.Duration(w.Steady)) // waitValid
-	full := warmup + most + drainAllowance + time.Duration(t.Retries)*retry
+	full := func(most time.Duration) time.Duration {
+		return warmup + most + drainAllowance + time.Duration(t.Retries)*retry
+	}
 
 	sweep := len(t.Sweep.Concurrency) + t.Sweep.Refine + 1
 	typicalSweep := min(len(t.Sweep.Concurrency), 5) + min(t.Sweep.Refine, 2)
 	verify := typicalVerifyLevels(&t.Verify)
 	forecast := forecastLevelCount(target)
-	forecastFull := warmup + max(t.ForecastMaxSteady(), most) + drainAllowance + time.Duration(t.Retries)*retry
 	burst := burstTime(t)
 	hot := time.Duration(0)
 	if h := t.Verify.HotTenant; h != nil {
@@ -126,9 +130,9 @@ func EstimateStep(t *config.TestConfig, target *config.TargetConfig) Estimate {
 	}
 	baseline := time.Duration(t.Baseline.Requests) * typicalBaseline
 	e := Estimate{
-		Typical: baseline + time.Duration(typicalSweep)*share(typicalSweepShare) + time.Duration(verify+forecast)*share(typicalVerifyShare) + burst + hot,
-		Most: baseline + time.Duration((sweep+t.Verify.Levels()+1)*(1+t.Retries))*full + time.Duration(forecast*(1+t.Retries))*forecastFull +
-			burst + hot,
+		Typical: baseline + time.Duration(typicalSweep)*share(typicalSweepShare, most) + time.Duration(verify+forecast)*share(typicalVerifyShare, openMost) + burst + hot,
+		Most: baseline + time.Duration(sweep*(1+t.Retries))*full(most) + time.Duration((t.Verify.Levels()+1)*(1+t.Retries))*full(openMost) +
+			time.Duration(forecast*(1+t.Retries))*full(t.ForecastMaxSteady()) + burst + hot,
 	}
 	if t.Cache == config.CacheBoth {
 		e.Typical, e.Most = 2*e.Typical, 2*e.Most
@@ -225,17 +229,17 @@ func burstTime(t *config.TestConfig) time.Duration {
 func (s *Step) timeLeft(stage string) time.Duration {
 	t := s.Test
 	w := t.Window
-	most := time.Duration(w.Steady) * time.Duration(w.MaxSteadyWindows())
+	most, openMost := w.MaxSteadyTotal(), t.VerifyMaxSteady()
 	prior := map[string]time.Duration{
 		"baseline": time.Duration(t.Baseline.Requests) * typicalBaseline,
 		"sweep":    time.Duration(w.Warmup) + time.Duration(typicalSweepShare*float64(most)) + drainAllowance,
-		"verify":   time.Duration(w.Warmup) + time.Duration(typicalVerifyShare*float64(most)) + drainAllowance,
+		"verify":   time.Duration(w.Warmup) + time.Duration(typicalVerifyShare*float64(openMost)) + drainAllowance,
 	}
 	prior["refine"] = prior["sweep"]
 	// The bisection's levels are next to the objective, where a sample
 	// decides late (the misses come in bunches: 1,300 requests near 95%
 	// decide no better than 100 independent ones): at 80% of
-	// window.max_steady, whatever the target's speed.
+	// verify.max_steady, whatever the target's speed.
 	prior["bisection"] = prior["verify"]
 	if peak := s.peak(); peak > 0 {
 		// The configured rates, further from it, run at about 0.7x of
@@ -244,7 +248,7 @@ func (s *Step) timeLeft(stage string) time.Duration {
 		// where one of 3.5 req/s takes its whole 60 s.
 		first := time.Duration(firstLook) * s.batch()
 		need := time.Duration(float64(time.Second) * verifyRequests / (openShare * peak))
-		prior["verify"] = time.Duration(w.Warmup) + min(most, max(first, need)) + drainAllowance
+		prior["verify"] = time.Duration(w.Warmup) + min(openMost, max(first, need)) + drainAllowance
 	}
 	// What a level of each stage took so far, blended with the prior as
 	// if the prior were priorWeight levels: one open-loop level that

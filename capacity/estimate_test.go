@@ -51,7 +51,16 @@ func TestEstimateStep(t *testing.T) {
 	// in steps down to 3% (ten runs used 4 to 7).
 	require.Equal(t, 5, typicalVerifyLevels(&profileTest(t, config.ProfileSign).Verify))
 	require.Equal(t, 4, typicalVerifyLevels(&profileTest(t, config.ProfileFirstLook).Verify))
-	require.Equal(t, "about 47m (up to 7h10m if every level takes its longest)", sign.String())
+	// Its open-loop levels take up to 12 minutes (verify.max_steady),
+	// its sweep's 6: 20 baseline requests of 2 s, 7 sweep levels of 30 s
+	// + 35% of 6m + 2 s, 5 open-loop levels of 30 s + 80% of 12m + 2 s,
+	// a burst of 30 s + 10 s + 10 s.
+	require.InDelta(t, (40*time.Second + 7*(32*time.Second+126*time.Second) + 5*(32*time.Second+576*time.Second) + 50*time.Second).Seconds(), sign.Typical.Seconds(), 1e-6)
+	require.Equal(t, "about 1h11m (up to 9h50m if every level takes its longest)", sign.String())
+	// Without verify.max_steady the search's levels take the sweep's.
+	plain := profileTest(t, config.ProfileSign)
+	plain.Verify.MaxSteady = 0
+	require.InDelta(t, (sign.Typical - 5*288*time.Second).Seconds(), EstimateStep(plain, &config.TargetConfig{}).Typical.Seconds(), 1e-6)
 }
 
 // TestTimeLeft: the time left learns from the levels that ran, each
@@ -116,9 +125,9 @@ func TestTimeLeftBisection(t *testing.T) {
 	n, _ = s.bisectionLeft()
 	require.Equal(t, 1, n, "3.8 to 4.01 is within 0.168: the one starting")
 	// The time left is those levels at a bisection level's prior, and
-	// the burst.
+	// the burst: 80% of the search's 12 minutes (verify.max_steady).
 	s.run.Verify = s.run.Verify[:2]
-	bisection := time.Duration(s.Test.Window.Warmup) + time.Duration(0.8*float64(6*time.Minute)) + drainAllowance
+	bisection := time.Duration(s.Test.Window.Warmup) + time.Duration(0.8*float64(12*time.Minute)) + drainAllowance
 	s.took = map[string][]time.Duration{"verify": {bisection, bisection}}
 	require.Equal(t, 4*bisection+burstTime(s.Test), s.timeLeft("verify"))
 }

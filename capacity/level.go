@@ -155,7 +155,7 @@ func (s *Step) measure(ctx context.Context, l *Level, run, stop config.LoadSpec)
 func (s *Step) measureOnce(ctx context.Context, l *Level, stop config.LoadSpec) error {
 	s.col.ResetLevel()
 	s.leftShort, s.boundLooks = false, 0
-	plan := s.lookPlan(strings.HasPrefix(l.Why, "forecast"))
+	plan := s.lookPlan(l.Stage, strings.HasPrefix(l.Why, "forecast"))
 	if l.Stage == "hot-tenant" {
 		// Its window is verify.hot_tenant.for, whole: the other
 		// tenants' share of it is what it measures.

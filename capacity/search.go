@@ -149,7 +149,7 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 		if n, ok := s.decidable(rate); !ok {
 			// Below a rate it could not decide (or measure), the search
 			// would only find rates with fewer requests still.
-			s.run.Capacity.SearchEnd = fmt.Sprintf("%.3g req/s would draw too few requests to decide within window.max_steady (%d all good at least)", rate, n)
+			s.run.Capacity.SearchEnd = fmt.Sprintf("%.3g req/s would draw too few requests to decide within verify.max_steady (%d all good at least)", rate, n)
 			break
 		}
 		if _, err := run(rate, fmt.Sprintf("bisection between %.3g req/s and %s", offered(lo), between)); err != nil {
@@ -226,7 +226,7 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 		}
 		// What decides it: more requests, or, when measuring it again
 		// for them was the prober's limit, a quieter host.
-		decides, cause := " within window.max_steady: a longer window.max_steady decides it", ""
+		decides, cause := " within verify.max_steady: a longer verify.max_steady decides it", ""
 		if l.AgainProberBound != "" {
 			decides = fmt.Sprintf(", and measured again to decide it while the prober was the limit (%s): a quieter host decides it", l.AgainProberBound)
 			cause = proberCause(l.AgainProberBound)
@@ -249,7 +249,7 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 	if t := valid[0].ToDecide; t != nil {
 		more = " (" + t.Text() + " would decide it)"
 	}
-	return nil, VerdictInconclusive, fmt.Sprintf("not concluded: %sno open-loop rate was decided within window.max_steady: the lowest tried, %s, %s%s %s",
+	return nil, VerdictInconclusive, fmt.Sprintf("not concluded: %sno open-loop rate was decided within verify.max_steady: the lowest tried, %s, %s%s %s",
 		cause, valid[0].RateName(), attainmentText(valid[0]), more, closed)
 }
 
@@ -288,13 +288,13 @@ func (s *Step) peak() float64 {
 }
 
 // decidable reports whether an open-loop level at rate could be decided
-// within its window.max_steady, were every request good: it must draw at
+// within verify.max_steady, were every request good: it must draw at
 // least n requests (returned), those whose interval at its last look
 // shows the objective. An objective of 95% at the default plan's last
 // look (97.5%) needs 96 requests all good: 0.8 req/s in 2 min, 1.6 in
 // 60 s.
 func (s *Step) decidable(rate float64) (int, bool) {
-	plan := s.lookPlan(false)
+	plan := s.lookPlan("verify", false)
 	q := distuv.UnitNormal.Quantile(1 - (1-plan.last())/2)
 	objective := 0.0
 	for _, sc := range s.Load.Scenarios {

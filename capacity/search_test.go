@@ -198,7 +198,7 @@ func TestSearch(t *testing.T) {
 			name: "nothing decided", verify: config.VerifyConfig{Rates: []float64{0.5}, Resolution: 0.05, MaxLevels: 3},
 			target: below(5, 10),
 			path:   "5 inconclusive, 2.5 inconclusive, 1.25 inconclusive",
-			bound:  1.25, verdict: VerdictInconclusive, reason: "not concluded: no open-loop rate was decided within window.max_steady: the lowest tried, 1.25 req/s",
+			bound:  1.25, verdict: VerdictInconclusive, reason: "not concluded: no open-loop rate was decided within verify.max_steady: the lowest tried, 1.25 req/s",
 		},
 		{
 			// Every request good, too few to decide: lower rates have
@@ -206,7 +206,7 @@ func TestSearch(t *testing.T) {
 			name: "undecided, every request good", verify: config.VerifyConfig{Rates: []float64{0.5}, Resolution: 0.05, MaxLevels: 3},
 			target: func(rate float64) (float64, string, bool) { return rate, allGood, false },
 			path:   "5 inconclusive", bound: 5, verdict: VerdictInconclusive,
-			reason: "not concluded: the lowest rate tried, 5 req/s, attained 100.0% [97.0, 100.0] of 100, every request good but too few to show the objective within window.max_steady: a longer window.max_steady decides it",
+			reason: "not concluded: the lowest rate tried, 5 req/s, attained 100.0% [97.0, 100.0] of 100, every request good but too few to show the objective within verify.max_steady: a longer verify.max_steady decides it",
 		},
 		{
 			// 0.5x left short in a few seconds (9 requests), 0.8x run
@@ -215,7 +215,7 @@ func TestSearch(t *testing.T) {
 			name: "undecided, every request good, one left short", verify: config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.05, MaxLevels: 3},
 			target: func(rate float64) (float64, string, bool) { return rate, allGood, false },
 			path:   "5 inconclusive, 8 inconclusive", bound: 5, verdict: VerdictInconclusive,
-			reason: "not concluded: the rate tried nearest to a decision, 8 req/s, attained 100.0% [97.0, 100.0] of 100, every request good but too few to show the objective within window.max_steady: a longer window.max_steady decides it",
+			reason: "not concluded: the rate tried nearest to a decision, 8 req/s, attained 100.0% [97.0, 100.0] of 100, every request good but too few to show the objective within verify.max_steady: a longer verify.max_steady decides it",
 		},
 		{
 			// Below a verified rate, the same: the bisection stops at it.

@@ -14,9 +14,9 @@ import (
 // looked at, each time the requests of its batches so far have ended, at
 // a schedule of batch counts fixed before it starts: 3, then half as many
 // again each time (3, 5, 8, 12, 18, 27), up to the most batches the level
-// may take (window.max_steady; a forecast level's verify.forecast_max_steady),
-// where it is looked at once more and left undecided if it still is. The
-// load goes on while a look waits for its requests, so looking costs no
+// may take (window.max_steady; the search's verify.max_steady, a forecast
+// level's verify.forecast_max_steady), where it is looked at once more
+// and left undecided if it still is. The load goes on while a look waits for its requests, so looking costs no
 // time; a level far from the objective stops at its first looks, and one
 // next to it takes the time the test allows.
 //
@@ -96,15 +96,18 @@ func (p lookPlan) max() int { return p.looks[len(p.looks)-1] }
 // last is the confidence of the plan's last look.
 func (p lookPlan) last() float64 { return p.confidence[len(p.confidence)-1] }
 
-// lookPlan is the plan of a level: batches of a tenth of window.steady,
-// up to window.max_steady, or verify.forecast_max_steady for a forecast
-// level (forecast).
-func (s *Step) lookPlan(forecast bool) lookPlan {
-	w := s.Test.Window
+// lookPlan is the plan of a level of stage: batches of a tenth of
+// window.steady, up to window.max_steady; a level of the open-loop search
+// ("verify") up to verify.max_steady, a forecast level (forecast) up to
+// verify.forecast_max_steady.
+func (s *Step) lookPlan(stage string, forecast bool) lookPlan {
 	batch := s.batch()
-	most := time.Duration(w.Steady) * time.Duration(w.MaxSteadyWindows())
-	if forecast {
+	most := s.Test.Window.MaxSteadyTotal()
+	switch {
+	case forecast:
 		most = max(most, s.Test.ForecastMaxSteady())
+	case stage == "verify":
+		most = s.Test.VerifyMaxSteady()
 	}
 	if batch <= 0 {
 		return newLookPlan(batch, 1)

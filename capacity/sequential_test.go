@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sloprober/sloprober/config"
 	"github.com/stretchr/testify/require"
 	"gonum.org/v1/gonum/stat/distuv"
 )
@@ -170,4 +171,25 @@ func TestToDecideText(t *testing.T) {
 	require.Equal(t, "in effect never decided: it sits at its objective (about 113472 more requests, ~3h12m at this rate, would decide it)",
 		(&ToDecide{Requests: 113472, Seconds: 3*3600 + 12*60 + 7}).Text())
 	require.Empty(t, (*ToDecide)(nil).Text())
+}
+
+// TestLookPlanByStage: the sign profile's levels are looked at in 12 s
+// batches; the sweep's up to window.max_steady (6 minutes: 30 batches),
+// the search's up to verify.max_steady (12: 60 batches, two more looks,
+// each early look's share of the error a little smaller), a forecast
+// level's up to the longer of the two.
+func TestLookPlanByStage(t *testing.T) {
+	s := &Step{Test: profileTest(t, config.ProfileSign)}
+	sweep, search, forecast := s.lookPlan("sweep", false), s.lookPlan("verify", false), s.lookPlan("verify", true)
+	require.Equal(t, 12*time.Second, sweep.batch)
+	require.Equal(t, []int{3, 5, 8, 12, 18, 27, 30}, sweep.looks)
+	require.Equal(t, []int{3, 5, 8, 12, 18, 27, 41, 60}, search.looks)
+	require.Equal(t, search.looks, forecast.looks)
+	require.Equal(t, sweep.last(), search.last(), "the last look keeps half the error")
+	require.Greater(t, search.confidence[0], sweep.confidence[0])
+	require.Equal(t, sweep.looks, s.lookPlan("refine", false).looks)
+	// Without verify.max_steady the search's levels take the sweep's.
+	s.Test.Verify.MaxSteady = 0
+	require.Equal(t, sweep.looks, s.lookPlan("verify", false).looks)
+	require.Equal(t, []int{3, 5, 8, 12, 18, 27, 41, 60}, s.lookPlan("verify", true).looks, "a forecast level: twice window.max_steady")
 }

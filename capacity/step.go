@@ -122,12 +122,16 @@ var errStopRule = errors.New("stop rule")
 
 // plan implements procedure: "step test knee on target sim: sweep [1 2 4
 // 8], windows 5s + 30s a level (up to 1m30s to decide); about 6m10s (up
-// to 21m if every level takes its longest)".
+// to 21m if every level takes its longest)", and where verify.max_steady
+// differs, "(up to 6m0s to decide, 12m0s in the open-loop search)".
 func (s *Step) plan() string {
 	t := s.Test
+	decide := t.Window.MaxSteadyTotal().String()
+	if open := t.VerifyMaxSteady(); open != t.Window.MaxSteadyTotal() {
+		decide += ", " + open.String() + " in the open-loop search"
+	}
 	return fmt.Sprintf("step test %s on target %s: sweep %v, windows %s + %s a level (up to %s to decide); %s", t.Name, s.Load.Target.Name,
-		t.Sweep.Concurrency, time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady),
-		time.Duration(t.Window.Steady)*time.Duration(t.Window.MaxSteadyWindows()), EstimateStep(t, &s.Load.Target))
+		t.Sweep.Concurrency, time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady), decide, EstimateStep(t, &s.Load.Target))
 }
 
 // Run runs the test until it ends or ctx is done (an abort: the partial

@@ -415,7 +415,11 @@ func (l *Level) Notes(queue bool) []string {
 	}
 	switch {
 	case l.Batches > 0 && l.ToDecide != nil && l.ToDecide.Early:
-		notes = append(notes, fmt.Sprintf("stopped undecided after %s: %s, more than window.max_steady holds", seconds(l.WindowSeconds), l.ToDecide.Text()))
+		key := "window.max_steady"
+		if l.Stage == "verify" {
+			key = "verify.max_steady" // the search's levels' (window.max_steady unless set)
+		}
+		notes = append(notes, fmt.Sprintf("stopped undecided after %s: %s, more than %s holds", seconds(l.WindowSeconds), l.ToDecide.Text(), key))
 	case l.Batches > 0 && l.ToDecide != nil:
 		notes = append(notes, fmt.Sprintf("undecided after %s: %s", seconds(l.WindowSeconds), l.ToDecide.Text()))
 	case l.Batches > 0 && l.Looks > 0 && l.Decision != DecisionInconclusive:

@@ -187,14 +187,36 @@ func (w WindowConfig) MaxSteadyWindows() int {
 	return max(1, int(time.Duration(w.MaxSteady)/time.Duration(w.Steady)))
 }
 
+// MaxSteadyTotal is the longest a level is measured while its decision
+// is inconclusive: window.max_steady, or DefaultSteadyWindows steady
+// windows.
+func (w WindowConfig) MaxSteadyTotal() time.Duration {
+	return time.Duration(w.Steady) * time.Duration(w.MaxSteadyWindows())
+}
+
 // ForecastMaxSteady is the longest a forecast level is measured while its
 // decision is inconclusive: verify.forecast_max_steady, or twice the
-// other levels' (window.max_steady), at most MaxLevelSteady.
+// other levels' (window.max_steady), at most MaxLevelSteady; never less
+// than the search's levels (VerifyMaxSteady).
 func (t *TestConfig) ForecastMaxSteady() time.Duration {
 	if d := time.Duration(t.Verify.ForecastMaxSteady); d > 0 {
+		return max(d, t.VerifyMaxSteady())
+	}
+	return max(min(2*t.Window.MaxSteadyTotal(), MaxLevelSteady), t.VerifyMaxSteady())
+}
+
+// VerifyMaxSteady is the longest a level of the open-loop search (a
+// configured rate, a bisection) is measured while its decision is
+// inconclusive: verify.max_steady, or window.max_steady. The search's
+// levels are where the number is decided, and the ones next to the
+// objective need the most requests (their misses come in bunches): a
+// sign test gives them 12 minutes where the sweep's levels get 6. A
+// level far from the objective still stops at its first looks.
+func (t *TestConfig) VerifyMaxSteady() time.Duration {
+	if d := time.Duration(t.Verify.MaxSteady); d > 0 {
 		return d
 	}
-	return min(2*time.Duration(t.Window.Steady)*time.Duration(t.Window.MaxSteadyWindows()), MaxLevelSteady)
+	return t.Window.MaxSteadyTotal()
 }
 
 // DefaultSteadyWindows is a level's steady windows without
@@ -229,8 +251,12 @@ type VerifyConfig struct {
 	// gets the time it needs to decide); 0: twice window.max_steady, at
 	// most an hour.
 	ForecastMaxSteady model.Duration `yaml:"forecast_max_steady,omitempty"`
-	Burst             BurstConfig    `yaml:"burst,omitempty"`
-	DrainWithin       model.Duration `yaml:"drain_within,omitempty"`
+	// MaxSteady is the longest a level of the search (a configured rate,
+	// a bisection) is measured while its decision is inconclusive; 0:
+	// window.max_steady.
+	MaxSteady   model.Duration `yaml:"max_steady,omitempty"`
+	Burst       BurstConfig    `yaml:"burst,omitempty"`
+	DrainWithin model.Duration `yaml:"drain_within,omitempty"`
 	// HotTenant, if set, ends the verification with one more level at the
 	// verified rate in which one tenant sends more than its share: the
 	// other tenants' attainment during it is the risk boundary of a

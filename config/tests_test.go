@@ -41,6 +41,12 @@ func TestTestsGood(t *testing.T) {
 	}, full)
 	require.Equal(t, 8, full.Verify.Levels(), "verify.max_levels' default")
 	require.Equal(t, 3, full.Window.MaxSteadyWindows(), "window.max_steady's default: three steady windows")
+	require.Equal(t, 9*time.Minute, full.VerifyMaxSteady(), "verify.max_steady's default: window.max_steady")
+	require.Equal(t, 18*time.Minute, full.ForecastMaxSteady(), "verify.forecast_max_steady's default: twice window.max_steady")
+	longer := *full
+	longer.Verify.MaxSteady = model.Duration(30 * time.Minute)
+	require.Equal(t, 30*time.Minute, longer.VerifyMaxSteady())
+	require.Equal(t, 30*time.Minute, longer.ForecastMaxSteady(), "a forecast level gets at least the search's time")
 
 	// A step test of one key takes every other default of its kind, and
 	// none of a soak.
@@ -285,6 +291,9 @@ tests[1].retries: must be between 0 and 10, got 11`},
 		{"max_steady", "\n  - " + step + ", window: {steady: 1m, max_steady: 30s, min_requests: 1}}\n  - {name: t, kind: step, target: local, scenario: chat, window: {steady: 1m, max_steady: 2h, min_requests: 1}}",
 			`tests[0].window.max_steady: must be at least steady (1m) and at most 1h, got 30s
 tests[1].window.max_steady: must be at least steady (1m) and at most 1h, got 2h`},
+		{"verify max_steady", "\n  - " + step + ", window: {steady: 1m, min_requests: 1}, verify: {max_steady: 30s}}\n  - {name: t, kind: step, target: local, scenario: chat, verify: {max_steady: 2h}}",
+			`tests[0].verify.max_steady: must be at least window.steady (1m) and at most 1h, got 30s
+tests[1].verify.max_steady: must be at least window.steady (2m) and at most 1h, got 2h`},
 		{"step keys on a soak", "\n  - " + soak + ", retries: 1, window: {steady: 10m, max_steady: 20m}}",
 			`tests[0].window.max_steady: applies to kind: step only (a soak's windows are its duration's)
 tests[0].retries: applies to kind: step only`},

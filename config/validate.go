@@ -755,6 +755,9 @@ func (v *validation) validateStep(key string, t *TestConfig, g GlobalConfig) {
 	if m := t.Verify.ForecastMaxSteady; m != 0 && (m < t.Window.Steady || time.Duration(m) > MaxLevelSteady) {
 		v.bad(key+".verify.forecast_max_steady", "must be at least window.steady (%s) and at most %s, got %s", t.Window.Steady, model.Duration(MaxLevelSteady), m)
 	}
+	if m := t.Verify.MaxSteady; m != 0 && (m < t.Window.Steady || time.Duration(m) > MaxLevelSteady) {
+		v.bad(key+".verify.max_steady", "must be at least window.steady (%s) and at most %s, got %s", t.Window.Steady, model.Duration(MaxLevelSteady), m)
+	}
 	if n := t.Verify.MaxLevels; n != 0 && (n < len(t.Verify.Rates) || n > MaxTestLevels) {
 		v.bad(key+".verify.max_levels", "must be between the number of verify.rates (%d) and %d, got %d", len(t.Verify.Rates), MaxTestLevels, n)
 	}
@@ -978,7 +981,7 @@ func stepKeys(t *TestConfig) []string {
 	if len(t.Sweep.Concurrency) > 0 || t.Sweep.Refine != 0 {
 		keys = append(keys, "sweep")
 	}
-	if len(t.Verify.Rates) > 0 || t.Verify.Burst != (BurstConfig{}) || t.Verify.DrainWithin != 0 || t.Verify.Resolution != 0 || t.Verify.MaxLevels != 0 || t.Verify.ForecastMaxSteady != 0 || t.Verify.HotTenant != nil {
+	if len(t.Verify.Rates) > 0 || t.Verify.Burst != (BurstConfig{}) || t.Verify.DrainWithin != 0 || t.Verify.Resolution != 0 || t.Verify.MaxLevels != 0 || t.Verify.ForecastMaxSteady != 0 || t.Verify.MaxSteady != 0 || t.Verify.HotTenant != nil {
 		keys = append(keys, "verify")
 	}
 	if t.Retries != 0 {

@@ -48,13 +48,14 @@ var starterComments = map[string]string{
   # sweep, then the open-loop rate kept at the objective: 0.6x and 0.8x of
   # the closed loop's, then bisection up to its throughput. A first look:
   # a level stops as soon as it is decided (20 s windows of 2 s batches,
-  # up to 60 s); a number to sign: --profile sign (2 min windows, up to 6).
+  # up to 60 s); a number to sign: --profile sign (about an hour).
 `,
 	config.ProfileSign: `  # sloprober test run %s: a number to sign: one request at a time, the
   # knee of a closed-loop sweep refined twice, then the open-loop rate kept
   # at the objective: 0.5x and 0.8x of the closed loop's, then bisection to
   # 3%% of it (up to its throughput). A level stops as soon as it is
-  # decided (2 min windows of 12 s batches, up to 6 min).
+  # decided (2 min windows of 12 s batches, up to 6 min; the open-loop
+  # search's up to 12 min: next to the objective it needs the requests).
 `,
 }
 
@@ -72,7 +73,7 @@ func addStarterFlags(cmd *kingpin.CmdClause) *starter {
 // addProfileFlag adds --profile, the step test's profile of an endpoint
 // given by URL (`init`, `test run`).
 func (s *starter) addProfileFlag(cmd *kingpin.CmdClause) {
-	cmd.Flag("profile", "The step test's profile, with --target: first-look (short windows: minutes) or sign (a number to sign: 2-minute windows up to 6 minutes a level, refined; tens of minutes). The estimate of its duration is printed as it starts.").
+	cmd.Flag("profile", "The step test's profile, with --target: first-look (short windows: minutes) or sign (a number to sign: 2-minute windows up to 6 minutes a level, 12 in the open-loop search, refined; about an hour). The estimate of its duration is printed as it starts.").
 		EnumVar(&s.profile, config.Profiles...)
 }
 
