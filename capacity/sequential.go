@@ -16,9 +16,10 @@ import (
 // again each time (3, 5, 8, 12, 18, 27), up to the most batches the level
 // may take (window.max_steady; the search's verify.max_steady, a forecast
 // level's verify.forecast_max_steady), where it is looked at once more
-// and left undecided if it still is. The load goes on while a look waits for its requests, so looking costs no
-// time; a level far from the objective stops at its first looks, and one
-// next to it takes the time the test allows.
+// and left undecided if it still is. The load goes on while a look waits
+// for its requests, so looking costs no time; a level far from the
+// objective stops at its first looks, and one next to it takes the time
+// the test allows.
 //
 // Looking again until something decides must not raise the chance of a
 // wrong decision: every look has its own share of the 5% (Bonferroni:

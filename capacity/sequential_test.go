@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sloprober/sloprober/config"
 	"github.com/stretchr/testify/require"
 	"gonum.org/v1/gonum/stat/distuv"
+
+	"github.com/sloprober/sloprober/config"
 )
 
 // The simulation study of the sequential rule (sequential.go): thousands
