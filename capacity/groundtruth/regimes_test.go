@@ -146,17 +146,18 @@ func cmpOr(a, b string) string {
 
 // regimeConfig is the configuration of a regime's step test: its target
 // the simulator at url, one scenario of 16 tokens in and 21 out against
-// its TTFT SLO at 95%, and the profile's test, as `init` writes it.
+// its TTFT SLO at 95%, and the profile's test and max_in_flight, as
+// `init` writes them.
 func regimeConfig(url string, rg regime, profile string) string {
 	return fmt.Sprintf(`global: {max_rate: 1000, max_in_flight: 1000}
-targets: [{name: mdc, url: %q, model: sim-model, timeout: 30s, simulator: true}]
+targets: [{name: mdc, url: %q, model: sim-model, timeout: 30s, simulator: true, max_in_flight: %d}]
 scenarios: [{name: s, input_tokens: 16, output_tokens: 21, ignore_eos: true, objective: 0.95, slo: {ttft: %s}}]
 tests:
   - name: capacity
     kind: step
     target: mdc
     scenario: s
-%s`, url+"/v1", rg.slo, config.StepProfile(profile))
+%s`, url+"/v1", config.ProfileMaxInFlight(profile), rg.slo, config.StepProfile(profile))
 }
 
 // runRegime starts the regime's simulator (and its burner) and runs the

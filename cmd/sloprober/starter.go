@@ -315,6 +315,10 @@ func (s *starter) yaml(header string, headersAsEnv bool) string {
     model: %s
     replicas: 1         # serving replicas behind the URL: a report divides capacity by it
 `, name, quote(s.url), s.api, quote(s.model))
+	profile := cmp.Or(s.profile, config.ProfileFirstLook)
+	if m := config.ProfileMaxInFlight(profile); m != config.DefaultTargetConfig.MaxInFlight {
+		fmt.Fprintf(&b, "    max_in_flight: %d  # twice the sweep's most clients: open-loop levels near capacity hold more\n", m)
+	}
 	if s.bearerTokenFile != "" {
 		fmt.Fprintf(&b, "    authorization: {type: Bearer, credentials_file: %s}\n", quote(s.bearerTokenFile))
 	}
@@ -339,7 +343,6 @@ canary:
   - {target: %s, scenario: %s, rate: 0.1}
 tests:
 `, starterScenario, name, starterScenario)
-	profile := cmp.Or(s.profile, config.ProfileFirstLook)
 	fmt.Fprintf(&b, starterComments[profile], starterTest)
 	fmt.Fprintf(&b, `  - name: %s
     kind: step
