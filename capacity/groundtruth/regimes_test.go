@@ -63,8 +63,9 @@ type regimeRun struct {
 	took     time.Duration
 	estimate string
 	// progress is the progress estimate's error from a quarter of the
-	// run on (progressError).
-	progress string
+	// run on (progressError); levels the run's progress lines, one a
+	// level, where it shows.
+	progress, levels string
 }
 
 // TestCapacityRegimes runs SLOPROBER_BENCH_CAPACITY runs of each regime
@@ -124,7 +125,7 @@ func TestCapacityRegimes(t *testing.T) {
 			write()
 			var b strings.Builder
 			capacity.WriteTable(&b, rr.run)
-			t.Logf("regime %s run %d (service %.0f ms, wait allowed %.0f ms, truth %.3g req/s), %s:\n%s", rg.name, i+1, 1e3*d, 1e3*w, truth, rr.took.Round(time.Second), b.String())
+			t.Logf("regime %s run %d (service %.0f ms, wait allowed %.0f ms, truth %.3g req/s), %s:\n%s\nits progress:\n%s", rg.name, i+1, 1e3*d, 1e3*w, truth, rr.took.Round(time.Second), b.String(), rr.levels)
 		}
 		slices.Sort(ratios)
 		summary := fmt.Sprintf("%d of %d passed", passed, n)
@@ -193,7 +194,14 @@ func runRegime(t *testing.T, bin, burn, dir string, rg regime, profile string, i
 	require.NoError(t, err, "the run's JSON; stderr:\n%s", stderr.String())
 	run, err := capacity.DecodeRun(data)
 	require.NoError(t, err)
-	return regimeRun{run: run, took: took, estimate: estimateRE.FindString(stderr.String()), progress: progressError(stderr.String(), took)}
+	var levels []string
+	for line := range strings.Lines(stderr.String()) {
+		if strings.HasPrefix(line, "level ") {
+			levels = append(levels, strings.TrimSpace(line))
+		}
+	}
+	return regimeRun{run: run, took: took, estimate: estimateRE.FindString(stderr.String()), progress: progressError(stderr.String(), took),
+		levels: strings.Join(levels, "\n")}
 }
 
 // progressRE finds a level's progress line (a line a level when stderr
