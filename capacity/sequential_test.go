@@ -193,4 +193,8 @@ func TestLookPlanByStage(t *testing.T) {
 	s.Test.Verify.MaxSteady = 0
 	require.Equal(t, sweep.looks, s.lookPlan("verify", false).looks)
 	require.Equal(t, []int{3, 5, 8, 12, 18, 27, 41, 60}, s.lookPlan("verify", true).looks, "a forecast level: twice window.max_steady")
+	// The plan line says both.
+	require.Contains(t, s.plan(), "windows 30s + 2m0s a level (up to 6m0s to decide); about")
+	s.Test = profileTest(t, config.ProfileSign)
+	require.Contains(t, s.plan(), "windows 30s + 2m0s a level (up to 6m0s to decide, 12m0s in the open-loop search); about 1h11m")
 }

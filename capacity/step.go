@@ -126,11 +126,11 @@ var errStopRule = errors.New("stop rule")
 // differs, "(up to 6m0s to decide, 12m0s in the open-loop search)".
 func (s *Step) plan() string {
 	t := s.Test
-	decide := t.Window.MaxSteadyTotal().String()
+	decide := t.Window.MaxSteadyTotal().String() + " to decide"
 	if open := t.VerifyMaxSteady(); open != t.Window.MaxSteadyTotal() {
 		decide += ", " + open.String() + " in the open-loop search"
 	}
-	return fmt.Sprintf("step test %s on target %s: sweep %v, windows %s + %s a level (up to %s to decide); %s", t.Name, s.Load.Target.Name,
+	return fmt.Sprintf("step test %s on target %s: sweep %v, windows %s + %s a level (up to %s); %s", t.Name, s.Load.Target.Name,
 		t.Sweep.Concurrency, time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady), decide, EstimateStep(t, &s.Load.Target))
 }
 
