@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -130,4 +131,17 @@ func TestTimeLeftBisection(t *testing.T) {
 	bisection := time.Duration(s.Test.Window.Warmup) + time.Duration(0.8*float64(12*time.Minute)) + drainAllowance
 	s.took = map[string][]time.Duration{"verify": {bisection, bisection}}
 	require.Equal(t, 4*bisection+burstTime(s.Test), s.timeLeft("verify"))
+}
+
+// TestProfileMaxInFlight: each profile's target is written with a
+// max_in_flight of twice its sweep's most clients (at least the
+// default), so that its open-loop levels near the capacity are not cut
+// by the cap.
+func TestProfileMaxInFlight(t *testing.T) {
+	for _, p := range config.Profiles {
+		most := slices.Max(profileTest(t, p).Sweep.Concurrency)
+		require.Equal(t, max(2*most, config.DefaultTargetConfig.MaxInFlight), config.ProfileMaxInFlight(p), p)
+	}
+	require.Equal(t, 128, config.ProfileMaxInFlight(config.ProfileSign))
+	require.Empty(t, config.StepProfile("soak"))
 }
