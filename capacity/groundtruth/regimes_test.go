@@ -21,6 +21,7 @@ import (
 	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/internal/testkit/freeport"
+	"github.com/sloprober/sloprober/prober"
 )
 
 // The capacity benchmark (`make bench-capacity`): a step test profile run
@@ -148,17 +149,24 @@ func cmpOr(a, b string) string {
 // regimeConfig is the configuration of a regime's step test: its target
 // the simulator at url, one scenario of 16 tokens in and 21 out against
 // its TTFT SLO at 95%, and the profile's test and max_in_flight, as
-// `init` writes them.
+// `init` writes them. The target is named after the simulator's port: a
+// load's arrivals are drawn from its name's seed in minutes of the wall
+// clock, the same after a restart and on every replica, so runs at once
+// (the benchmark's ten processes, 20 s apart) with one name would offer
+// their simulators the very same arrivals whenever their levels ran at
+// one rate in the same minutes, and their outcomes would be one sample,
+// not ten.
 func regimeConfig(url string, rg regime, profile string) string {
+	name := "mdc-" + url[strings.LastIndex(url, ":")+1:]
 	return fmt.Sprintf(`global: {max_rate: 1000, max_in_flight: 1000}
-targets: [{name: mdc, url: %q, model: sim-model, timeout: 30s, simulator: true, max_in_flight: %d}]
+targets: [{name: %s, url: %q, model: sim-model, timeout: 30s, simulator: true, max_in_flight: %d}]
 scenarios: [{name: s, input_tokens: 16, output_tokens: 21, ignore_eos: true, objective: 0.95, slo: {ttft: %s}}]
 tests:
   - name: capacity
     kind: step
-    target: mdc
+    target: %s
     scenario: s
-%s`, url+"/v1", config.ProfileMaxInFlight(profile), rg.slo, config.StepProfile(profile))
+%s`, name, url+"/v1", config.ProfileMaxInFlight(profile), rg.slo, name, config.StepProfile(profile))
 }
 
 // runRegime starts the regime's simulator (and its burner) and runs the
@@ -285,4 +293,20 @@ level 9 of about 11: verify, 4 req/s; elapsed 3m0s, about 1m30s left; last goodp
 	// the first line is before a quarter of it.
 	require.Equal(t, "+0%..+12%", progressError(stderr, 4*time.Minute))
 	require.Equal(t, "-", progressError("no progress", time.Minute))
+}
+
+// TestRegimeConfig: a regime's configuration loads as `init` would write
+// it, its target named after the simulator's port, so that runs at once
+// draw arrivals of their own.
+func TestRegimeConfig(t *testing.T) {
+	seeds := map[uint64]bool{}
+	for _, url := range []string{"http://127.0.0.1:34605", "http://127.0.0.1:34606"} {
+		cfg, err := config.Load([]byte(regimeConfig(url, regimes["a"], config.ProfileSign)), false)
+		require.NoError(t, err)
+		tc := cfg.Tests[0]
+		require.Equal(t, config.ProfileMaxInFlight(config.ProfileSign), cfg.Target(tc.Target).MaxInFlight)
+		spec := cfg.TestLoad(tc)
+		seeds[prober.Seed(spec.Name())] = true
+	}
+	require.Len(t, seeds, 2, "two runs at once, two streams of arrivals")
 }
