@@ -752,11 +752,13 @@ func (v *validation) validateStep(key string, t *TestConfig, g GlobalConfig) {
 	if r := t.Verify.Resolution; !(r >= MinResolution && r <= 1) {
 		v.bad(key+".verify.resolution", "must be between %g and 1 (a fraction of the closed-loop rate), got %g", MinResolution, r)
 	}
-	if m := t.Verify.ForecastMaxSteady; m != 0 && (m < t.Window.Steady || time.Duration(m) > MaxLevelSteady) {
-		v.bad(key+".verify.forecast_max_steady", "must be at least window.steady (%s) and at most %s, got %s", t.Window.Steady, model.Duration(MaxLevelSteady), m)
-	}
-	if m := t.Verify.MaxSteady; m != 0 && (m < t.Window.Steady || time.Duration(m) > MaxLevelSteady) {
-		v.bad(key+".verify.max_steady", "must be at least window.steady (%s) and at most %s, got %s", t.Window.Steady, model.Duration(MaxLevelSteady), m)
+	for _, m := range []struct {
+		name string
+		d    model.Duration
+	}{{"forecast_max_steady", t.Verify.ForecastMaxSteady}, {"max_steady", t.Verify.MaxSteady}} {
+		if m.d != 0 && (m.d < t.Window.Steady || time.Duration(m.d) > MaxLevelSteady) {
+			v.bad(key+".verify."+m.name, "must be at least window.steady (%s) and at most %s, got %s", t.Window.Steady, model.Duration(MaxLevelSteady), m.d)
+		}
 	}
 	if n := t.Verify.MaxLevels; n != 0 && (n < len(t.Verify.Rates) || n > MaxTestLevels) {
 		v.bad(key+".verify.max_levels", "must be between the number of verify.rates (%d) and %d, got %d", len(t.Verify.Rates), MaxTestLevels, n)
