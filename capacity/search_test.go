@@ -298,10 +298,10 @@ func TestSearch(t *testing.T) {
 			reason: "not concluded: busy host: no open-loop rate measured the target validly: prober-bound at 2.5 req/s (send_lag): busy host",
 		},
 		{
-			// The bisection's 7.25 req/s drew a window that offered 8.2,
-			// above 8, which leant to a miss: the bracket did not move,
-			// and the same midpoint would run again.
-			name:   "a bisection outside its bracket",
+			// The bisection's 6.5 req/s drew windows that offered 8.2,
+			// above 8, which leant to a miss, twice: the bracket did not
+			// move, and the same midpoint would run again.
+			name:   "a bisection outside its bracket, twice",
 			verify: config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.05},
 			target: func(rate float64) (float64, string, bool) {
 				switch rate {
@@ -312,8 +312,31 @@ func TestSearch(t *testing.T) {
 				}
 				return rate, DecisionMet, false
 			},
-			path:     "5 met, 8 inconclusive, 8.2 met",
+			path:     "5 met, 8 inconclusive, 8.2 met, 8.2 met",
 			verified: verifiedAt(5), bound: 8, verdict: VerdictPass,
+		},
+		{
+			// The bisection's 6.5 req/s met in a window that offered
+			// 4.9, under the 5 that verified (a lull in a short
+			// window): it runs again, offers 6.5, and the search goes
+			// on from there.
+			name:   "a bisection outside its bracket, then in it",
+			verify: config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.05},
+			target: func() synthetic {
+				seen := map[float64]int{}
+				return func(rate float64) (float64, string, bool) {
+					seen[rate]++
+					switch {
+					case rate == 8:
+						return 8, DecisionMissed, false
+					case rate == 6.5 && seen[rate] == 1:
+						return 4.9, DecisionMet, false
+					}
+					return below(7, 0)(rate)
+				}
+			}(),
+			path:     "5 met, 8 missed, 4.9 met, 6.5 met, 7.25 missed, 6.88 met",
+			verified: verifiedAt(6.875), bound: 7.25, verdict: VerdictPass,
 		},
 		{
 			// 0.5x and 0.8x short of requests, 0.8x's window a lull
