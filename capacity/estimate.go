@@ -25,38 +25,42 @@ import (
 // took on average (their drain and re-measurements included), blended
 // with the estimate before it as if that were two levels; the levels
 // left are the stage's typical ones less those that ran, and the later
-// stages'. Once the sweep has measured the closed loop's throughput, an
-// open-loop level is expected to take what verifyRequests take at
-// openShare of it (within its first look and its most): the speed of the
-// target, not only the windows, sets it; a bisection level, next to the
-// objective, is expected to take typicalVerifyShare of its most whatever
-// the target's speed (its misses come in bunches). Worked numbers, the starter
-// test (a level up to 60 s) against a target whose sweep completed 11
-// req/s: an open-loop level is expected to take 5 s + 200 / 7.7 s + 2 s
-// = 33 s; the first stopped after 15 s; the next three are expected to
-// take (2 x 33 + 15) / 3 = 27 s each. Over the runs of this session
-// (the starter test against the simulator and an independent server,
-// the embedded test), the estimate was within 25% of the real duration
-// from a quarter of each run on; before the sweep's end, 16% under to 89%
-// over.
+// stages'. The open-loop levels are two kinds, each learning from its
+// own. Those next to the objective (the bisection levels and the highest
+// configured rate) take typicalVerifyShare of their most whatever the
+// target's speed (their misses come in bunches). The configured rates
+// below them, once the sweep has measured the closed loop's throughput,
+// take what verifyRequests take at openShare of it (within their first
+// look and their most): the speed of the target, not only the windows,
+// sets it. Worked numbers, the sign profile against M/D/8 (5.6 req/s
+// closed loop) beside a CPU burner: 0.5x is expected to take 30 s + 500
+// / 3.9 s + 2 s = 2m40s (it took 68 s to 12m30s), 0.8x and each bisection
+// level 30 s + 90% of 12m + 2 s = 11m20s (they took 12m30s, a few 2 to 6
+// minutes). Replayed through it, six such runs were within 20% of their
+// real duration from a quarter of each run on (TestProgressReplay),
+// where the estimate they ran with (every open-loop level learning from
+// every other, at 80%; the bisection's whole halvings) was 29% under to
+// 38% over.
 
 // Typical shares of window.max_steady a level's batches take.
 const (
 	typicalSweepShare  = 0.35
-	typicalVerifyShare = 0.8
+	typicalVerifyShare = 0.9
 )
 
 // typicalBaseline is what a baseline request is taken to take before the
 // target has answered one: an LLM request of a few hundred tokens.
 const typicalBaseline = 2 * time.Second
 
-// verifyRequests is about how many requests an open-loop level takes to
-// decide (156 all good meet 95% at an early look; a level next to the
-// objective takes its most), and openShare the share of the closed
-// loop's throughput the search's rates are at, for the time an open-loop
-// level is expected to take once the sweep has measured that throughput.
+// verifyRequests is about how many requests an open-loop level below
+// the objective's neighbourhood takes to decide: 156 all good meet 95% at
+// an early look, but a few misses in a bunch make a sample worth a third
+// of its requests (0.5x of M/D/8, 2.8 req/s, decided after 2m24s to
+// 5m24s); openShare the share of the closed loop's throughput the
+// search's rates are at, for the time such a level is expected to take
+// once the sweep has measured that throughput.
 const (
-	verifyRequests = 200
+	verifyRequests = 500
 	openShare      = 0.7
 )
 
@@ -160,18 +164,22 @@ func typicalVerifyLevels(v *config.VerifyConfig) int {
 	return min(max(n, 1), v.Levels())
 }
 
-// bisectionLeft is how many bisection levels the search still runs, this
-// one included, once its configured rates have run and one verified: the gap from the
-// highest rate verified to the lowest above it that did not verify (or
-// the closed loop's peak, or twice it) halved until it is within
-// verify.resolution of the peak, within verify.max_levels. Worked
-// numbers, the sign profile (3%) against a closed loop of 5.6 req/s,
-// 2.8 req/s verified and 4.98 missed: 2.18 req/s halves 4 times to
-// within 0.168, 4 levels more; a typical run's count (5 open-loop
-// levels, 3 of them bisection) said 3, and 1 after two of them, for
-// runs that went on to 7 and 8 levels and took up to 40% longer than
-// it said.
-func (s *Step) bisectionLeft() (int, bool) {
+// bisectionLeft is how many bisection levels the search is expected to
+// run still, this one included, once its configured rates have run and
+// one verified: the gap from the highest rate verified to the lowest
+// above it that did not verify (or the closed loop's peak, or twice it)
+// is halved until it is within verify.resolution of the peak, within
+// verify.max_levels. Halved exactly, that is ceil(log2(gap /
+// resolution)) levels; but each midpoint's window offers a little more
+// or less than the midpoint, the bracket shrinks by more or less than
+// half, and the fraction the ceiling rounds up is as good as random: the
+// expected count is log2(gap / resolution) + 1/2, at least the one
+// starting. Worked numbers: ten runs against M/D/8 beside a CPU burner,
+// from about 2.8 to 4.45 req/s with a resolution of 0.167 (log2 3.3;
+// halved exactly, 4), ran 3 to 5 bisection levels, 3.8 on average; the
+// sign profile against a closed loop of 5.6 req/s, 2.8 req/s verified
+// and 4.98 missed: log2(2.18 / 0.168) + 1/2 = 4.2 levels.
+func (s *Step) bisectionLeft() (float64, bool) {
 	v := &s.Test.Verify
 	peak := s.peak()
 	if s.run == nil || peak <= 0 || v.Resolution <= 0 || len(s.run.Verify) < len(v.Rates) {
@@ -190,11 +198,12 @@ func (s *Step) bisectionLeft() (int, bool) {
 	if hi == nil {
 		top, _ = s.ceiling()
 	}
-	n := 0
-	for gap := top - offered(lo); gap > v.Resolution*peak && n < v.Levels(); gap /= 2 {
-		n++
+	gap, res := top-offered(lo), v.Resolution*peak
+	if gap <= res {
+		return 0, true
 	}
-	return max(0, min(n, v.Levels()-len(s.run.Verify))), true
+	n := max(1, math.Log2(gap/res)+0.5)
+	return min(n, float64(max(0, v.Levels()-len(s.run.Verify)))), true
 }
 
 // forecastLevelCount is how many levels a target's forecast adds to the
@@ -238,14 +247,14 @@ func (s *Step) timeLeft(stage string) time.Duration {
 	prior["refine"] = prior["sweep"]
 	// The bisection's levels are next to the objective, where a sample
 	// decides late (the misses come in bunches: 1,300 requests near 95%
-	// decide no better than 100 independent ones): at 80% of
+	// decide no better than 100 independent ones): at 90% of
 	// verify.max_steady, whatever the target's speed.
 	prior["bisection"] = prior["verify"]
 	if peak := s.peak(); peak > 0 {
-		// The configured rates, further from it, run at about 0.7x of
-		// what the closed loop completed, and decide in about
-		// verifyRequests requests: a target of 11 req/s decides in 26 s
-		// where one of 3.5 req/s takes its whole 60 s.
+		// The configured rates below those, further from it, run at
+		// about 0.7x of what the closed loop completed, and decide in
+		// about verifyRequests requests: a target of 200 req/s decides
+		// at its first look, one of 5.6 req/s in about 2 minutes.
 		first := time.Duration(firstLook) * s.batch()
 		need := time.Duration(float64(time.Second) * verifyRequests / (openShare * peak))
 		prior["verify"] = time.Duration(w.Warmup) + min(openMost, max(first, need)) + drainAllowance
@@ -269,21 +278,29 @@ func (s *Step) timeLeft(stage string) time.Duration {
 	ran := func(st string) int { return len(s.took[st]) }
 	sweepLeft := max(0, min(len(t.Sweep.Concurrency), 5)-ran("sweep")) + max(0, min(t.Sweep.Refine, 2)-ran("refine"))
 	// The open-loop levels left: the configured rates' (and the
-	// forecast's), at what the target's speed says, and the bisection's,
-	// at its share; the levels that ran so far teach both.
-	ranOpen := ran("verify")
-	configured := max(0, len(t.Verify.Rates)-ranOpen) + forecastLevelCount(&s.Load.Target)
-	bisection := max(0, typicalVerifyLevels(&t.Verify)-max(ranOpen, len(t.Verify.Rates)))
+	// forecast's), at what the target's speed says and what they took,
+	// and the bisection's, at its share and what the bisection levels
+	// took. The highest configured rate is taken as one next to the
+	// objective: a target's open-loop capacity lies most often between
+	// 0.6x and 0.9x of its closed loop, and 0.8x took its whole 12
+	// minutes in seven of ten runs against M/D/8 beside a CPU burner,
+	// 6 and 9 minutes in two, 25 (measured twice) in one; 0.5x took 68 s
+	// to 12 minutes.
+	ranOpen := ran("verify") + ran("bisection")
+	configured := max(0, len(t.Verify.Rates)-ranOpen)
+	nearest := min(configured, 1)
+	configured += forecastLevelCount(&s.Load.Target) - nearest
+	bisection := float64(max(0, typicalVerifyLevels(&t.Verify)-max(ranOpen, len(t.Verify.Rates))))
 	if n, ok := s.bisectionLeft(); ok {
 		bisection = n
 	}
+	bisection += float64(nearest)
 	open := func(atLeastOne bool) time.Duration {
 		c, b := configured, bisection
-		if atLeastOne && c+b == 0 {
+		if atLeastOne && float64(c)+b == 0 {
 			b = 1 // more bisection than typical
 		}
-		d := time.Duration(c)*expect("verify") + time.Duration(b)*expectAs("verify", "bisection")
-		return d
+		return time.Duration(c)*expect("verify") + time.Duration(b*float64(expect("bisection")))
 	}
 	var left time.Duration
 	switch stage {

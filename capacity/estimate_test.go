@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -29,22 +30,22 @@ tests:
 
 // TestEstimateStep: a typical run of the first-look profile: 10 baseline
 // requests of 2 s, five sweep levels of 5 s + 35% of 60 s + 2 s, four
-// open-loop levels of 5 s + 80% of 60 s + 2 s, a burst of 5 s + 10 s + a
-// third of 30 s: 20 s + 140 s + 220 s + 25 s = 6m45s.
+// open-loop levels of 5 s + 90% of 60 s + 2 s, a burst of 5 s + 10 s + a
+// third of 30 s: 20 s + 140 s + 244 s + 25 s = 7m9s.
 func TestEstimateStep(t *testing.T) {
 	e := EstimateStep(profileTest(t, config.ProfileFirstLook), &config.TargetConfig{})
-	require.Equal(t, 6*time.Minute+45*time.Second, e.Typical)
+	require.Equal(t, 7*time.Minute+9*time.Second, e.Typical)
 	// 11 levels (5 sweep, 4 open-loop, one each measured again to
 	// decide it), three times, each 5 s + 60 s + 2 s and two waits of
 	// 20 s for the prober.
 	require.Equal(t, 20*time.Second+time.Duration(11*3)*(67+40)*time.Second+25*time.Second, e.Most)
-	require.Equal(t, "about 6m50s (up to 1h if every level takes its longest)", e.String())
+	require.Equal(t, "about 7m10s (up to 1h if every level takes its longest)", e.String())
 	for d, want := range map[time.Duration]string{95 * time.Second: "1m40s", 21*time.Minute + 20*time.Second: "21m", 65 * time.Minute: "1h5m", 151 * time.Minute: "2h30m"} {
 		require.Equal(t, want, roughly(d))
 	}
 	// A forecast's peak and average: two more open-loop levels.
 	f := EstimateStep(profileTest(t, config.ProfileFirstLook), &config.TargetConfig{Forecast: &config.ForecastConfig{PeakRate: 6, AverageRate: 3}})
-	require.Equal(t, e.Typical+2*(5+48+2)*time.Second, f.Typical)
+	require.Equal(t, e.Typical+2*(5+54+2)*time.Second, f.Typical)
 	sign := EstimateStep(profileTest(t, config.ProfileSign), &config.TargetConfig{})
 	require.Greater(t, sign.Typical, 3*e.Typical, "a number to sign takes several times a first look")
 	// Of the sign profile's 8 open-loop levels, the search typically
@@ -54,14 +55,14 @@ func TestEstimateStep(t *testing.T) {
 	require.Equal(t, 4, typicalVerifyLevels(&profileTest(t, config.ProfileFirstLook).Verify))
 	// Its open-loop levels take up to 12 minutes (verify.max_steady),
 	// its sweep's 6: 20 baseline requests of 2 s, 7 sweep levels of 30 s
-	// + 35% of 6m + 2 s, 5 open-loop levels of 30 s + 80% of 12m + 2 s,
+	// + 35% of 6m + 2 s, 5 open-loop levels of 30 s + 90% of 12m + 2 s,
 	// a burst of 30 s + 10 s + 10 s.
-	require.InDelta(t, (40*time.Second + 7*(32*time.Second+126*time.Second) + 5*(32*time.Second+576*time.Second) + 50*time.Second).Seconds(), sign.Typical.Seconds(), 1e-6)
-	require.Equal(t, "about 1h11m (up to 9h50m if every level takes its longest)", sign.String())
+	require.InDelta(t, (40*time.Second + 7*(32*time.Second+126*time.Second) + 5*(32*time.Second+648*time.Second) + 50*time.Second).Seconds(), sign.Typical.Seconds(), 1e-6)
+	require.Equal(t, "about 1h17m (up to 9h50m if every level takes its longest)", sign.String())
 	// Without verify.max_steady the search's levels take the sweep's.
 	plain := profileTest(t, config.ProfileSign)
 	plain.Verify.MaxSteady = 0
-	require.InDelta(t, (sign.Typical - 5*288*time.Second).Seconds(), EstimateStep(plain, &config.TargetConfig{}).Typical.Seconds(), 1e-6)
+	require.InDelta(t, (sign.Typical - 5*324*time.Second).Seconds(), EstimateStep(plain, &config.TargetConfig{}).Typical.Seconds(), 1e-6)
 }
 
 // TestTimeLeft: the time left learns from the levels that ran, each
@@ -71,37 +72,47 @@ func TestTimeLeft(t *testing.T) {
 	s := &Step{Test: profileTest(t, config.ProfileFirstLook)}
 	// Before anything ran: the typical run less nothing.
 	require.Equal(t, EstimateStep(s.Test, &s.Load.Target).Typical, s.timeLeft("baseline"))
-	// The sweep done (five levels of 20 s), one open-loop level that
-	// stopped after 15 s: the next three are (2 x 55 s + 15 s) / 3 each,
-	// and the burst.
-	s.took = map[string][]time.Duration{"baseline": {20 * time.Second}, "sweep": {20 * time.Second, 20 * time.Second, 20 * time.Second, 20 * time.Second, 20 * time.Second},
-		"verify": {15 * time.Second}}
-	verify := (2*55*time.Second + 15*time.Second) / 3
-	require.Equal(t, 3*verify+25*time.Second, s.timeLeft("verify"))
-	// The sweep completed 11 req/s: the configured rate left, at about
-	// 7.7 req/s, is expected to decide in 200 requests, 26 s, not 48; the
-	// two bisection levels, next to the objective, at 80% of their 60 s
-	// whatever the speed (blended with the 15 s level that ran).
-	s.run = &Run{Stages: Stages{Sweep: []Level{{Concurrency: 8, CompletedRate: 11}}}}
-	need := 200 / (0.7 * 11.0)
+	// The sweep done (five levels of 20 s), nothing known of the
+	// target's speed: 0.6x is expected at 90% of its 60 s (61 s); 0.8x,
+	// the highest configured rate, is taken as next to the objective,
+	// as the two bisection levels are, at 90% of theirs; and the burst.
+	s.took = map[string][]time.Duration{"baseline": {20 * time.Second}, "sweep": {20 * time.Second, 20 * time.Second, 20 * time.Second, 20 * time.Second, 20 * time.Second}}
+	near := 61 * time.Second
+	require.Equal(t, near+3*near+25*time.Second, s.timeLeft("verify"))
+	// The sweep completed 30 req/s: 0.6x is expected to decide in 500
+	// requests at 0.7x of it, 24 s, not 54; the levels next to the
+	// objective take what they take whatever the speed.
+	s.run = &Run{Stages: Stages{Sweep: []Level{{Concurrency: 8, CompletedRate: 30}}}}
+	need := 500 / (0.7 * 30.0)
 	prior := 5*time.Second + time.Duration(need*float64(time.Second)) + 2*time.Second
-	require.Equal(t, (2*prior+15*time.Second)/3+2*verify+25*time.Second, s.timeLeft("verify"))
+	require.Equal(t, prior+3*near+25*time.Second, s.timeLeft("verify"))
 	s.run = nil
+	// Both configured rates ran (0.6x stopped after 15 s, 0.8x took
+	// 60 s) and one bisection level, 40 s: the bisection level left is
+	// the one that ran blended with its estimate before it as if that
+	// were two levels, (2 x 61 + 40) / 3 s; the configured rates' times
+	// teach it nothing (0.5x of a slow target took 2m24s where the
+	// levels next to its objective took 12 minutes).
+	s.took["verify"] = []time.Duration{15 * time.Second, 60 * time.Second}
+	s.took["bisection"] = []time.Duration{40 * time.Second}
+	require.Equal(t, 1*(2*near+40*time.Second)/3+25*time.Second, s.timeLeft("verify"))
 	// A cache: both test's cold pass: the production pass after it is
 	// about as long again.
+	base := s.timeLeft("verify")
 	s.passesLeft, s.passStart = 1, time.Now().Add(-4*time.Minute)
 	left := s.timeLeft("verify")
-	require.InDelta(t, (4*time.Minute + 2*(3*verify+25*time.Second)).Seconds(), left.Seconds(), 1)
+	require.InDelta(t, (4*time.Minute + 2*base).Seconds(), left.Seconds(), 1)
 }
 
 // TestTimeLeftBisection: once the configured rates have run, the
 // bisection levels left come from the search's bracket, not a typical
-// run's count. The sign profile (3% of the peak) with a closed loop of
-// 5.6 req/s, 2.8 req/s met and 4.98 missed: the gap of 2.18 req/s halves
-// 4 times to within 0.168, 4 levels more (a typical run's count said 3,
-// then 1, for runs that went on to 7 and 8 levels); with 4.01 undecided
-// below its objective the bracket is 1.21 req/s, 3; within the
-// resolution, none but the one starting.
+// run's count: log2 of the gap over the resolution and a half, at least
+// the one starting. The sign profile (3% of the peak) with a closed loop
+// of 5.6 req/s, 2.8 req/s met and 4.98 missed: log2(2.18 / 0.168) + 1/2
+// = 4.2 levels (a typical run's count said 3, then 1, for runs that went
+// on to 7 and 8 levels); with 4.01 undecided below its objective the
+// bracket is 1.21 req/s, 3.35; over the resolution by less than twice,
+// the one starting; within it, none.
 func TestTimeLeftBisection(t *testing.T) {
 	s := &Step{Test: profileTest(t, config.ProfileSign)}
 	measured := &ProberHealth{}
@@ -113,7 +124,7 @@ func TestTimeLeftBisection(t *testing.T) {
 		Verify: []Level{level(2.8, DecisionMet, 1), level(4.98, DecisionMissed, 0.72)}}}
 	n, ok := s.bisectionLeft()
 	require.True(t, ok)
-	require.Equal(t, 4, n)
+	require.InDelta(t, math.Log2(2.18/0.168)+0.5, n, 1e-9)
 	// Nothing verified: the typical count stands.
 	s.run.Verify[0].Decision = DecisionInconclusive
 	_, ok = s.bisectionLeft()
@@ -121,16 +132,20 @@ func TestTimeLeftBisection(t *testing.T) {
 	s.run.Verify[0].Decision = DecisionMet
 	s.run.Verify = append(s.run.Verify, level(4.01, DecisionInconclusive, 0.94))
 	n, _ = s.bisectionLeft()
-	require.Equal(t, 3, n)
+	require.InDelta(t, math.Log2(1.21/0.168)+0.5, n, 1e-9)
 	s.run.Verify = append(s.run.Verify, level(3.25, DecisionMet, 0.99), level(3.6, DecisionMet, 0.99), level(3.8, DecisionMet, 0.99))
 	n, _ = s.bisectionLeft()
-	require.Equal(t, 1, n, "3.8 to 4.01 is within 0.168: the one starting")
+	require.Equal(t, 1.0, n, "3.8 to 4.01, 0.21 over 0.168: the one starting")
+	s.run.Verify = append(s.run.Verify, level(3.9, DecisionMet, 0.99))
+	n, _ = s.bisectionLeft()
+	require.Zero(t, n, "3.9 to 4.01 is within the resolution")
 	// The time left is those levels at a bisection level's prior, and
-	// the burst: 80% of the search's 12 minutes (verify.max_steady).
+	// the burst: 90% of the search's 12 minutes (verify.max_steady),
+	// whatever the configured rates took.
 	s.run.Verify = s.run.Verify[:2]
-	bisection := time.Duration(s.Test.Window.Warmup) + time.Duration(0.8*float64(12*time.Minute)) + drainAllowance
-	s.took = map[string][]time.Duration{"verify": {bisection, bisection}}
-	require.Equal(t, 4*bisection+burstTime(s.Test), s.timeLeft("verify"))
+	bisection := time.Duration(s.Test.Window.Warmup) + time.Duration(0.9*float64(12*time.Minute)) + drainAllowance
+	s.took = map[string][]time.Duration{"verify": {time.Minute, 2 * time.Minute}}
+	require.InDelta(t, ((math.Log2(2.18/0.168)+0.5)*bisection.Seconds() + burstTime(s.Test).Seconds()), s.timeLeft("verify").Seconds(), 1e-6)
 }
 
 // TestProfileMaxInFlight: each profile's target is written with a

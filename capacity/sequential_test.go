@@ -196,5 +196,5 @@ func TestLookPlanByStage(t *testing.T) {
 	// The plan line says both.
 	require.Contains(t, s.plan(), "windows 30s + 2m0s a level (up to 6m0s to decide); about")
 	s.Test = profileTest(t, config.ProfileSign)
-	require.Contains(t, s.plan(), "windows 30s + 2m0s a level (up to 6m0s to decide, 12m0s in the open-loop search); about 1h11m")
+	require.Contains(t, s.plan(), "windows 30s + 2m0s a level (up to 6m0s to decide, 12m0s in the open-loop search); about 1h17m")
 }

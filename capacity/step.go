@@ -101,7 +101,9 @@ type Step struct {
 	goodput    float64
 	// took is what each stage's levels took, from one level's start to
 	// the next's (drains and re-measurements included), for the time
-	// left (estimate.go); levelStage and levelStart the running level's.
+	// left (estimate.go), the search's bisection levels apart from its
+	// configured rates ("bisection"); levelStage and levelStart the
+	// running level's.
 	took       map[string][]time.Duration
 	levelStage string
 	levelStart time.Time

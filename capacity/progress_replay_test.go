@@ -1,0 +1,128 @@
+package capacity
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v2"
+
+	"github.com/sloprober/sloprober/config"
+)
+
+// progressPoint is what the time left said at the start of a level of a
+// replayed run: the time elapsed and the run's whole duration it implied.
+type progressPoint struct {
+	stage          string
+	rate           float64
+	elapsed, total time.Duration
+}
+
+// replayProgress replays a stored step run's levels, in the order they
+// ran, through timeLeft as it is now: at the start of each, what the run
+// would have said of its whole duration. A level's start is its first
+// window's less its warm-up (the baseline's is the run's); a level
+// measured again counts as one, its time the whole of it.
+func replayProgress(t *testing.T, run *Run) []progressPoint {
+	t.Helper()
+	require.NotNil(t, run.Setup, "the run's setup (its test)")
+	var test config.TestConfig
+	require.NoError(t, yaml.Unmarshal([]byte(run.Setup.Test), &test), "the run's test")
+	target := config.TargetConfig{Name: run.Setup.Target.Name, Replicas: run.Setup.Target.Replicas}
+	if f := run.Setup.Target.Forecast; f != nil {
+		target.Forecast = &config.ForecastConfig{PeakRate: f.PeakRate}
+	}
+	warmup := time.Duration(test.Window.Warmup)
+	type ran struct {
+		l     *Level
+		start time.Time
+	}
+	var levels []ran
+	if b := run.Baseline; b != nil {
+		levels = append(levels, ran{b, run.Start})
+	}
+	for _, st := range [][]Level{run.Sweep, run.Verify} {
+		for i := range st {
+			if l := &st[i]; l.Prober != nil && !l.Start.IsZero() {
+				levels = append(levels, ran{l, l.Start.Add(-warmup)})
+			}
+		}
+	}
+	for _, l := range []*Level{run.Burst, run.HotTenant} {
+		if l != nil && !l.Start.IsZero() {
+			levels = append(levels, ran{l, l.Start.Add(-warmup)})
+		}
+	}
+	slices.SortStableFunc(levels, func(a, b ran) int { return a.start.Compare(b.start) })
+
+	s := &Step{Test: &test, Load: config.LoadSpec{Target: target}, MaxRate: math.Inf(1), run: &Run{}, took: map[string][]time.Duration{}}
+	var out []progressPoint
+	for i, r := range levels {
+		stage := r.l.Stage
+		if r.l == run.Burst {
+			stage = "burst"
+		}
+		if i > 0 {
+			prev := levels[i-1]
+			key := prev.l.Stage
+			switch {
+			case prev.l == run.Burst:
+				key = "burst"
+			case strings.HasPrefix(prev.l.Why, "bisection"):
+				key = "bisection"
+			}
+			s.took[key] = append(s.took[key], r.start.Sub(prev.start))
+			switch prev.l.Stage {
+			case "sweep", "refine":
+				s.run.Sweep = append(s.run.Sweep, *prev.l)
+			case "verify":
+				s.run.Verify = append(s.run.Verify, *prev.l)
+			}
+		}
+		if stage == "verify" && !s.saturated {
+			s.saturated = run.Capacity != nil && run.Capacity.CeilingFrom == CeilingClosedLoop ||
+				run.Knee != nil && run.Knee.Reached
+		}
+		elapsed := r.start.Sub(run.Start)
+		out = append(out, progressPoint{stage: stage, rate: r.l.OfferedRate, elapsed: elapsed, total: elapsed + s.timeLeft(stage)})
+	}
+	return out
+}
+
+// TestProgressReplay replays the step runs in testdata/progress (the
+// capacity benchmark's runs, their timelines cut) through the time left:
+// from a quarter of each run on, the duration it implies is within 25%
+// of what the run took (the bound).
+func TestProgressReplay(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "progress", "*.json"))
+	require.NoError(t, err)
+	if len(files) == 0 {
+		t.Skip("no runs in testdata/progress")
+	}
+	worst := 0.0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		run, err := DecodeRun(data)
+		require.NoError(t, err, f)
+		took := run.End.Sub(run.Start)
+		var b strings.Builder
+		for _, p := range replayProgress(t, run) {
+			e := (p.total - took).Seconds() / took.Seconds()
+			fmt.Fprintf(&b, "  %-9s %6.3g req/s at %-9s says %-9s (%+.0f%%)\n", p.stage, p.rate, p.elapsed.Round(time.Second), p.total.Round(time.Second), 100*e)
+			if p.elapsed >= took/4 {
+				worst = max(worst, math.Abs(e))
+				assert.InDelta(t, 0, e, 0.25, "%s: at %s the time left implied %s of a run that took %s", f, p.elapsed.Round(time.Second), p.total.Round(time.Second), took.Round(time.Second))
+			}
+		}
+		t.Logf("%s took %s:\n%s", filepath.Base(f), took.Round(time.Second), b.String())
+	}
+	t.Logf("worst error from a quarter on: %.0f%%", 100*worst)
+}
