@@ -61,6 +61,7 @@ var regimes = map[string]regime{
 // what it estimated as it started.
 type regimeRun struct {
 	run      *capacity.Run
+	data     []byte // the run's JSON
 	took     time.Duration
 	estimate string
 	// progress is the progress estimate's error from a quarter of the
@@ -72,8 +73,10 @@ type regimeRun struct {
 // TestCapacityRegimes runs SLOPROBER_BENCH_CAPACITY runs of each regime
 // of SLOPROBER_BENCH_REGIMES (default "a,b,c") with the step test profile
 // SLOPROBER_BENCH_PROFILE (default "sign"), one after the other, and
-// writes the table to SLOPROBER_BENCH_CAPACITY_OUT. It is skipped
-// without SLOPROBER_BENCH_CAPACITY.
+// writes the table to SLOPROBER_BENCH_CAPACITY_OUT, each run's JSON
+// beside it (bench-capacity.md: bench-capacity-a-1.json, ...: the runs
+// of hours keep their levels, for the progress estimate's replay). It is
+// skipped without SLOPROBER_BENCH_CAPACITY.
 func TestCapacityRegimes(t *testing.T) {
 	n := 0
 	if _, err := fmt.Sscan(os.Getenv("SLOPROBER_BENCH_CAPACITY"), &n); err != nil || n <= 0 {
@@ -110,6 +113,10 @@ func TestCapacityRegimes(t *testing.T) {
 		passed := 0
 		for i := range n {
 			rr := runRegime(t, bin, burn, dir, rg, profile, i)
+			if path := os.Getenv("SLOPROBER_BENCH_CAPACITY_OUT"); path != "" {
+				keep := fmt.Sprintf("%s-%s-%d.json", strings.TrimSuffix(path, filepath.Ext(path)), rg.name, i+1)
+				require.NoError(t, os.WriteFile(keep, rr.data, 0o644))
+			}
 			truth, d, w := regimeTruth(t, rr.run, rg)
 			verified, ok := rr.run.Capacity.Verified()
 			cell, ratio := rr.run.Verdict, "-"
@@ -208,7 +215,7 @@ func runRegime(t *testing.T, bin, burn, dir string, rg regime, profile string, i
 			levels = append(levels, strings.TrimSpace(line))
 		}
 	}
-	return regimeRun{run: run, took: took, estimate: estimateRE.FindString(stderr.String()), progress: progressError(stderr.String(), took),
+	return regimeRun{run: run, data: data, took: took, estimate: estimateRE.FindString(stderr.String()), progress: progressError(stderr.String(), took),
 		levels: strings.Join(levels, "\n")}
 }
 
