@@ -35,12 +35,12 @@ import (
 // sets it. Worked numbers, the sign profile against M/D/8 (5.6 req/s
 // closed loop) beside a CPU burner: 0.5x is expected to take 30 s + 500
 // / 3.9 s + 2 s = 2m40s (it took 68 s to 12m30s), 0.8x and each bisection
-// level 30 s + 90% of 12m + 2 s = 11m20s (they took 12m30s, a few 2 to 6
+// level 30 s + 90% of 12m + 2 s = 11m20s (28 of 37 took 12m30s, the rest 1.5 to 9
 // minutes). Replayed through it, six such runs were within 20% of their
 // real duration from a quarter of each run on (TestProgressReplay),
 // where the estimate they ran with (every open-loop level learning from
-// every other, at 80%; the bisection's whole halvings) was 29% under to
-// 38% over.
+// every other, at 80%; the bisection's whole halvings) was 40% under to
+// 38% over in the ten runs of their batch.
 
 // Typical shares of window.max_steady a level's batches take.
 const (
@@ -176,7 +176,7 @@ func typicalVerifyLevels(v *config.VerifyConfig) int {
 // expected count is log2(gap / resolution) + 1/2, at least the one
 // starting. Worked numbers: ten runs against M/D/8 beside a CPU burner,
 // from about 2.8 to 4.45 req/s with a resolution of 0.167 (log2 3.3;
-// halved exactly, 4), ran 3 to 5 bisection levels, 3.8 on average; the
+// halved exactly, 4), ran 3 to 5 bisection levels, 3.7 on average; the
 // sign profile against a closed loop of 5.6 req/s, 2.8 req/s verified
 // and 4.98 missed: log2(2.18 / 0.168) + 1/2 = 4.2 levels.
 func (s *Step) bisectionLeft() (float64, bool) {
