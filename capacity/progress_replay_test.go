@@ -5,7 +5,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,8 +30,14 @@ type progressPoint struct {
 // replayProgress replays a stored step run's levels, in the order they
 // ran, through timeLeft as it is now: at the start of each, what the run
 // would have said of its whole duration. A level's start is its first
-// window's less its warm-up (the baseline's is the run's); a level
-// measured again counts as one, its time the whole of it.
+// window's less its warm-up (the baseline's is the run's). A level
+// measured again for the prober (measure) keeps its last measurement's
+// start: the time of the ones before goes to the level before it (in one
+// run here, 12 minutes of 0.8x to 0.5x). A configured rate cut short while a higher one followed and
+// measured again after it (search.go) keeps only its last measurement's
+// start: its first is rebuilt from the requests it drew ("attained
+// 100.0% [91.4, 100.0] of 91": a warm-up, 91 at its rate and a drain),
+// ending as the next configured rate started.
 func replayProgress(t *testing.T, run *Run) []progressPoint {
 	t.Helper()
 	require.NotNil(t, run.Setup, "the run's setup (its test)")
@@ -43,21 +51,38 @@ func replayProgress(t *testing.T, run *Run) []progressPoint {
 	type ran struct {
 		l     *Level
 		start time.Time
+		// first is a configured rate's first measurement, again its
+		// measurement after the higher rate.
+		first, again bool
 	}
 	var levels []ran
 	if b := run.Baseline; b != nil {
-		levels = append(levels, ran{b, run.Start})
+		levels = append(levels, ran{l: b, start: run.Start})
 	}
-	for _, st := range [][]Level{run.Sweep, run.Verify} {
-		for i := range st {
-			if l := &st[i]; l.Prober != nil && !l.Start.IsZero() {
-				levels = append(levels, ran{l, l.Start.Add(-warmup)})
-			}
+	for i := range run.Sweep {
+		if l := &run.Sweep[i]; l.Prober != nil && !l.Start.IsZero() {
+			levels = append(levels, ran{l: l, start: l.Start.Add(-warmup)})
 		}
+	}
+	for i := range run.Verify {
+		l := &run.Verify[i]
+		if l.Prober == nil || l.Start.IsZero() {
+			continue
+		}
+		m := firstCountRE.FindStringSubmatch(l.First)
+		if m == nil || l.IntendedRate <= 0 || i+1 >= len(run.Verify) || run.Verify[i+1].First != "" || run.Verify[i+1].Start.IsZero() {
+			levels = append(levels, ran{l: l, start: l.Start.Add(-warmup)})
+			continue
+		}
+		n, err := strconv.Atoi(m[1])
+		require.NoError(t, err)
+		took := warmup + time.Duration(float64(n)/l.IntendedRate*float64(time.Second)) + drainAllowance
+		levels = append(levels, ran{l: l, start: run.Verify[i+1].Start.Add(-warmup - took), first: true},
+			ran{l: l, start: l.Start.Add(-warmup), again: true})
 	}
 	for _, l := range []*Level{run.Burst, run.HotTenant} {
 		if l != nil && !l.Start.IsZero() {
-			levels = append(levels, ran{l, l.Start.Add(-warmup)})
+			levels = append(levels, ran{l: l, start: l.Start.Add(-warmup)})
 		}
 	}
 	slices.SortStableFunc(levels, func(a, b ran) int { return a.start.Compare(b.start) })
@@ -79,10 +104,10 @@ func replayProgress(t *testing.T, run *Run) []progressPoint {
 				key = "bisection"
 			}
 			s.took[key] = append(s.took[key], r.start.Sub(prev.start))
-			switch prev.l.Stage {
-			case "sweep", "refine":
+			switch {
+			case prev.l.Stage == "sweep" || prev.l.Stage == "refine":
 				s.run.Sweep = append(s.run.Sweep, *prev.l)
-			case "verify":
+			case prev.l.Stage == "verify" && !prev.again:
 				s.run.Verify = append(s.run.Verify, *prev.l)
 			}
 		}
@@ -90,11 +115,16 @@ func replayProgress(t *testing.T, run *Run) []progressPoint {
 			s.saturated = run.Capacity != nil && run.Capacity.CeilingFrom == CeilingClosedLoop ||
 				run.Knee != nil && run.Knee.Reached
 		}
+		s.measuringAgain = r.again
 		elapsed := r.start.Sub(run.Start)
 		out = append(out, progressPoint{stage: stage, rate: r.l.OfferedRate, elapsed: elapsed, total: elapsed + s.timeLeft(stage)})
 	}
 	return out
 }
+
+// firstCountRE finds the requests of a level's first measurement in its
+// First ("attained 100.0% [91.4, 100.0] of 91").
+var firstCountRE = regexp.MustCompile(`of (\d+)$`)
 
 // TestProgressReplay replays the step runs in testdata/progress (the
 // capacity benchmark's runs, their timelines cut) through the time left:

@@ -32,7 +32,9 @@ import (
 //     prober-bound), until the gap is within verify.resolution of the
 //     closed-loop rate or verify.max_levels levels have run, or that rate
 //     stayed undecided with every request good (more requests decide it,
-//     not a lower rate: see wantsRequests);
+//     not a lower rate: see wantsRequests), or a midpoint's window
+//     offered a rate outside the bracket twice running (once, it runs
+//     again);
 //  3. the target's forecast, if it has one: its average and peak rates
 //     per replica, and the peak with one replica lost.
 //
@@ -99,7 +101,9 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 		}
 		short[i] = false
 		hi := &s.run.Verify[i]
+		s.measuringAgain = true // a level the time left counts (estimate.go)
 		l, err := open(ctx, "verify", hi.IntendedRate, hi.Why)
+		s.measuringAgain = false
 		if errors.Is(err, errStopRule) && ctx.Err() == nil {
 			err = nil
 		}
@@ -168,12 +172,12 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 			s.run.Capacity.SearchEnd = fmt.Sprintf("the bisection's %.3g req/s offered %.3g, outside the bracket from %.3g req/s to %s, twice: it did not move", rate, s.run.Verify[len(s.run.Verify)-1].OfferedRate, offered(lo), between)
 			break
 		}
-		// Its window offered a rate outside the bracket (3.33 req/s
-		// offered 3.1 in the minute that met it, below the 3.15 that
-		// verified; 7.27 offered 7.92, above 7.8, which leant to a
-		// miss): the same midpoint runs once more, with arrivals of its
-		// own, rather than the search ending 7% under what it could
-		// tell (within verify.max_levels).
+		// Unmoved once, its window offered a rate outside the bracket
+		// (3.33 req/s offered 3.1 in the minute that met it, below the
+		// 3.15 that verified; 7.27 offered 7.92, above 7.8, which leant
+		// to a miss): the same midpoint runs once more, with arrivals
+		// of its own, rather than the search ending 7% under what it
+		// could tell (within verify.max_levels).
 		stuck = !moved
 	}
 	// 3. The forecast.

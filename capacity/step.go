@@ -104,9 +104,12 @@ type Step struct {
 	// left (estimate.go), the search's bisection levels apart from its
 	// configured rates ("bisection"); levelStage and levelStart the
 	// running level's.
-	took       map[string][]time.Duration
-	levelStage string
-	levelStart time.Time
+	took map[string][]time.Duration
+	// measuringAgain: the level starting measures a configured rate
+	// again (search.go), one level more than the rates' count says.
+	measuringAgain bool
+	levelStage     string
+	levelStart     time.Time
 	// passStart is when the running pass started; passesLeft the cache
 	// passes after it (1 in a cache: both test's cold pass).
 	passStart  time.Time
