@@ -73,19 +73,25 @@ func TestTimeLeft(t *testing.T) {
 	// Before anything ran: the typical run less nothing.
 	require.Equal(t, EstimateStep(s.Test, &s.Load.Target).Typical, s.timeLeft("baseline"))
 	// The sweep done (five levels of 20 s), nothing known of the
-	// target's speed: 0.6x is expected at 90% of its 60 s (61 s); 0.8x,
-	// the highest configured rate, is taken as next to the objective,
-	// as the two bisection levels are, at 90% of theirs; and the burst.
+	// target's speed: 0.6x and 0.8x are expected at 90% of their 60 s
+	// (61 s), as the two bisection levels are; and the burst.
 	s.took = map[string][]time.Duration{"baseline": {20 * time.Second}, "sweep": {20 * time.Second, 20 * time.Second, 20 * time.Second, 20 * time.Second, 20 * time.Second}}
 	near := 61 * time.Second
-	require.Equal(t, near+3*near+25*time.Second, s.timeLeft("verify"))
-	// The sweep completed 30 req/s: 0.6x is expected to decide in 500
-	// requests at 0.7x of it, 24 s, not 54; the levels next to the
-	// objective take what they take whatever the speed.
-	s.run = &Run{Stages: Stages{Sweep: []Level{{Concurrency: 8, CompletedRate: 30}}}}
-	need := 500 / (0.7 * 30.0)
+	require.Equal(t, 4*near+25*time.Second, s.timeLeft("verify"))
+	// The sweep completed 11 req/s: the configured rates, at about 7.7
+	// req/s, are expected to decide in 200 requests, 26 s, not 54; the
+	// bisection levels, next to the objective, take what they take
+	// whatever the speed.
+	s.run = &Run{Stages: Stages{Sweep: []Level{{Concurrency: 8, CompletedRate: 11}}}}
+	need := 200 / (0.7 * 11.0)
 	prior := 5*time.Second + time.Duration(need*float64(time.Second)) + 2*time.Second
-	require.Equal(t, prior+3*near+25*time.Second, s.timeLeft("verify"))
+	require.Equal(t, 2*prior+2*near+25*time.Second, s.timeLeft("verify"))
+	// Measuring 0.6x again after 0.8x did not verify: one level more,
+	// next to the objective.
+	s.took["verify"] = []time.Duration{15 * time.Second, 60 * time.Second}
+	s.measuringAgain = true
+	require.Equal(t, 3*near+25*time.Second, s.timeLeft("verify"))
+	s.measuringAgain = false
 	s.run = nil
 	// Both configured rates ran (0.6x stopped after 15 s, 0.8x took
 	// 60 s) and one bisection level, 40 s: the bisection level left is
