@@ -126,8 +126,10 @@ func replayProgress(t *testing.T, run *Run) []progressPoint {
 // First ("attained 100.0% [91.4, 100.0] of 91").
 var firstCountRE = regexp.MustCompile(`of (\d+)$`)
 
-// TestProgressReplay replays the step runs in testdata/progress (the
-// capacity benchmark's runs, their timelines cut) through the time left:
+// TestProgressReplay replays the step runs in testdata/progress (six of
+// the capacity benchmark's regime c runs, and the starter test against
+// the README's example server beside a CPU burner; their timelines cut)
+// through the time left:
 // from a quarter of each run on, the duration it implies is within 25%
 // of what the run took (the issue's bound).
 func TestProgressReplay(t *testing.T) {
