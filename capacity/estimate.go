@@ -3,6 +3,7 @@ package capacity
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/sloprober/sloprober/config"
@@ -230,6 +231,16 @@ func burstTime(t *config.TestConfig) time.Duration {
 		return time.Duration(t.Window.Warmup) + time.Duration(b.For) + time.Duration(t.Verify.DrainWithin)/3
 	}
 	return 0
+}
+
+// tookKey is what a level of stage run for why counts as in what the
+// levels took (Step.took): its stage, the search's bisection levels apart
+// from its configured rates ("bisection").
+func tookKey(stage, why string) string {
+	if strings.HasPrefix(why, "bisection") {
+		return "bisection"
+	}
+	return stage
 }
 
 // hotTenantTime is what verify.hot_tenant's level is taken to take: its

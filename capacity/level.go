@@ -100,9 +100,7 @@ func (s *Step) closedLevel(ctx context.Context, stage string, c int) (*Level, er
 // the search runs it for.
 func (s *Step) openLevel(ctx context.Context, stage string, rate float64, why string) (*Level, error) {
 	s.report(stage, 0, rate)
-	if strings.HasPrefix(why, "bisection") {
-		s.levelStage = "bisection" // what it takes is told apart (estimate.go)
-	}
+	s.levelKey = tookKey(stage, why) // a bisection level's time is told apart (estimate.go)
 	l := &Level{Stage: stage, IntendedRate: rate, Why: why}
 	spec := s.openSpec(rate)
 	if err := s.Manager.Apply(s.Test.Name, []config.LoadSpec{spec}); err != nil {

@@ -33,9 +33,9 @@ type progressPoint struct {
 // window's less its warm-up (the baseline's is the run's). A level
 // measured again for the prober (measure) keeps its last measurement's
 // start: the time of the ones before goes to the level before it (in one
-// run here, 12 minutes of 0.8x to 0.5x). A configured rate cut short while a higher one followed and
-// measured again after it (search.go) keeps only its last measurement's
-// start: its first is rebuilt from the requests it drew ("attained
+// run here, 12 minutes of 0.8x to 0.5x). A configured rate cut short
+// while a higher one followed and measured again after it (search.go)
+// keeps only its last measurement's start: its first is rebuilt from the requests it drew ("attained
 // 100.0% [91.4, 100.0] of 91": a warm-up, 91 at its rate and a drain),
 // ending as the next configured rate started.
 func replayProgress(t *testing.T, run *Run) []progressPoint {
@@ -91,18 +91,9 @@ func replayProgress(t *testing.T, run *Run) []progressPoint {
 	var out []progressPoint
 	for i, r := range levels {
 		stage := r.l.Stage
-		if r.l == run.Burst {
-			stage = "burst"
-		}
 		if i > 0 {
 			prev := levels[i-1]
-			key := prev.l.Stage
-			switch {
-			case prev.l == run.Burst:
-				key = "burst"
-			case strings.HasPrefix(prev.l.Why, "bisection"):
-				key = "bisection"
-			}
+			key := tookKey(prev.l.Stage, prev.l.Why)
 			s.took[key] = append(s.took[key], r.start.Sub(prev.start))
 			switch {
 			case prev.l.Stage == "sweep" || prev.l.Stage == "refine":

@@ -102,13 +102,13 @@ type Step struct {
 	// took is what each stage's levels took, from one level's start to
 	// the next's (drains and re-measurements included), for the time
 	// left (estimate.go), the search's bisection levels apart from its
-	// configured rates ("bisection"); levelStage and levelStart the
-	// running level's.
+	// configured rates ("bisection", tookKey); levelKey and levelStart
+	// the running level's.
 	took map[string][]time.Duration
 	// measuringAgain: the level starting measures a configured rate
 	// again (search.go), one level more than the rates' count says.
 	measuringAgain bool
-	levelStage     string
+	levelKey       string
 	levelStart     time.Time
 	// passStart is when the running pass started; passesLeft the cache
 	// passes after it (1 in a cache: both test's cold pass).
@@ -203,7 +203,7 @@ func (s *Step) takePass(cache, verdict, reason string) *CachePass {
 	p.measureCache()
 	s.run.Stages = Stages{}
 	s.above, s.leftShort, s.short, s.drainNote, s.goodput = false, false, nil, "", 0
-	s.took, s.levelStage = nil, ""
+	s.took, s.levelKey = nil, ""
 	return p
 }
 
@@ -392,13 +392,13 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 // req/s.
 func (s *Step) report(stage string, c int, rate float64) {
 	now := time.Now()
-	if s.levelStage != "" {
+	if s.levelKey != "" {
 		if s.took == nil {
 			s.took = map[string][]time.Duration{}
 		}
-		s.took[s.levelStage] = append(s.took[s.levelStage], now.Sub(s.levelStart))
+		s.took[s.levelKey] = append(s.took[s.levelKey], now.Sub(s.levelStart))
 	}
-	s.levelStage, s.levelStart = stage, now
+	s.levelKey, s.levelStart = stage, now
 	s.level++
 	s.levels = max(s.levels, s.level)
 	if s.Checkpoint != nil {

@@ -101,9 +101,10 @@ func TestCapacityRegimes(t *testing.T) {
 	fmt.Fprintln(&table, "|---|---|---|---|---|---|---|---|---|---|---|")
 	// The table is written after every run: a benchmark of hours stopped
 	// half way keeps the runs it made.
+	out := os.Getenv("SLOPROBER_BENCH_CAPACITY_OUT")
 	write := func() {
-		if path := os.Getenv("SLOPROBER_BENCH_CAPACITY_OUT"); path != "" {
-			require.NoError(t, os.WriteFile(path, []byte(table.String()), 0o644))
+		if out != "" {
+			require.NoError(t, os.WriteFile(out, []byte(table.String()), 0o644))
 		}
 	}
 	for _, name := range names {
@@ -113,8 +114,8 @@ func TestCapacityRegimes(t *testing.T) {
 		passed := 0
 		for i := range n {
 			rr := runRegime(t, bin, burn, dir, rg, profile, i)
-			if path := os.Getenv("SLOPROBER_BENCH_CAPACITY_OUT"); path != "" {
-				keep := fmt.Sprintf("%s-%s-%d.json", strings.TrimSuffix(path, filepath.Ext(path)), rg.name, i+1)
+			if out != "" {
+				keep := fmt.Sprintf("%s-%s-%d.json", strings.TrimSuffix(out, filepath.Ext(out)), rg.name, i+1)
 				require.NoError(t, os.WriteFile(keep, rr.data, 0o644))
 			}
 			truth, d, w := regimeTruth(t, rr.run, rg)
