@@ -287,6 +287,7 @@ func (s *Step) settled(ws []*Window, plan lookPlan, look int) bool {
 	data := s.col.Data(ws...)
 	summarize(&l, &s.Load, data, 0, plan.batch, plan.confidence[look])
 	s.judge(&l, data, plan.batch, plan.confidence[look])
+	s.poolAbove(&l, plan.confidence[look])
 	if l.Decision != DecisionInconclusive {
 		if !l.ProberBound() {
 			s.boundLooks = 0
@@ -543,6 +544,7 @@ func (s *Step) summarize(l *Level, drain time.Duration, minRequests int, level f
 		l.Note = addNote(l.Note, "sent no request in its window: it decides nothing")
 	}
 	s.judge(l, data, batch, level)
+	s.poolAbove(l, level)
 	l.DrainSeconds = drain.Seconds()
 	if s.drainNote != "" {
 		l.Note = addNote(l.Note, s.drainNote)

@@ -496,6 +496,10 @@ type Level struct {
 	// ToDecide is what would decide a level left undecided: about how
 	// many more requests, were its attainment what it was.
 	ToDecide *ToDecide `json:"to_decide,omitempty"`
+	// Pooled is the evidence of an open-loop level of the search met
+	// only with the levels above it pooled (pool.go): its own interval
+	// straddled the objective.
+	Pooled *Pooled `json:"pooled,omitempty"`
 	// ImpliedBy is the concurrency of the sweep level that met the
 	// objectives above this one when this one stayed inconclusive with
 	// nothing against it (every request good, too few to show it): its

@@ -519,13 +519,19 @@ func offered(l *Level) float64 {
 }
 
 // attainmentText is a level's attainment with its interval and sample:
-// "attained 96.6% [90.6, 98.8] of 89".
+// "attained 96.6% [90.6, 98.8] of 89"; and of a level met with the
+// levels above it pooled, the pool's: "attained 97.9% [94.7, 99.2] of
+// 2352; with 3.69 req/s above it pooled, 97.3% [95.3, 98.5] of 5010".
 func attainmentText(l *Level) string {
 	if l.Counted == 0 && (l.Interval == nil || l.Interval.N == 0) {
 		return "no request counted" // not "attained 0.0% of 0"
 	}
 	if iv := l.Interval; iv != nil {
-		return fmt.Sprintf("attained %.1f%% [%.1f, %.1f] of %d", 100*l.Attainment, lower(iv), upper(iv), iv.N)
+		text := fmt.Sprintf("attained %.1f%% [%.1f, %.1f] of %d", 100*l.Attainment, lower(iv), upper(iv), iv.N)
+		if l.Pooled != nil {
+			text += "; " + l.Pooled.Text()
+		}
+		return text
 	}
 	return fmt.Sprintf("attained %.1f%% of %d", 100*l.Attainment, l.Counted)
 }
