@@ -167,10 +167,11 @@ func typicalVerifyLevels(v *config.VerifyConfig) int {
 
 // bisectionLeft is how many bisection levels the search is expected to
 // run still, this one included, once its configured rates have run and
-// one verified: the gap from the highest rate verified to the lowest
-// above it that did not verify (or the closed loop's peak, or twice it)
-// is halved until it is within verify.resolution of the peak, within
-// verify.max_levels. Halved exactly, that is ceil(log2(gap /
+// one verified: the gap from the highest rate verified to the top of the
+// search's bracket (bracketTop: the lowest rate above it that did not
+// verify, or the closed loop's peak, or twice it) is halved until it is
+// within the search's resolution (verify.resolution of the capacity
+// level's completed rate), within verify.max_levels. Halved exactly, that is ceil(log2(gap /
 // resolution)) levels; but each midpoint's window offers a little more
 // or less than the midpoint, the bracket shrinks by more or less than
 // half, and the fraction the ceiling rounds up is as good as random: the
@@ -195,13 +196,13 @@ func (s *Step) bisectionLeft() (float64, bool) {
 		// over).
 		return 0, false
 	}
-	top := offered(hi)
-	if hi == nil {
-		top, _ = s.ceiling()
+	top, _ := s.bracketTop(lo, hi)
+	gap, res := top-offered(lo), s.resolution()
+	if res <= 0 {
+		return 0, false
 	}
-	gap, res := top-offered(lo), v.Resolution*peak
-	if gap <= res {
-		return 0, true
+	if gap <= res || hi != nil && wantsRequests(hi) {
+		return 0, true // the search's own stops
 	}
 	n := max(1, math.Log2(gap/res)+0.5)
 	return min(n, float64(max(0, v.Levels()-len(s.run.Verify)))), true

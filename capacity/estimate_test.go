@@ -113,8 +113,9 @@ func TestTimeLeft(t *testing.T) {
 // TestTimeLeftBisection: once the configured rates have run, the
 // bisection levels left come from the search's bracket, not a typical
 // run's count: log2 of the gap over the resolution and a half, at least
-// the one starting. The sign profile (3% of the peak) with a closed loop
-// of 5.6 req/s, 2.8 req/s met and 4.98 missed: log2(2.18 / 0.168) + 1/2
+// the one starting, in the search's own bracket and resolution. The sign
+// profile (3% of the capacity level's 5.6 req/s) with a closed loop of
+// 5.6 req/s, 2.8 req/s met and 4.98 missed: log2(2.18 / 0.168) + 1/2
 // = 4.2 levels (a typical run's count said 3, then 1, for runs that went
 // on to 7 and 8 levels); with 4.01 undecided below its objective the
 // bracket is 1.21 req/s, 3.35; over the resolution by less than twice,
@@ -126,11 +127,21 @@ func TestTimeLeftBisection(t *testing.T) {
 		return Level{Stage: "verify", OfferedRate: rate, Decision: decision, Attainment: attainment, Prober: measured,
 			Scenarios: []ScenarioResult{{Counted: 100, Attainment: attainment, Objective: 0.95, Decision: decision}}}
 	}
-	s.run = &Run{Stages: Stages{Sweep: []Level{{Concurrency: 8, CompletedRate: 5.6}},
+	s.run = &Run{Stages: Stages{Sweep: []Level{{Concurrency: 8, CompletedRate: 5.6}}, Capacity: &Capacity{Concurrency: 8, Rate: 5.6},
 		Verify: []Level{level(2.8, DecisionMet, 1), level(4.98, DecisionMissed, 0.72)}}}
 	n, ok := s.bisectionLeft()
 	require.True(t, ok)
 	require.InDelta(t, math.Log2(2.18/0.168)+0.5, n, 1e-9)
+	// Nothing above the verified rate yet, the closed loop short of its
+	// knee: the search bisects up to its peak first, as bisectionLeft.
+	s.MaxRate = math.Inf(1)
+	s.run.Verify[1] = level(4, DecisionMet, 0.99)
+	n, _ = s.bisectionLeft()
+	require.InDelta(t, math.Log2(1.6/0.168)+0.5, n, 1e-9)
+	top, between := s.bracketTop(&s.run.Verify[1], nil)
+	require.Equal(t, 5.6, top)
+	require.Equal(t, "the closed loop's peak 5.6 req/s (before its knee)", between)
+	s.run.Verify[1] = level(4.98, DecisionMissed, 0.72)
 	// Nothing verified: the typical count stands.
 	s.run.Verify[0].Decision = DecisionInconclusive
 	_, ok = s.bisectionLeft()

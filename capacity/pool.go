@@ -42,12 +42,17 @@ func (p *Pooled) Text() string {
 	if p == nil || p.Interval == nil {
 		return ""
 	}
+	return fmt.Sprintf("with %s req/s above it pooled, %.1f%% [%.1f, %.1f] of %d",
+		p.rates(), 100*p.Interval.p, lower(p.Interval), upper(p.Interval), p.Interval.N)
+}
+
+// rates is the pooled levels' offered rates: "3.5 and 3.69".
+func (p *Pooled) rates() string {
 	rates := make([]string, len(p.Rates))
 	for i, r := range p.Rates {
 		rates[i] = fmt.Sprintf("%.3g", r)
 	}
-	return fmt.Sprintf("with %s req/s above it pooled, %.1f%% [%.1f, %.1f] of %d",
-		strings.Join(rates, " and "), 100*p.Interval.p, lower(p.Interval), upper(p.Interval), p.Interval.N)
+	return strings.Join(rates, " and ")
 }
 
 // poolAbove judges an open-loop level of the search (stage verify) left

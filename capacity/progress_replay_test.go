@@ -102,6 +102,9 @@ func replayProgress(t *testing.T, run *Run) []progressPoint {
 				s.run.Verify = append(s.run.Verify, *prev.l)
 			}
 		}
+		if stage == "verify" && s.run.Capacity == nil && run.Capacity != nil {
+			s.run.Capacity = &Capacity{Concurrency: run.Capacity.Concurrency, Rate: run.Capacity.Rate} // as the step sets it before its search
+		}
 		if stage == "verify" && !s.saturated {
 			s.saturated = run.Capacity != nil && run.Capacity.CeilingFrom == CeilingClosedLoop ||
 				run.Knee != nil && run.Knee.Reached

@@ -123,26 +123,11 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 	// 2. Bisection, up to the closed loop's throughput when every rate
 	// tried verified.
 	ceiling, known := s.ceiling()
-	peak := min(s.peak(), s.MaxRate)
 	stuck := false // the last bisection level left the bracket as it was
 	for len(s.run.Verify) < v.Levels() {
 		lo, hi := s.searchBounds()
-		top, between := offered(hi), fmt.Sprintf("%.3g req/s", offered(hi))
-		switch {
-		case hi == nil && lo == nil:
-			top = 0 // nothing ran
-		case hi == nil && known:
-			top, between = ceiling, fmt.Sprintf("the closed loop's peak %.3g req/s", ceiling)
-		case hi == nil && offered(lo) < (1-v.Resolution)*peak:
-			// Its throughput may be higher, but a server's capacity
-			// most often lies just under its peak (32 slots of 0.156 s:
-			// 196 req/s closed loop at 32 clients, still growing; 193
-			// open loop): the search bisects up to the peak first.
-			top, between = peak, fmt.Sprintf("the closed loop's peak %.3g req/s (before its knee)", peak)
-		case hi == nil:
-			top, between = ceiling, fmt.Sprintf("%.3g req/s (twice the closed loop's peak, which did not reach its knee)", ceiling)
-		}
-		if top-offered(lo) <= v.Resolution*base || hi != nil && wantsRequests(hi) {
+		top, between := s.bracketTop(lo, hi)
+		if top-offered(lo) <= s.resolution() || hi != nil && wantsRequests(hi) {
 			break
 		}
 		// A window may offer more than its rate: the midpoint stays
@@ -267,6 +252,42 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 	}
 	return nil, VerdictInconclusive, fmt.Sprintf("not concluded: %sno open-loop rate was decided within verify.max_steady: the lowest tried, %s, %s%s %s",
 		cause, valid[0].RateName(), attainmentText(valid[0]), more, closed)
+}
+
+// bracketTop is the top of the search's next bisection above lo: the
+// lowest level above it that did not verify (hi), or with none the
+// closed loop's throughput where the sweep reached its knee, else its
+// peak first and twice it after; and what names it ("4.44 req/s", "the
+// closed loop's peak 5.81 req/s"). 0 when nothing ran. The time left
+// (bisectionLeft) reads the same bracket.
+func (s *Step) bracketTop(lo, hi *Level) (float64, string) {
+	ceiling, known := s.ceiling()
+	peak := min(s.peak(), s.MaxRate)
+	switch {
+	case hi != nil:
+		return offered(hi), fmt.Sprintf("%.3g req/s", offered(hi))
+	case lo == nil:
+		return 0, "" // nothing ran
+	case known:
+		return ceiling, fmt.Sprintf("the closed loop's peak %.3g req/s", ceiling)
+	case offered(lo) < (1-s.Test.Verify.Resolution)*peak:
+		// Its throughput may be higher, but a server's capacity most
+		// often lies just under its peak (32 slots of 0.156 s: 196
+		// req/s closed loop at 32 clients, still growing; 193 open
+		// loop): the search bisects up to the peak first.
+		return peak, fmt.Sprintf("the closed loop's peak %.3g req/s (before its knee)", peak)
+	}
+	return ceiling, fmt.Sprintf("%.3g req/s (twice the closed loop's peak, which did not reach its knee)", ceiling)
+}
+
+// resolution is the bracket within which the bisection stops:
+// verify.resolution of the capacity level's completed rate (5% of 5.6
+// req/s: 0.28).
+func (s *Step) resolution() float64 {
+	if s.run == nil || s.run.Capacity == nil {
+		return 0
+	}
+	return s.Test.Verify.Resolution * s.run.Capacity.Rate
 }
 
 // ceiling is the most an open-loop rate can hold, and whether it is

@@ -363,6 +363,9 @@ func searchText(verify []Level) string {
 		case again > 1:
 			how = append(how, fmt.Sprintf("measured %d times", again+1))
 		}
+		if l.Pooled != nil {
+			how = append(how, "pooled with "+l.Pooled.rates())
+		}
 		part := fmt.Sprintf("%.3g req/s %s", l.OfferedRate, searchDecision(l))
 		if len(how) > 0 {
 			part += " (" + strings.Join(how, ", ") + ")"

@@ -112,7 +112,8 @@ func TestWriteMarkdown(t *testing.T) {
 }
 
 // TestSearchText: the search line names each verification level's rate,
-// decision and how it came: bisection, forecast, measured again.
+// decision and how it came: bisection, forecast, measured again, pooled
+// with the levels above it.
 func TestSearchText(t *testing.T) {
 	met := func(rate float64, why string, again int) capacity.Level {
 		l := capacity.Level{Stage: "verify", OfferedRate: rate, Decision: capacity.DecisionMet, Why: why, Prober: &capacity.ProberHealth{}}
@@ -128,6 +129,8 @@ func TestSearchText(t *testing.T) {
 		met(6, "forecast peak: 3 replicas", 0),
 		{Stage: "verify", OfferedRate: 7, Decision: capacity.DecisionMet, Why: "0.9x the closed-loop rate", Prober: &capacity.ProberHealth{}, First: "attained 100.0% [53.4, 100.0] of 32"},
 		{Stage: "verify", IntendedRate: 20, Note: "not run: capped by max_rate 15 req/s"},
+		{Stage: "verify", OfferedRate: 9.5, Decision: capacity.DecisionMet, Why: "bisection between 9 req/s and 10 req/s", Prober: &capacity.ProberHealth{},
+			Pooled: &capacity.Pooled{Rates: []float64{9.8, 10}}},
 	}}}
-	require.Equal(t, "5 req/s met, 8 req/s met (measured again), 9 req/s met (bisection, measured 3 times), 6 req/s met (forecast peak), 7 req/s met (measured again)", run.SearchText())
+	require.Equal(t, "5 req/s met, 8 req/s met (measured again), 9 req/s met (bisection, measured 3 times), 6 req/s met (forecast peak), 7 req/s met (measured again), 9.5 req/s met (bisection, pooled with 9.8 and 10)", run.SearchText())
 }
