@@ -31,10 +31,12 @@ import (
 // The simulation study (TestPoolErrors) holds its errors to the rule's.
 
 // Pooled is the evidence of a level met only with the levels above it
-// pooled: their offered rates and the pooled interval.
+// pooled: their offered rates, the pooled attainment (each level's
+// weighed by its effective sample) and its interval.
 type Pooled struct {
-	Rates    []float64 `json:"rates"`
-	Interval *Interval `json:"interval"`
+	Rates      []float64 `json:"rates"`
+	Attainment float64   `json:"attainment"`
+	Interval   *Interval `json:"interval"`
 }
 
 // Text is "with 3.69 req/s above it pooled, 97.3% [95.3, 98.5] of 5010".
@@ -43,7 +45,7 @@ func (p *Pooled) Text() string {
 		return ""
 	}
 	return fmt.Sprintf("with %s req/s above it pooled, %.1f%% [%.1f, %.1f] of %d",
-		p.rates(), 100*p.Interval.p, lower(p.Interval), upper(p.Interval), p.Interval.N)
+		p.rates(), 100*p.Attainment, lower(p.Interval), upper(p.Interval), p.Interval.N)
 }
 
 // rates is the pooled levels' offered rates: "3.5 and 3.69".
@@ -127,7 +129,11 @@ func poolLevel(l *Level, pool []*Level, level float64) {
 		ivs = append(ivs, u.Interval)
 		rates[i] = u.OfferedRate
 	}
-	l.Pooled = &Pooled{Rates: rates, Interval: pooledInterval(level, ivs...)}
+	iv := pooledInterval(level, ivs...)
+	if iv == nil {
+		return // a level without its attainment (read from a file)
+	}
+	l.Pooled = &Pooled{Rates: rates, Attainment: iv.p, Interval: iv}
 	l.Decision, l.Met = DecisionMet, true
 	l.Note = addNote(l.Note, "met "+l.Pooled.Text()+": a higher rate attains no more")
 }

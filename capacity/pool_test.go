@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -211,4 +212,10 @@ func TestPoolLevel(t *testing.T) {
 	l.Scenarios = slices.Clone(under.Scenarios)
 	(&Step{run: &Run{Stages: Stages{Verify: []Level{poolTestLevel(3.69, DecisionInconclusive, 0.9691, 2658, 332)}}}}).poolAbove(&l, 0.975)
 	require.Equal(t, "attained 97.9% [94.7, 99.2] of 2352; with 3.69 req/s above it pooled, 97.3% [95.3, 98.5] of 5010", attainmentText(&l))
+	// A stored run says the same.
+	b, err := json.Marshal(&l)
+	require.NoError(t, err)
+	var stored Level
+	require.NoError(t, json.Unmarshal(b, &stored))
+	require.Equal(t, attainmentText(&l), attainmentText(&stored))
 }
