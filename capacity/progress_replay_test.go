@@ -125,12 +125,21 @@ var firstCountRE = regexp.MustCompile(`of (\d+)$`)
 // the README's example server beside a CPU burner; their timelines cut)
 // through the time left:
 // from a quarter of each run on, the duration it implies is within 25%
-// of what the run took (the issue's bound).
+// of what the run took (the issue's bound). SLOPROBER_PROGRESS_DIR
+// replays another folder's runs instead: testdata/progress-holdout holds
+// the next batch of regime c (2026-12-06), kept apart from the runs the
+// estimate was fitted on, which it does not yet hold to 25% (a search
+// that ended after two bisection levels took 34 minutes where 57 to 65
+// were said: BENCHMARKS.md).
 func TestProgressReplay(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "progress", "*.json"))
+	dir := filepath.Join("testdata", "progress")
+	if d := os.Getenv("SLOPROBER_PROGRESS_DIR"); d != "" {
+		dir = d
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	require.NoError(t, err)
 	if len(files) == 0 {
-		t.Skip("no runs in testdata/progress")
+		t.Skip("no runs in " + dir)
 	}
 	worst := 0.0
 	for _, f := range files {

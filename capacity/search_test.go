@@ -210,12 +210,14 @@ func TestSearch(t *testing.T) {
 		},
 		{
 			// 0.5x left short in a few seconds (9 requests), 0.8x run
-			// whole (100), both all good: the verdict names 0.8x, the
-			// level nearer to a decision, not 0.5x's few seconds.
+			// whole (100), both all good: 0.8x undecided after its
+			// last look does not keep 0.5x from being measured again
+			// (100 more, all good here too); the verdict names the
+			// lowest of the two, each of 100.
 			name: "undecided, every request good, one left short", verify: config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.05, MaxLevels: 3},
 			target: func(rate float64) (float64, string, bool) { return rate, allGood, false },
 			path:   "5 inconclusive, 8 inconclusive", bound: 5, verdict: VerdictInconclusive,
-			reason: "not concluded: the rate tried nearest to a decision, 8 req/s, attained 100.0% [97.0, 100.0] of 100, every request good but too few to show the objective within verify.max_steady: a longer verify.max_steady decides it",
+			reason: "not concluded: the lowest rate tried, 5 req/s, attained 100.0% [97.0, 100.0] of 100, every request good but too few to show the objective within verify.max_steady: a longer verify.max_steady decides it",
 		},
 		{
 			// Below a verified rate, the same: the bisection stops at it.
