@@ -71,23 +71,11 @@ func (s *Step) poolAbove(l *Level, level float64) {
 // poolOf is the levels of verify that pool with l, by offered rate (see
 // the top of this file).
 func poolOf(l *Level, verify []Level) []*Level {
-	var above []*Level
-	for i := range verify {
-		if u := &verify[i]; u.Stage == "verify" && u.Concurrency == 0 && u.Prober != nil && u.OfferedRate >= l.OfferedRate {
-			above = append(above, u)
-		}
-	}
-	slices.SortStableFunc(above, func(a, b *Level) int {
-		switch {
-		case a.OfferedRate < b.OfferedRate:
-			return -1
-		case a.OfferedRate > b.OfferedRate:
-			return 1
-		}
-		return 0
-	})
 	var pool []*Level
-	for _, u := range above {
+	for _, u := range ladderOf(verify) {
+		if u.Stage != "verify" || u.Concurrency > 0 || u.OfferedRate < l.OfferedRate {
+			continue
+		}
 		if u.Decided() == DecisionMissed {
 			break
 		}

@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -460,22 +461,17 @@ func searchDecision(l *Level) string {
 }
 
 // ladder returns the verification levels that ran, by offered rate.
-func (s *Step) ladder() []*Level {
+func (s *Step) ladder() []*Level { return ladderOf(s.run.Verify) }
+
+// ladderOf returns the levels of verify that ran, by offered rate.
+func ladderOf(verify []Level) []*Level {
 	var out []*Level
-	for i := range s.run.Verify {
-		if l := &s.run.Verify[i]; l.Prober != nil {
+	for i := range verify {
+		if l := &verify[i]; l.Prober != nil {
 			out = append(out, l)
 		}
 	}
-	slices.SortStableFunc(out, func(a, b *Level) int {
-		switch {
-		case a.OfferedRate < b.OfferedRate:
-			return -1
-		case a.OfferedRate > b.OfferedRate:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(out, func(a, b *Level) int { return cmp.Compare(a.OfferedRate, b.OfferedRate) })
 	return out
 }
 
