@@ -19,13 +19,8 @@ import (
 // intervals pooled (poolLevel): a look its own interval leaves undecided
 // meets when the pool does.
 func pooledDecision(outcomes []outcome, start time.Time, plan lookPlan, objective float64, pool []*Interval) (alone, pooled string) {
-	for i, b := range plan.looks {
-		end := start.Add(time.Duration(b) * plan.batch)
-		n := 0
-		for n < len(outcomes) && outcomes[n].sent.Before(end) {
-			n++
-		}
-		iv := attainmentInterval(outcomes[:n], start, plan.batch, plan.confidence[i])
+	for i := range plan.looks {
+		iv := attainmentInterval(atLook(outcomes, start, plan, i), start, plan.batch, plan.confidence[i])
 		d, last := decide(iv, objective), i == len(plan.looks)-1
 		if alone == "" && (d != DecisionInconclusive || last) {
 			alone = d

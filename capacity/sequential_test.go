@@ -92,18 +92,24 @@ func (h *freeSlots) Pop() any {
 // returns the first decision, and the look it came at (the last look's
 // decision, undecided or not, when none came before).
 func sequentialDecision(outcomes []outcome, start time.Time, plan lookPlan, objective float64) (string, int) {
-	for i, b := range plan.looks {
-		end := start.Add(time.Duration(b) * plan.batch)
-		n := 0
-		for n < len(outcomes) && outcomes[n].sent.Before(end) {
-			n++
-		}
-		d := decide(attainmentInterval(outcomes[:n], start, plan.batch, plan.confidence[i]), objective)
+	for i := range plan.looks {
+		d := decide(attainmentInterval(atLook(outcomes, start, plan, i), start, plan.batch, plan.confidence[i]), objective)
 		if d != DecisionInconclusive || i == len(plan.looks)-1 {
 			return d, i
 		}
 	}
 	panic("no look")
+}
+
+// atLook is the outcomes (in the order sent) that look i of plan holds:
+// those sent in its batches from start.
+func atLook(outcomes []outcome, start time.Time, plan lookPlan, i int) []outcome {
+	end := start.Add(time.Duration(plan.looks[i]) * plan.batch)
+	n := 0
+	for n < len(outcomes) && outcomes[n].sent.Before(end) {
+		n++
+	}
+	return outcomes[:n]
 }
 
 // TestSequentialRuleErrors is the simulation study: at each true
