@@ -201,10 +201,15 @@ func (s *Step) bisectionLeft() (float64, bool) {
 	if res <= 0 {
 		return 0, false
 	}
-	if gap <= res || hi != nil && wantsRequests(hi) {
-		return 0, true // the search's own stops
+	n := 0.0
+	if s.againAtTop(hi) {
+		// The bracket's top measured again first: met, the search goes
+		// on above it; not, below it, as now.
+		n = 1
 	}
-	n := max(1, math.Log2(gap/res)+0.5)
+	if gap > res && (hi == nil || !wantsRequests(hi)) { // else the search's own stops
+		n += max(1, math.Log2(gap/res)+0.5)
+	}
 	return min(n, float64(max(0, v.Levels()-len(s.run.Verify)))), true
 }
 
@@ -235,10 +240,11 @@ func burstTime(t *config.TestConfig) time.Duration {
 }
 
 // tookKey is what a level of stage run for why counts as in what the
-// levels took (Step.took): its stage, the search's bisection levels apart
-// from its configured rates ("bisection").
+// levels took (Step.took): its stage, the search's bisection levels (and
+// the bracket's top measured again: againAtTop) apart from its configured
+// rates ("bisection").
 func tookKey(stage, why string) string {
-	if strings.HasPrefix(why, "bisection") {
+	if strings.HasPrefix(why, "bisection") || strings.HasPrefix(why, "measured again") {
 		return "bisection"
 	}
 	return stage

@@ -73,7 +73,7 @@ func (s *Step) poolAbove(l *Level, level float64) {
 func poolOf(l *Level, verify []Level) []*Level {
 	var pool []*Level
 	for _, u := range ladderOf(verify) {
-		if u.Stage != "verify" || u.Concurrency > 0 || u.OfferedRate < l.OfferedRate {
+		if u == l || u.Stage != "verify" || u.Concurrency > 0 || u.OfferedRate < l.OfferedRate {
 			continue
 		}
 		if u.Decided() == DecisionMissed {

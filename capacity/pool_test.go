@@ -214,3 +214,70 @@ func TestPoolLevel(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &stored))
 	require.Equal(t, attainmentText(&l), attainmentText(&stored))
 }
+
+// TestMeasuredAgainErrors is the simulation study of the bracket's top
+// measured again (againAtTop): a search level of regime a's queue (as
+// TestPoolErrors) left undecided at its last look with its attainment at
+// or above the objective, and about one more window to decide it, runs
+// again with arrivals of its own, and the two windows pool: the second
+// judged at each of its looks with the first pooled, and the first with
+// the second's. Counted met is a level met alone, or its second window
+// met either way (both ways, where the search takes one: the study
+// bounds it). Above the truth the rate is met no more often than an
+// error rate of 2.5% gives; below it, more often than alone (logged:
+// docs/capacity-tests.md).
+func TestMeasuredAgainErrors(t *testing.T) {
+	t.Parallel()
+	const objective = 0.95
+	t0 := time.Unix(1_700_000_000, 0)
+	plan := newLookPlan(12*time.Second, 60)
+	duration := (time.Duration(plan.max()) * plan.batch).Seconds()
+	models := []queueModel{{8, 1.368, 0.55, 0.1}}
+	shares, levels := []float64{0.9, 1.01}, 60
+	if os.Getenv("SLOPROBER_POOL_STUDY") != "" {
+		models, shares, levels = append(models, queueModel{8, 1.368, 0.5, 0}), []float64{0.85, 0.88, 0.9, 0.93, 0.95, 1.01, 1.03, 1.05}, 200
+	}
+	for _, model := range models {
+		t.Run(fmt.Sprintf("M/D/8 prefill %gs", model.prefill), func(t *testing.T) {
+			t.Parallel()
+			truth := rateAt(model, objective)
+			for _, share := range shares {
+				rate := share * truth
+				want := model.attainment(rate, 300_000)
+				r := rand.New(rand.NewPCG(uint64(1000*share), 7))
+				aloneMet, again, met := 0, 0, 0
+				for range levels {
+					first := model.level(r, rate, duration, t0)
+					alone, _ := sequentialDecision(first, t0, plan, objective)
+					if alone == DecisionMet {
+						aloneMet++
+						met++
+						continue
+					}
+					iv := attainmentInterval(first, t0, plan.batch, plan.last())
+					if alone != DecisionInconclusive || iv == nil || iv.p < objective {
+						continue
+					}
+					n, ok := requestsToDecide(iv, iv.p, objective, plan.last())
+					if !ok || float64(n)*duration/float64(len(first)) > duration {
+						continue
+					}
+					again++
+					second := model.level(r, rate, duration, t0)
+					_, pooled := pooledDecision(second, t0, plan, objective, []*Interval{iv})
+					both := pooledInterval(plan.last(), iv, attainmentInterval(second, t0, plan.batch, plan.last()))
+					if pooled == DecisionMet || decide(both, objective) == DecisionMet {
+						met++
+					}
+				}
+				t.Logf("%.2f of the truth %.3g req/s (attains %.4f): of %d levels, met %d alone, %d with the top measured again (%d measured again)",
+					share, truth, want, levels, aloneMet, met, again)
+				if want < objective {
+					p := distuv.Binomial{N: float64(levels), P: 0.025}
+					require.GreaterOrEqual(t, 1-p.CDF(float64(met)-1), 0.01,
+						"attaining %.4f: %d of %d levels met, more than an error rate of 2.5%% gives", want, met, levels)
+				}
+			}
+		})
+	}
+}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sloprober/sloprober/config"
@@ -71,6 +73,15 @@ func syntheticLevel(decision string, counted int) *Level {
 		decision, attainment = DecisionInconclusive, 0.88
 	case allGood:
 		decision, attainment = DecisionInconclusive, 1
+	case nearTop:
+		// 96.0% of 100 at 97.5% is [88.9, 98.7]: undecided against 90%;
+		// two such pooled, [91.6, 98.2], met. One more window decides it.
+		l := &Level{Decision: DecisionInconclusive, Prober: &ProberHealth{}, Counted: counted, Attainment: 0.96,
+			Scenarios: []ScenarioResult{{Scenario: "s", Counted: counted, Good: 96 * counted / 100, Attainment: 0.96, Objective: 0.9, Decision: DecisionInconclusive}},
+			Interval:  &Interval{N: counted, NEff: float64(counted), Confidence: 0.975, p: 0.96, q: 2.2414}, ToDecide: &ToDecide{Requests: 80, Seconds: 40}}
+		l.Interval.Lower, l.Interval.Upper = wilson(0.96, float64(counted), 2.2414)
+		l.Scenarios[0].Interval = l.Interval
+		return l
 	}
 	return &Level{Decision: decision, Met: decision == DecisionMet, Prober: &ProberHealth{}, Counted: counted, Attainment: attainment,
 		Scenarios: []ScenarioResult{{Scenario: "s", Counted: counted, Good: int(float64(counted) * attainment), Attainment: attainment,
@@ -83,6 +94,9 @@ func syntheticLevel(decision string, counted int) *Level {
 const (
 	leaningMissed = "inconclusive-"
 	allGood       = "inconclusive+"
+	// nearTop is undecided with its attainment above the objective,
+	// about 40 s more deciding it (againAtTop).
+	nearTop = "inconclusive~"
 )
 
 // below is a target that meets its objective below capacity (req/s),
@@ -133,6 +147,26 @@ func TestSearch(t *testing.T) {
 			name: "bisection to the resolution", verify: defaults, target: below(6.6, 0),
 			path:     "5 met, 8 missed, 6.5 met, 7.25 missed, 6.88 missed",
 			verified: verifiedAt(6.5), bound: 6.875, verdict: VerdictPass,
+		},
+		{
+			// 6.5 req/s undecided above its objective, 40 s short of a
+			// decision: measured again (its window offered 6.44), the
+			// two pool and meet, and the search goes on above it
+			// (without: 5.75 and 6.12 met, 6.12 verified).
+			name: "the bracket's top measured again", target: func() synthetic {
+				seen := map[float64]int{}
+				return func(rate float64) (float64, string, bool) {
+					if rate < 6.3 || rate > 6.7 {
+						return below(7, 0)(rate)
+					}
+					seen[rate]++
+					return rate * (1 - 0.01*float64(seen[rate]-1)), nearTop, false
+				}
+			}(),
+			verify:   config.VerifyConfig{Rates: []float64{0.5, 0.8, 1.0}, Resolution: 0.05, MaxSteady: model.Duration(time.Minute)},
+			path:     "5 met, 8 missed, 6.5 inconclusive, 6.43 met, 7.22 missed, 6.83 met",
+			verified: verifiedAt(6.82625), bound: 7.2175, verdict: VerdictPass,
+			boundText: "below 7.22 req/s (missed)",
 		},
 		{
 			// Every configured rate met: the search goes on up to the
@@ -653,4 +687,55 @@ func TestRateName(t *testing.T) {
 	require.Equal(t, "1.42 req/s", (&Level{IntendedRate: 1.72, OfferedRate: 1.42}).RateName())
 	require.Equal(t, "1.72 req/s", (&Level{IntendedRate: 1.72}).RateName())
 	require.Equal(t, "8 clients", (&Level{Concurrency: 8, OfferedRate: 10.4}).RateName())
+}
+
+// TestMeasureTopAgain: the bracket's top, undecided above its objective
+// and a window short of a decision, is measured again once, and the lower
+// of its two windows is judged with the higher pooled, whichever ran
+// first; the higher does not bound the search. Without ToDecide, or
+// measured again already, it is not.
+func TestMeasureTopAgain(t *testing.T) {
+	verify := config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.05, MaxSteady: model.Duration(time.Minute)}
+	for _, tc := range []struct {
+		name   string
+		second float64 // what the second window offers, of 6.5
+		met    int     // the index in Verify of the window met pooled
+	}{
+		{"the second window lower", 6.4, 3},
+		{"the second window higher", 6.6, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			run, verdict, _ := search(t, verify, func(rate float64) (float64, string, bool) {
+				if rate < 6.3 || rate > 6.7 {
+					return below(7, 0)(rate)
+				}
+				calls++
+				if calls == 2 {
+					return tc.second, nearTop, false
+				}
+				return rate, nearTop, false
+			}, nil, 1)
+			require.Equal(t, VerdictPass, verdict)
+			require.Equal(t, 2, calls, "measured again once")
+			require.True(t, strings.HasPrefix(run.Verify[3].Why, "measured again: 6.5 req/s stayed undecided above its objective, attained 96.0% [88.9, 98.7] of 100; about 80 more requests (~40s at this rate) would decide it"), run.Verify[3].Why)
+			met := run.Verify[tc.met]
+			require.Equal(t, DecisionMet, met.Decision)
+			require.NotNil(t, met.Pooled)
+			require.Len(t, met.Pooled.Rates, 1)
+			require.Contains(t, met.Note, "above it pooled, 96.0% [91.6, 98.2] of 200: a higher rate attains no more")
+			other := run.Verify[5-tc.met]
+			require.Equal(t, DecisionInconclusive, other.Decision, "the higher window stays as it was")
+			require.Greater(t, *run.Capacity.VerifiedRate, 6.6, "the search went on above the pair")
+		})
+	}
+	t.Run("no ToDecide", func(t *testing.T) {
+		run, _, _ := search(t, verify, func(rate float64) (float64, string, bool) {
+			if rate < 6.3 || rate > 6.7 {
+				return below(7, 0)(rate)
+			}
+			return rate, DecisionInconclusive, false // 97% of 100, nothing says what decides it
+		}, nil, 1)
+		require.Equal(t, "5 met, 8 missed, 6.5 inconclusive, 5.75 met, 6.12 met", path(run))
+	})
 }
