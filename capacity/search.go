@@ -35,7 +35,9 @@ import (
 //     stayed undecided with every request good (more requests decide it,
 //     not a lower rate: see wantsRequests), or a midpoint's window
 //     offered a rate outside the bracket twice running (once, it runs
-//     again);
+//     again); before it bisects below a top left undecided above its
+//     objective, a window short of a decision, that rate runs once more
+//     and its two windows pool (againAtTop);
 //  3. the target's forecast, if it has one: its average and peak rates
 //     per replica, and the peak with one replica lost.
 //
