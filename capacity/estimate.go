@@ -134,9 +134,16 @@ func EstimateStep(t *config.TestConfig, target *config.TargetConfig) Estimate {
 	burst := burstTime(t)
 	hot := hotTenantTime(t)
 	baseline := time.Duration(t.Baseline.Requests) * typicalBaseline
+	search := time.Duration(verify) * share(typicalVerifyShare, openMost)
+	searchMost := time.Duration((t.Verify.Levels()+1)*(1+t.Retries)) * full(openMost)
+	if budget := time.Duration(t.Verify.MaxDuration); budget > 0 {
+		// The search stops at verify.max_duration; its last level ends
+		// with it, and its drain after.
+		search, searchMost = min(search, budget), min(searchMost, budget+drainAllowance)
+	}
 	e := Estimate{
-		Typical: baseline + time.Duration(typicalSweep)*share(typicalSweepShare, most) + time.Duration(verify+forecast)*share(typicalVerifyShare, openMost) + burst + hot,
-		Most: baseline + time.Duration(sweep*(1+t.Retries))*full(most) + time.Duration((t.Verify.Levels()+1)*(1+t.Retries))*full(openMost) +
+		Typical: baseline + time.Duration(typicalSweep)*share(typicalSweepShare, most) + search + time.Duration(forecast)*share(typicalVerifyShare, openMost) + burst + hot,
+		Most: baseline + time.Duration(sweep*(1+t.Retries))*full(most) + searchMost +
 			time.Duration(forecast*(1+t.Retries))*full(t.ForecastMaxSteady()) + burst + hot,
 	}
 	if t.Cache == config.CacheBoth {
@@ -202,7 +209,7 @@ func (s *Step) bisectionLeft() (float64, bool) {
 		return 0, false
 	}
 	n := 0.0
-	if s.againAtTop(hi) {
+	if s.againAtTop(hi, gap <= res) {
 		// The bracket's top measured again first: met, the search goes
 		// on above it; not, below it, as now.
 		n = 1
@@ -211,6 +218,20 @@ func (s *Step) bisectionLeft() (float64, bool) {
 		n += max(1, math.Log2(gap/res)+0.5)
 	}
 	return min(n, float64(max(0, v.Levels()-len(s.run.Verify)))), true
+}
+
+// searchLeft is what is left of the open-loop search's
+// verify.max_duration (all of it before the search starts), and whether
+// it has one.
+func (s *Step) searchLeft() (time.Duration, bool) {
+	budget := time.Duration(s.Test.Verify.MaxDuration)
+	if budget <= 0 {
+		return 0, false
+	}
+	if s.searchStart.IsZero() {
+		return budget, true
+	}
+	return max(0, budget-s.clock().Sub(s.searchStart)), true
 }
 
 // forecastLevelCount is how many levels a target's forecast adds to the
@@ -314,7 +335,7 @@ func (s *Step) timeLeft(stage string) time.Duration {
 	// runs of ten, but against the README's example server 0.8x met in
 	// 31 s and the starter test's time left read 46% over where it was.
 	ranOpen := ran("verify") + ran("bisection")
-	configured := max(0, len(t.Verify.Rates)-ranOpen) + forecastLevelCount(&s.Load.Target)
+	configured, forecast := max(0, len(t.Verify.Rates)-ranOpen), forecastLevelCount(&s.Load.Target)
 	bisection := float64(max(0, typicalVerifyLevels(&t.Verify)-max(ranOpen, len(t.Verify.Rates))))
 	if n, ok := s.bisectionLeft(); ok {
 		bisection = n
@@ -329,10 +350,14 @@ func (s *Step) timeLeft(stage string) time.Duration {
 	}
 	open := func(atLeastOne bool) time.Duration {
 		c, b := configured, bisection
-		if atLeastOne && float64(c)+b == 0 {
+		if atLeastOne && float64(c+forecast)+b == 0 {
 			b = 1 // more bisection than typical
 		}
-		return time.Duration(c)*expect("verify") + time.Duration(b*float64(expect("bisection")))
+		search := time.Duration(c)*expect("verify") + time.Duration(b*float64(expect("bisection")))
+		if left, ok := s.searchLeft(); ok {
+			search = min(search, left) // verify.max_duration
+		}
+		return search + time.Duration(forecast)*expect("verify")
 	}
 	var left time.Duration
 	switch stage {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sloprober/sloprober/config"
@@ -58,7 +59,14 @@ func TestEstimateStep(t *testing.T) {
 	// + 35% of 6m + 2 s, 5 open-loop levels of 30 s + 90% of 12m + 2 s,
 	// a burst of 30 s + 10 s + 10 s.
 	require.InDelta(t, (40*time.Second + 7*(32*time.Second+126*time.Second) + 5*(32*time.Second+648*time.Second) + 50*time.Second).Seconds(), sign.Typical.Seconds(), 1e-6)
-	require.Equal(t, "about 1h17m (up to 9h50m if every level takes its longest)", sign.String())
+	// At its longest the search stops at verify.max_duration (1h), where
+	// its 9 levels of 12m32s and their prober's retries would take 5h.
+	require.Equal(t, "about 1h17m (up to 4h50m if every level takes its longest)", sign.String())
+	// A shorter one caps the typical search too: 30 minutes of its
+	// 56m40s.
+	short := profileTest(t, config.ProfileSign)
+	short.Verify.MaxDuration = model.Duration(30 * time.Minute)
+	require.InDelta(t, (sign.Typical - 5*680*time.Second + 30*time.Minute).Seconds(), EstimateStep(short, &config.TargetConfig{}).Typical.Seconds(), 1e-6)
 	// Without verify.max_steady the search's levels take the sweep's.
 	plain := profileTest(t, config.ProfileSign)
 	plain.Verify.MaxSteady = 0
@@ -176,4 +184,19 @@ func TestProfileMaxInFlight(t *testing.T) {
 	}
 	require.Equal(t, 128, config.ProfileMaxInFlight(config.ProfileSign))
 	require.Empty(t, config.StepProfile("soak"))
+}
+
+// TestTimeLeftMaxDuration: the search's time left is at most what is
+// left of verify.max_duration: before it starts, all of it; 25 minutes
+// into a 30-minute search, 5 minutes (and the burst after it).
+func TestTimeLeftMaxDuration(t *testing.T) {
+	test := profileTest(t, config.ProfileSign)
+	test.Verify.MaxDuration = model.Duration(30 * time.Minute)
+	now := time.Unix(1_700_000_000, 0)
+	s := &Step{Test: test, now: func() time.Time { return now }, run: &Run{}}
+	require.Equal(t, EstimateStep(test, &s.Load.Target).Typical, s.timeLeft("baseline"))
+	s.searchStart = now.Add(-25 * time.Minute)
+	require.Equal(t, 5*time.Minute+burstTime(test), s.timeLeft("verify"))
+	s.searchStart = now.Add(-31 * time.Minute)
+	require.Equal(t, burstTime(test), s.timeLeft("verify"), "spent: the burst is left")
 }

@@ -118,6 +118,10 @@ func replayProgress(t *testing.T, run *Run) []progressPoint {
 			s.saturated = run.Capacity != nil && run.Capacity.CeilingFrom == CeilingClosedLoop ||
 				run.Knee != nil && run.Knee.Reached
 		}
+		if stage == "verify" && s.searchStart.IsZero() {
+			s.searchStart = r.start // verify.max_duration's start
+		}
+		s.now = func() time.Time { return r.start }
 		s.measuringAgain = r.again
 		elapsed := r.start.Sub(run.Start)
 		out = append(out, progressPoint{stage: stage, rate: r.l.OfferedRate, elapsed: elapsed, total: elapsed + s.timeLeft(stage)})

@@ -75,8 +75,13 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 	// verifies, it implies this one; if not, this one is measured
 	// again with its extensions (below).
 	short := map[int]bool{} // indexes in Verify of the levels measured so
+	s.searchStart = s.clock()
+	defer func() { s.searchCap = 0 }()
 	for i, f := range v.Rates {
 		rate := f * base
+		if !s.fits() {
+			break
+		}
 		if rate > s.MaxRate {
 			s.run.Verify = append(s.run.Verify, Level{Stage: "verify", IntendedRate: rate, Why: fractionWhy(f),
 				Note: fmt.Sprintf("not run: capped by max_rate %g req/s", s.MaxRate)})
@@ -100,6 +105,9 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 	for {
 		i := s.unconfirmedRate(short)
 		if i < 0 {
+			break
+		}
+		if !s.fits() {
 			break
 		}
 		short[i] = false
@@ -129,14 +137,18 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 	stuck := false // the last bisection level left the bracket as it was
 	for len(s.run.Verify) < v.Levels() {
 		lo, hi := s.searchBounds()
-		if s.againAtTop(hi) {
+		top, between := s.bracketTop(lo, hi)
+		converged := top-offered(lo) <= s.resolution()
+		if s.againAtTop(hi, converged) {
+			if !s.fits() {
+				break
+			}
 			if err := s.measureTopAgain(hi, run); err != nil {
 				return nil, VerdictAborted, abortReason(ctx, err)
 			}
 			continue
 		}
-		top, between := s.bracketTop(lo, hi)
-		if top-offered(lo) <= s.resolution() || hi != nil && wantsRequests(hi) {
+		if converged || hi != nil && wantsRequests(hi) {
 			break
 		}
 		// A window may offer more than its rate: the midpoint stays
@@ -144,6 +156,9 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 		rate := min((offered(lo)+top)/2, s.MaxRate)
 		if rate <= offered(lo) {
 			break // max_rate
+		}
+		if !s.fits() {
+			break
 		}
 		if n, ok := s.decidable(rate); !ok {
 			// Below a rate it could not decide (or measure), the search
@@ -275,13 +290,22 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 // bisected below it to 3.21 (0.82). Measured again, its two windows pool
 // (pool.go): attainment does not rise with the rate, and the lower of two
 // windows at one rate is judged with the higher pooled.
-func (s *Step) againAtTop(hi *Level) bool {
+//
+// With verify.max_duration, once the bisection is within its resolution
+// (converged) the time left goes to that level, up to two windows short
+// of a decision: the search's time is spent where the decision is close
+// rather than left unused.
+func (s *Step) againAtTop(hi *Level, converged bool) bool {
 	if hi == nil || hi.Stage != "verify" || hi.Concurrency > 0 || hi.Prober == nil || hi.ProberBound() ||
 		len(hi.Dropped) > 0 || hi.Decided() != DecisionInconclusive || against(hi) || wantsRequests(hi) ||
 		hi.ToDecide == nil || hi.ToDecide.Early || hi.Pooled != nil {
 		return false
 	}
-	if hi.ToDecide.Seconds > time.Duration(s.Test.VerifyMaxSteady()).Seconds() {
+	short := s.Test.VerifyMaxSteady()
+	if converged && s.Test.Verify.MaxDuration > 0 {
+		short *= 2
+	}
+	if hi.ToDecide.Seconds > short.Seconds() {
 		return false
 	}
 	for i := range s.run.Verify {
@@ -290,6 +314,33 @@ func (s *Step) againAtTop(hi *Level) bool {
 		}
 	}
 	return true
+}
+
+// fits reports whether an open-loop level of the search can start within
+// verify.max_duration, and caps it at the duration's end (searchCap): its
+// warm-up, its first look and a drain must fit in what is left. A search
+// that stops so says why (Capacity.SearchEnd). Without max_duration,
+// every level fits.
+func (s *Step) fits() bool {
+	budget := time.Duration(s.Test.Verify.MaxDuration)
+	if budget <= 0 {
+		return true
+	}
+	left := budget - s.clock().Sub(s.searchStart) - time.Duration(s.Test.Window.Warmup) - drainAllowance
+	if first := time.Duration(firstLook) * s.batch(); left < max(first, time.Second) {
+		s.run.Capacity.SearchEnd = fmt.Sprintf("verify.max_duration (%s) was spent", s.Test.Verify.MaxDuration)
+		return false
+	}
+	s.searchCap = left
+	return true
+}
+
+// clock is the time the search reads.
+func (s *Step) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
 }
 
 // measureTopAgain runs the bracket's top (hi: againAtTop) again, a window

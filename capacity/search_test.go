@@ -73,6 +73,10 @@ func syntheticLevel(decision string, counted int) *Level {
 		decision, attainment = DecisionInconclusive, 0.88
 	case allGood:
 		decision, attainment = DecisionInconclusive, 1
+	case nearTopFar:
+		l := syntheticLevel(nearTop, counted)
+		l.ToDecide = &ToDecide{Requests: 5000, Seconds: 780}
+		return l
 	case nearTop:
 		// 96.0% of 100 at 97.5% is [88.9, 98.7]: undecided against 90%;
 		// two such pooled, [91.6, 98.2], met. One more window decides it.
@@ -97,6 +101,9 @@ const (
 	// nearTop is undecided with its attainment above the objective,
 	// about 40 s more deciding it (againAtTop).
 	nearTop = "inconclusive~"
+	// nearTopFar is nearTop 13 minutes short of a decision: more than a
+	// 12-minute level, within two.
+	nearTopFar = "inconclusive~~"
 )
 
 // below is a target that meets its objective below capacity (req/s),
@@ -737,5 +744,68 @@ func TestMeasureTopAgain(t *testing.T) {
 			return rate, DecisionInconclusive, false // 97% of 100, nothing says what decides it
 		}, nil, 1)
 		require.Equal(t, "5 met, 8 missed, 6.5 inconclusive, 5.75 met, 6.12 met", path(run))
+	})
+}
+
+// TestSearchMaxDuration: with verify.max_duration, each level of the
+// search starts within it and is capped at its end, and the search says
+// it stopped there; once the bisection is within its resolution, the
+// time left goes to the bracket's top left undecided above its objective
+// (13 minutes short: not measured again without max_duration).
+func TestSearchMaxDuration(t *testing.T) {
+	const steady, most = 2 * time.Minute, 12 * time.Minute
+	searchFor := func(budget time.Duration, target synthetic) (*Run, []time.Duration, time.Duration) {
+		tc := &config.TestConfig{Name: "s", Kind: config.TestStep,
+			Window: config.WindowConfig{Warmup: model.Duration(30 * time.Second), Steady: model.Duration(steady)},
+			Verify: config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.05, MaxSteady: model.Duration(most), MaxDuration: model.Duration(budget)}}
+		start := time.Unix(1_700_000_000, 0)
+		now := start
+		s := &Step{Test: tc, MaxRate: 100, saturated: true, now: func() time.Time { return now },
+			run: &Run{Stages: Stages{Capacity: &Capacity{Concurrency: 8, Rate: 10},
+				Sweep: []Level{{Concurrency: 8, CompletedRate: 10}, {Concurrency: 16, CompletedRate: 11}}}}}
+		var caps []time.Duration
+		s.openVerify = func(_ context.Context, stage string, rate float64, why string) (*Level, error) {
+			// Each level takes its warm-up, its most and a drain.
+			plan := s.lookPlan(stage, false)
+			took := time.Duration(plan.max()) * plan.batch
+			caps = append(caps, took)
+			now = now.Add(30*time.Second + took + drainAllowance)
+			offered, decision, _ := target(rate)
+			l := syntheticLevel(decision, 100)
+			l.Stage, l.IntendedRate, l.OfferedRate, l.Goodput, l.Why = stage, rate, offered, offered, why
+			return l, nil
+		}
+		s.verify(t.Context(), &Level{CompletedRate: 10})
+		return s.run, caps, now.Sub(start)
+	}
+
+	t.Run("spent", func(t *testing.T) {
+		run, caps, took := searchFor(40*time.Minute, below(6.6, 0))
+		require.Equal(t, "5 met, 8 missed, 6.5 met, 7.25 missed", path(run))
+		// 12m32s each, and the fourth from 37m36s: 1m48s (whole batches)
+		// before the end.
+		require.Equal(t, []time.Duration{most, most, most, 108 * time.Second}, caps)
+		require.LessOrEqual(t, took, 40*time.Minute)
+		require.Equal(t, "verify.max_duration (40m) was spent", run.Capacity.SearchEnd)
+	})
+	// 7.25 req/s is undecided at 96%, 13 minutes short; the bisection
+	// closes on it from 6.88 (within 0.5 req/s).
+	top := func(rate float64) (float64, string, bool) {
+		if rate > 7 && rate < 7.5 {
+			return rate, nearTopFar, false
+		}
+		return below(7, 0)(rate)
+	}
+	t.Run("the time left to the bracket's top", func(t *testing.T) {
+		run, _, _ := searchFor(2*time.Hour, top)
+		// Its windows offered the same rate: the first is judged with
+		// the second pooled.
+		require.Equal(t, "5 met, 8 missed, 6.5 met, 7.25 met, 6.88 met, 7.25 inconclusive, 7.62 missed", path(run))
+		require.True(t, strings.HasPrefix(run.Verify[5].Why, "measured again: 7.25 req/s"), run.Verify[5].Why)
+		require.InDelta(t, 7.25, *run.Capacity.VerifiedRate, 1e-9)
+	})
+	t.Run("without max_duration", func(t *testing.T) {
+		run, _, _ := searchFor(0, top)
+		require.Equal(t, "5 met, 8 missed, 6.5 met, 7.25 inconclusive, 6.88 met", path(run))
 	})
 }

@@ -109,6 +109,9 @@ func (s *Step) lookPlan(stage string, forecast bool) lookPlan {
 		most = max(most, s.Test.ForecastMaxSteady())
 	case stage == "verify":
 		most = s.Test.VerifyMaxSteady()
+		if s.searchCap > 0 {
+			most = min(most, s.searchCap) // verify.max_duration's end
+		}
 	}
 	if batch <= 0 {
 		return newLookPlan(batch, 1)

@@ -200,7 +200,12 @@ func TestLookPlanByStage(t *testing.T) {
 	require.Equal(t, sweep.looks, s.lookPlan("verify", false).looks)
 	require.Equal(t, []int{3, 5, 8, 12, 18, 27, 41, 60}, s.lookPlan("verify", true).looks, "a forecast level: twice window.max_steady")
 	// The plan line says both.
-	require.Contains(t, s.plan(), "windows 30s + 2m0s a level (up to 6m0s to decide); about")
+	require.Contains(t, s.plan(), "windows 30s + 2m0s a level (up to 6m0s to decide, the search within 1h0m0s); about")
 	s.Test = profileTest(t, config.ProfileSign)
-	require.Contains(t, s.plan(), "windows 30s + 2m0s a level (up to 6m0s to decide, 12m0s in the open-loop search); about 1h17m")
+	require.Contains(t, s.plan(), "windows 30s + 2m0s a level (up to 6m0s to decide, 12m0s in the open-loop search, the search within 1h0m0s); about 1h17m")
+	// A level of the search starting 5 minutes before verify.max_duration's
+	// end is capped there (fits): 25 batches of 12 s, its first look at 3.
+	s.searchCap = 5 * time.Minute
+	require.Equal(t, 25, s.lookPlan("verify", false).max())
+	require.Equal(t, 60, s.lookPlan("verify", true).max(), "not a forecast level")
 }

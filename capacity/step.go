@@ -108,8 +108,14 @@ type Step struct {
 	// measuringAgain: the level starting measures a configured rate
 	// again (search.go), one level more than the rates' count says.
 	measuringAgain bool
-	levelKey       string
-	levelStart     time.Time
+	// searchStart is when the open-loop search started, searchCap the
+	// most the search's level starting may take by verify.max_duration
+	// (0: no cap); now the clock the search reads (nil: time.Now).
+	searchStart time.Time
+	searchCap   time.Duration
+	now         func() time.Time
+	levelKey    string
+	levelStart  time.Time
 	// passStart is when the running pass started; passesLeft the cache
 	// passes after it (1 in a cache: both test's cold pass).
 	passStart  time.Time
@@ -128,12 +134,16 @@ var errStopRule = errors.New("stop rule")
 // plan implements procedure: "step test knee on target sim: sweep [1 2 4
 // 8], windows 5s + 30s a level (up to 1m30s to decide); about 6m10s (up
 // to 21m if every level takes its longest)", and where verify.max_steady
-// differs, "(up to 6m0s to decide, 12m0s in the open-loop search)".
+// differs, "(up to 6m0s to decide, 12m0s in the open-loop search)", and
+// with verify.max_duration ", the search within 1h0m0s".
 func (s *Step) plan() string {
 	t := s.Test
 	decide := t.Window.MaxSteadyTotal().String() + " to decide"
 	if open := t.VerifyMaxSteady(); open != t.Window.MaxSteadyTotal() {
 		decide += ", " + open.String() + " in the open-loop search"
+	}
+	if d := t.Verify.MaxDuration; d > 0 {
+		decide += ", the search within " + time.Duration(d).String()
 	}
 	return fmt.Sprintf("step test %s on target %s: sweep %v, windows %s + %s a level (up to %s); %s", t.Name, s.Load.Target.Name,
 		t.Sweep.Concurrency, time.Duration(t.Window.Warmup), time.Duration(t.Window.Steady), decide, EstimateStep(t, &s.Load.Target))

@@ -254,7 +254,15 @@ type VerifyConfig struct {
 	// MaxSteady is the longest a level of the search (a configured rate,
 	// a bisection) is measured while its decision is inconclusive; 0:
 	// window.max_steady.
-	MaxSteady   model.Duration `yaml:"max_steady,omitempty"`
+	MaxSteady model.Duration `yaml:"max_steady,omitempty"`
+	// MaxDuration is the longest the open-loop search runs, its
+	// configured rates and bisection together (the forecast's levels,
+	// the burst and the hot tenant after it apart): a level starting
+	// within it runs at most to its end, and time left once the
+	// bisection is within verify.resolution goes to the bracket's top
+	// left undecided above its objective, measured again. It makes a
+	// test's length known before it starts; 0: no limit.
+	MaxDuration model.Duration `yaml:"max_duration,omitempty"`
 	Burst       BurstConfig    `yaml:"burst,omitempty"`
 	DrainWithin model.Duration `yaml:"drain_within,omitempty"`
 	// HotTenant, if set, ends the verification with one more level at the

@@ -294,6 +294,9 @@ tests[1].window.max_steady: must be at least steady (1m) and at most 1h, got 2h`
 		{"verify max_steady", "\n  - " + step + ", window: {steady: 1m, min_requests: 1}, verify: {max_steady: 30s}}\n  - {name: t, kind: step, target: local, scenario: chat, verify: {max_steady: 2h}}",
 			`tests[0].verify.max_steady: must be at least window.steady (1m) and at most 1h, got 30s
 tests[1].verify.max_steady: must be at least window.steady (2m) and at most 1h, got 2h`},
+		{"verify max_duration", "\n  - " + step + ", window: {steady: 1m, min_requests: 1}, verify: {max_steady: 12m, max_duration: 10m}}\n  - {name: t, kind: step, target: local, scenario: chat, verify: {max_duration: 25h}}",
+			`tests[0].verify.max_duration: must be 0 (no limit) or between the search's longest level (verify.max_steady or window.max_steady: 12m) and 1d, got 10m
+tests[1].verify.max_duration: must be 0 (no limit) or between the search's longest level (verify.max_steady or window.max_steady: 6m) and 1d, got 1d1h`},
 		{"step keys on a soak", "\n  - " + soak + ", retries: 1, window: {steady: 10m, max_steady: 20m}}",
 			`tests[0].window.max_steady: applies to kind: step only (a soak's windows are its duration's)
 tests[0].retries: applies to kind: step only`},

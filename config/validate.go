@@ -597,6 +597,8 @@ const (
 	MaxRetries = 10
 	// MaxLevelSteady bounds window.max_steady: an hour a level.
 	MaxLevelSteady = time.Hour
+	// MaxSearchDuration bounds verify.max_duration: a day.
+	MaxSearchDuration = 24 * time.Hour
 	// MaxSoakDuration bounds a soak: a week.
 	MaxSoakDuration = 7 * 24 * time.Hour
 )
@@ -759,6 +761,10 @@ func (v *validation) validateStep(key string, t *TestConfig, g GlobalConfig) {
 		if m.d != 0 && (m.d < t.Window.Steady || time.Duration(m.d) > MaxLevelSteady) {
 			v.bad(key+".verify."+m.name, "must be at least window.steady (%s) and at most %s, got %s", t.Window.Steady, model.Duration(MaxLevelSteady), m.d)
 		}
+	}
+	if d := t.Verify.MaxDuration; d != 0 && (time.Duration(d) < t.VerifyMaxSteady() || time.Duration(d) > MaxSearchDuration) {
+		v.bad(key+".verify.max_duration", "must be 0 (no limit) or between the search's longest level (verify.max_steady or window.max_steady: %s) and %s, got %s",
+			model.Duration(t.VerifyMaxSteady()), model.Duration(MaxSearchDuration), d)
 	}
 	if n := t.Verify.MaxLevels; n != 0 && (n < len(t.Verify.Rates) || n > MaxTestLevels) {
 		v.bad(key+".verify.max_levels", "must be between the number of verify.rates (%d) and %d, got %d", len(t.Verify.Rates), MaxTestLevels, n)
