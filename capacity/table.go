@@ -350,6 +350,8 @@ func searchText(verify []Level) string {
 			how = append(how, "bisection")
 		} else if strings.HasPrefix(l.Why, "forecast") {
 			how = append(how, strings.SplitN(l.Why, ":", 2)[0])
+		} else if strings.HasPrefix(l.Why, "measured again:") {
+			how = append(how, "a second window") // the bracket's top measured again (againAtTop)
 		}
 		// Measured again: to decide it (First, AgainProberBound), or
 		// because the prober limited a measurement (Remeasured).

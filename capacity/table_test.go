@@ -131,6 +131,8 @@ func TestSearchText(t *testing.T) {
 		{Stage: "verify", IntendedRate: 20, Note: "not run: capped by max_rate 15 req/s"},
 		{Stage: "verify", OfferedRate: 9.5, Decision: capacity.DecisionMet, Why: "bisection between 9 req/s and 10 req/s", Prober: &capacity.ProberHealth{},
 			Pooled: &capacity.Pooled{Rates: []float64{9.8, 10}}},
+		{Stage: "verify", OfferedRate: 9.7, Decision: capacity.DecisionMet, Why: "measured again: 9.8 req/s stayed undecided above its objective, ...", Prober: &capacity.ProberHealth{},
+			Pooled: &capacity.Pooled{Rates: []float64{9.8}}},
 	}}}
-	require.Equal(t, "5 req/s met, 8 req/s met (measured again), 9 req/s met (bisection, measured 3 times), 6 req/s met (forecast peak), 7 req/s met (measured again), 9.5 req/s met (bisection, pooled with 9.8 and 10)", run.SearchText())
+	require.Equal(t, "5 req/s met, 8 req/s met (measured again), 9 req/s met (bisection, measured 3 times), 6 req/s met (forecast peak), 7 req/s met (measured again), 9.5 req/s met (bisection, pooled with 9.8 and 10), 9.7 req/s met (a second window, pooled with 9.8)", run.SearchText())
 }
