@@ -50,17 +50,14 @@ func pooledDecision(outcomes []outcome, start time.Time, plan lookPlan, objectiv
 func TestPoolErrors(t *testing.T) {
 	t.Parallel()
 	const objective = 0.95
-	t0 := time.Unix(1_700_000_000, 0)
-	plan := newLookPlan(12*time.Second, 60)
-	duration := (time.Duration(plan.max()) * plan.batch).Seconds()
-	models := []queueModel{{8, 1.368, 0.55, 0.1}}
+	t0, plan, duration, models, full := searchLevelStudy()
 	// Below the truth, the level above at 10% more, as a bisection's
 	// bracket has it; just above it, the level above at the same rate:
 	// the pool's hardest case (it attains as much as the level itself).
 	type row struct{ share, gap float64 }
 	rows, levels := []row{{0.9, 1.1}, {1.01, 1}}, 60
-	if os.Getenv("SLOPROBER_POOL_STUDY") != "" { // the study's table (docs/capacity-tests.md): minutes
-		models, rows, levels = append(models, queueModel{8, 1.368, 0.5, 0}), nil, 200
+	if full { // the study's table (docs/capacity-tests.md): minutes
+		rows, levels = nil, 200
 		for _, share := range []float64{0.85, 0.9, 0.95, 1.01, 1.03} {
 			for _, gap := range []float64{1, 1.05, 1.15} {
 				rows = append(rows, row{share, gap})
@@ -102,6 +99,20 @@ func TestPoolErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// searchLevelStudy is what the pool's studies share: regime a's search
+// levels (12 minutes in 12 s batches from t0, duration in seconds), its
+// queue with a prefill of up to 100 ms, and with SLOPROBER_POOL_STUDY
+// (full: the tables of docs/capacity-tests.md, a minute) without it too.
+func searchLevelStudy() (t0 time.Time, plan lookPlan, duration float64, models []queueModel, full bool) {
+	t0, plan = time.Unix(1_700_000_000, 0), newLookPlan(12*time.Second, 60)
+	duration = (time.Duration(plan.max()) * plan.batch).Seconds()
+	models = []queueModel{{8, 1.368, 0.55, 0.1}}
+	if full = os.Getenv("SLOPROBER_POOL_STUDY") != ""; full {
+		models = append(models, queueModel{8, 1.368, 0.5, 0})
+	}
+	return t0, plan, duration, models, full
 }
 
 // rateAt is the rate at which m attains objective in the long run, to a
@@ -229,13 +240,10 @@ func TestPoolLevel(t *testing.T) {
 func TestMeasuredAgainErrors(t *testing.T) {
 	t.Parallel()
 	const objective = 0.95
-	t0 := time.Unix(1_700_000_000, 0)
-	plan := newLookPlan(12*time.Second, 60)
-	duration := (time.Duration(plan.max()) * plan.batch).Seconds()
-	models := []queueModel{{8, 1.368, 0.55, 0.1}}
+	t0, plan, duration, models, full := searchLevelStudy()
 	shares, levels := []float64{0.9, 1.01}, 60
-	if os.Getenv("SLOPROBER_POOL_STUDY") != "" {
-		models, shares, levels = append(models, queueModel{8, 1.368, 0.5, 0}), []float64{0.85, 0.88, 0.9, 0.93, 0.95, 1.01, 1.03, 1.05}, 200
+	if full {
+		shares, levels = []float64{0.85, 0.88, 0.9, 0.93, 0.95, 1.01, 1.03, 1.05}, 200
 	}
 	for _, model := range models {
 		t.Run(fmt.Sprintf("M/D/8 prefill %gs", model.prefill), func(t *testing.T) {

@@ -13,7 +13,7 @@ const (
 	// decide "met" about half the time, 12 minutes nine times in ten),
 	// the sweep refined twice, the search to 3% of the closed-loop rate
 	// within an hour (verify.max_duration: the test's length is known
-	// before it starts); about 1h15m.
+	// before it starts); about 1h10m.
 	ProfileSign = "sign"
 )
 
