@@ -200,3 +200,16 @@ func TestTimeLeftMaxDuration(t *testing.T) {
 	s.searchStart = now.Add(-31 * time.Minute)
 	require.Equal(t, burstTime(test), s.timeLeft("verify"), "spent: the burst is left")
 }
+
+// TestTakePassSearchStart: a cache: both test's production pass has a
+// verify.max_duration of its own; the cold pass's start would leave its
+// time left no search at all.
+func TestTakePassSearchStart(t *testing.T) {
+	test := profileTest(t, config.ProfileSign)
+	now := time.Unix(1_700_000_000, 0)
+	s := &Step{Test: test, now: func() time.Time { return now }, run: &Run{}, searchStart: now.Add(-2 * time.Hour)}
+	s.takePass(config.CacheCold, VerdictPass, "")
+	left, ok := s.searchLeft()
+	require.True(t, ok)
+	require.Equal(t, time.Hour, left)
+}

@@ -76,10 +76,11 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 	// again with its extensions (below).
 	short := map[int]bool{} // indexes in Verify of the levels measured so
 	s.searchStart = s.clock()
-	defer func() { s.searchCap = 0 }()
+	defer func() { s.capped = false }()
 	for i, f := range v.Rates {
 		rate := f * base
 		if !s.fits() {
+			s.spent()
 			break
 		}
 		if rate > s.MaxRate {
@@ -108,6 +109,7 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 			break
 		}
 		if !s.fits() {
+			s.spent()
 			break
 		}
 		short[i] = false
@@ -141,7 +143,10 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 		converged := top-offered(lo) <= s.resolution()
 		if s.againAtTop(hi, converged) {
 			if !s.fits() {
-				break
+				if !converged {
+					s.spent()
+				}
+				break // converged, the search reached its resolution: not cut short
 			}
 			if err := s.measureTopAgain(hi, run); err != nil {
 				return nil, VerdictAborted, abortReason(ctx, err)
@@ -158,12 +163,17 @@ func (s *Step) verify(ctx context.Context, capLevel *Level) (*Level, string, str
 			break // max_rate
 		}
 		if !s.fits() {
+			s.spent()
 			break
 		}
 		if n, ok := s.decidable(rate); !ok {
 			// Below a rate it could not decide (or measure), the search
 			// would only find rates with fewer requests still.
-			s.run.Capacity.SearchEnd = fmt.Sprintf("%.3g req/s would draw too few requests to decide within verify.max_steady (%d all good at least)", rate, n)
+			within := "verify.max_steady"
+			if s.capped && s.levelRoom() < s.Test.VerifyMaxSteady() {
+				within = "what is left of verify.max_duration"
+			}
+			s.run.Capacity.SearchEnd = fmt.Sprintf("%.3g req/s would draw too few requests to decide within %s (%d all good at least)", rate, within, n)
 			break
 		}
 		why := fmt.Sprintf("bisection between %.3g req/s and %s", offered(lo), between)
@@ -317,22 +327,29 @@ func (s *Step) againAtTop(hi *Level, converged bool) bool {
 }
 
 // fits reports whether an open-loop level of the search can start within
-// verify.max_duration, and caps it at the duration's end (searchCap): its
-// warm-up, its first look and a drain must fit in what is left. A search
-// that stops so says why (Capacity.SearchEnd). Without max_duration,
-// every level fits.
+// verify.max_duration, and caps the search's levels at the duration's
+// end (capped, levelRoom): its warm-up, its first look and a drain must
+// fit in what is left. Without max_duration, every level fits.
 func (s *Step) fits() bool {
-	budget := time.Duration(s.Test.Verify.MaxDuration)
-	if budget <= 0 {
+	if s.Test.Verify.MaxDuration <= 0 {
 		return true
 	}
-	left := budget - s.clock().Sub(s.searchStart) - time.Duration(s.Test.Window.Warmup) - drainAllowance
-	if first := time.Duration(firstLook) * s.batch(); left < max(first, time.Second) {
-		s.run.Capacity.SearchEnd = fmt.Sprintf("verify.max_duration (%s) was spent", s.Test.Verify.MaxDuration)
+	if s.levelRoom() < max(time.Duration(firstLook)*s.batch(), time.Second) {
 		return false
 	}
-	s.searchCap = left
+	s.capped = true
 	return true
+}
+
+// levelRoom is what a level of the search starting now may take of
+// verify.max_duration: what is left of it less a warm-up and a drain.
+func (s *Step) levelRoom() time.Duration {
+	return time.Duration(s.Test.Verify.MaxDuration) - s.clock().Sub(s.searchStart) - time.Duration(s.Test.Window.Warmup) - drainAllowance
+}
+
+// spent says the search stopped at verify.max_duration (SearchEnd).
+func (s *Step) spent() {
+	s.run.Capacity.SearchEnd = fmt.Sprintf("verify.max_duration (%s) was spent", s.Test.Verify.MaxDuration)
 }
 
 // clock is the time the search reads.

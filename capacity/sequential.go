@@ -109,8 +109,10 @@ func (s *Step) lookPlan(stage string, forecast bool) lookPlan {
 		most = max(most, s.Test.ForecastMaxSteady())
 	case stage == "verify":
 		most = s.Test.VerifyMaxSteady()
-		if s.searchCap > 0 {
-			most = min(most, s.searchCap) // verify.max_duration's end
+		if s.capped {
+			// verify.max_duration's end, from now: a measurement again
+			// after the prober's wait is capped there too.
+			most = min(most, max(s.levelRoom(), time.Duration(firstLook)*s.batch()))
 		}
 	}
 	if batch <= 0 {

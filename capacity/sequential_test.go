@@ -203,9 +203,14 @@ func TestLookPlanByStage(t *testing.T) {
 	require.Contains(t, s.plan(), "windows 30s + 2m0s a level (up to 6m0s to decide, the search within 1h0m0s); about")
 	s.Test = profileTest(t, config.ProfileSign)
 	require.Contains(t, s.plan(), "windows 30s + 2m0s a level (up to 6m0s to decide, 12m0s in the open-loop search, the search within 1h0m0s); about 1h17m")
-	// A level of the search starting 5 minutes before verify.max_duration's
-	// end is capped there (fits): 25 batches of 12 s, its first look at 3.
-	s.searchCap = 5 * time.Minute
+	// A level of the search starting 5m32s before verify.max_duration's
+	// end (its warm-up and drain) is capped there: 25 batches of 12 s.
+	now := time.Unix(1_700_000_000, 0)
+	s.now, s.searchStart, s.capped = func() time.Time { return now }, now.Add(-time.Hour+5*time.Minute+32*time.Second), true
 	require.Equal(t, 25, s.lookPlan("verify", false).max())
 	require.Equal(t, 60, s.lookPlan("verify", true).max(), "not a forecast level")
+	now = now.Add(3 * time.Minute) // measured again after the prober's wait: what is left
+	require.Equal(t, 10, s.lookPlan("verify", false).max())
+	now = now.Add(time.Hour) // spent: its first look at least
+	require.Equal(t, 3, s.lookPlan("verify", false).max())
 }

@@ -108,11 +108,12 @@ type Step struct {
 	// measuringAgain: the level starting measures a configured rate
 	// again (search.go), one level more than the rates' count says.
 	measuringAgain bool
-	// searchStart is when the open-loop search started, searchCap the
-	// most the search's level starting may take by verify.max_duration
-	// (0: no cap); now the clock the search reads (nil: time.Now).
+	// searchStart is when the open-loop search started; capped says the
+	// search's levels are capped at verify.max_duration's end (levelRoom),
+	// each measurement of one, its retries too; now the clock the search
+	// reads (nil: time.Now).
 	searchStart time.Time
-	searchCap   time.Duration
+	capped      bool
 	now         func() time.Time
 	levelKey    string
 	levelStart  time.Time
@@ -214,6 +215,7 @@ func (s *Step) takePass(cache, verdict, reason string) *CachePass {
 	s.run.Stages = Stages{}
 	s.above, s.leftShort, s.short, s.drainNote, s.goodput = false, false, nil, "", 0
 	s.took, s.levelKey = nil, ""
+	s.searchStart = time.Time{} // the next pass's search has its own verify.max_duration
 	return p
 }
 
