@@ -344,7 +344,8 @@ func (s *Step) fits() bool {
 // levelRoom is what a level of the search starting now may take of
 // verify.max_duration: what is left of it less a warm-up and a drain.
 func (s *Step) levelRoom() time.Duration {
-	return time.Duration(s.Test.Verify.MaxDuration) - s.clock().Sub(s.searchStart) - time.Duration(s.Test.Window.Warmup) - drainAllowance
+	left, _ := s.searchLeft()
+	return left - time.Duration(s.Test.Window.Warmup) - drainAllowance
 }
 
 // spent says the search stopped at verify.max_duration (SearchEnd).
