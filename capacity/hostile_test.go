@@ -168,7 +168,9 @@ func TestSoakAgainstServerThatStartsResetting(t *testing.T) {
 // that races the close loses no request to a close, and the server
 // processes none twice: the client reuses no connection before it knows
 // the server keeps them, and after the first close soon after a response
-// gives each request a connection of its own.
+// gives each request a connection of its own. On a busy host the
+// server's own close can come late, after the client's wait: only as
+// many requests as such late closes may be lost.
 func TestStepAgainstDelayedCloser(t *testing.T) {
 	srv, err := hostile.StartCloser(3*time.Millisecond, 2*time.Millisecond)
 	require.NoError(t, err)
@@ -179,20 +181,25 @@ func TestStepAgainstDelayedCloser(t *testing.T) {
 	require.NotNil(t, run.Baseline, run.Reason)
 	levels := append([]capacity.Level{*run.Baseline}, run.Sweep...)
 	levels = append(levels, run.Verify...)
-	sent := 0
+	// A close the host delayed past the client's wait may race a
+	// request: those, and only those, may be lost (the server's count).
+	late := srv.Late()
+	sent, lost := 0, 0
 	for _, l := range levels {
 		if l.Prober == nil {
 			continue
 		}
 		sent += l.Sent
-		require.Equal(t, l.Sent, l.Outcomes[prober.OutcomeOK], "%s level %s: %v", l.Stage, l.RateName(), l.Outcomes)
+		lost += l.Sent - l.Outcomes[prober.OutcomeOK]
+		require.LessOrEqual(t, l.Sent-l.Outcomes[prober.OutcomeOK], late, "%s level %s: %v; closes %v or more late: %d", l.Stage, l.RateName(), l.Outcomes, hostile.LateClose, late)
 	}
-	require.Equal(t, 10, run.Baseline.Outcomes[prober.OutcomeOK], "the baseline's 10 requests")
+	require.LessOrEqual(t, lost, late, "requests lost, closes %v or more late", hostile.LateClose)
+	require.Equal(t, 10, run.Baseline.Sent, "the baseline's 10 requests")
 	processed := srv.Processed()
 	delete(processed, "") // not a probe: /models and the like carry no request id
 	for id, n := range processed {
 		require.Equal(t, 1, n, "request %s processed %d times", id, n)
 	}
 	require.GreaterOrEqual(t, len(processed), sent, "every request counted was processed")
-	t.Logf("%s: %d requests sent in levels, %d processed", run.Verdict, sent, len(processed))
+	t.Logf("%s: %d requests sent in levels, %d processed, %d lost, %d closes late", run.Verdict, sent, len(processed), lost, late)
 }

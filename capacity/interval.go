@@ -164,15 +164,20 @@ func goodOf(outcomes []outcome) int {
 // SLO's pressure series (where every one has it, and one came near it),
 // at least 1.
 func correlation(outcomes []outcome) float64 {
-	sorted := slices.SortedStableFunc(slices.Values(outcomes), func(a, b outcome) int { return a.sent.Compare(b.sent) })
+	bySent := func(a, b outcome) int { return a.sent.Compare(b.sent) }
+	sorted := outcomes // most often in the order sent already: no copy
+	if !slices.IsSortedFunc(outcomes, bySent) {
+		sorted = slices.SortedStableFunc(slices.Values(outcomes), bySent)
+	}
 	goods := make([]float64, len(sorted))
 	for i, o := range sorted {
 		if o.good {
 			goods[i] = 1
 		}
 	}
-	tau := integratedTime(goods)
-	series := make([]float64, len(sorted))
+	var ac autocorrelator // one FFT and its buffers for every series
+	tau := ac.integratedTime(goods)
+	series := goods // goods is read: its array holds each series in turn
 	for k := range len(pressures{}) {
 		near, every := false, true
 		for i, o := range sorted {
@@ -188,7 +193,7 @@ func correlation(outcomes []outcome) float64 {
 			near = near || p >= pressureNear
 		}
 		if every && near {
-			tau = max(tau, integratedTime(series))
+			tau = max(tau, ac.integratedTime(series))
 		}
 	}
 	return tau
@@ -216,6 +221,22 @@ const pressureFloor = 0.2
 // FFT (gonum's dsp/fourier), in N log N. 1 for fewer than 16 values or a
 // constant series.
 func integratedTime(x []float64) float64 {
+	var ac autocorrelator
+	return ac.integratedTime(x)
+}
+
+// autocorrelator computes integratedTime for series of one length with
+// one FFT and its buffers: a level's correlation reads two or more series
+// of its n requests, each padded to 2n (at 200 req/s over a minute, 32,768
+// values), and allocating them again for each was most of a simulation
+// study's time under -race.
+type autocorrelator struct {
+	fft         *fourier.FFT
+	padded, acf []float64
+	coeff       []complex128
+}
+
+func (ac *autocorrelator) integratedTime(x []float64) float64 {
 	n := len(x)
 	if n < 16 {
 		return 1
@@ -229,16 +250,19 @@ func integratedTime(x []float64) float64 {
 	for m < 2*n {
 		m *= 2
 	}
-	padded := make([]float64, m)
+	if len(ac.padded) != m {
+		ac.fft, ac.padded, ac.coeff, ac.acf = fourier.NewFFT(m), make([]float64, m), nil, nil
+	}
 	for i, v := range x {
-		padded[i] = v - mean
+		ac.padded[i] = v - mean
 	}
-	fft := fourier.NewFFT(m)
-	coeff := fft.Coefficients(nil, padded)
-	for i, c := range coeff {
-		coeff[i] = complex(real(c)*real(c)+imag(c)*imag(c), 0)
+	clear(ac.padded[n:])
+	ac.coeff = ac.fft.Coefficients(ac.coeff, ac.padded)
+	for i, c := range ac.coeff {
+		ac.coeff[i] = complex(real(c)*real(c)+imag(c)*imag(c), 0)
 	}
-	acf := fft.Sequence(nil, coeff)
+	ac.acf = ac.fft.Sequence(ac.acf, ac.coeff)
+	acf := ac.acf
 	if acf[0] <= 1e-12*float64(n) {
 		return 1 // constant
 	}

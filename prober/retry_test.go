@@ -254,7 +254,9 @@ var _ = context.Background
 // whether the server keeps them, and from the first close soon after a
 // response it sends each request on a connection of its own. Before,
 // the same baseline lost about 1 request in 8 ("no response: EOF",
-// "connection reset by peer"), none retried.
+// "connection reset by peer"), none retried. On a busy host a close
+// can come late (the server's timer), after the client's wait: only as
+// many requests as such late closes may be lost.
 func TestDelayedCloser(t *testing.T) {
 	srv, err := hostile.StartCloser(3*time.Millisecond, 0)
 	require.NoError(t, err)
@@ -280,12 +282,20 @@ func TestDelayedCloser(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	processed := srv.Processed()
+	processed, late := srv.Processed(), srv.Late()
+	lost := 0
 	for _, r := range results {
-		require.Equal(t, prober.OutcomeOK, r.Outcome, "request %s: %s (retry %q)", r.RequestID, r.Error(), r.Retry)
+		if r.Outcome != prober.OutcomeOK {
+			// Only a close the busy host delayed past the client's
+			// wait can race a request (the server's own count).
+			lost++
+			require.LessOrEqual(t, lost, late, "request %s: %s (retry %q); closes %v or more late: %d", r.RequestID, r.Error(), r.Retry, hostile.LateClose, late)
+			require.Zero(t, processed[r.RequestID], "request %s lost, yet processed", r.RequestID)
+			continue
+		}
 		require.Equal(t, 1, processed[r.RequestID], "request %s processed once", r.RequestID)
 	}
-	require.Len(t, processed, len(results), "nothing else was processed")
+	require.Len(t, processed, len(results)-lost, "nothing else was processed")
 }
 
 // TestIdleTimeoutAfterAnErrorIsNotOneShot: a server that answers 503 and

@@ -34,7 +34,17 @@ type Closer struct {
 
 	mu        sync.Mutex
 	processed map[string]int
+	late      int
 }
+
+// LateClose is how long after its response a close must come to be late:
+// a client that does not know yet whether the server keeps connections
+// waits 50 ms before it reuses one just idle (prober's settle), so a
+// close within it is seen before the next request is written, and one
+// after it may race that request. The server sleeps at most MaxDelay (a
+// few ms) but on a busy host its timer can fire tens of ms late: the
+// tests take those late closes as their truth of what could be lost.
+const LateClose = 50 * time.Millisecond
 
 // StartCloser starts a Closer on loopback.
 func StartCloser(maxDelay, gap time.Duration) (*Closer, error) {
@@ -62,6 +72,14 @@ func (s *Closer) URL() string { return "http://" + s.Addr + "/v1" }
 func (s *Closer) Close() {
 	s.ln.Close()
 	s.wg.Wait()
+}
+
+// Late is how many connections the server closed LateClose or more after
+// the end of their response (its timer fired late on a busy host).
+func (s *Closer) Late() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.late
 }
 
 // Processed is how many times the server processed each request id.
@@ -125,7 +143,13 @@ func (s *Closer) serve(c net.Conn) {
 	}
 	// The close, a little after the response: a request written
 	// meanwhile is left unread.
+	ended := time.Now()
 	if s.MaxDelay > 0 {
 		time.Sleep(rand.N(s.MaxDelay + 1))
+	}
+	if time.Since(ended) >= LateClose {
+		s.mu.Lock()
+		s.late++
+		s.mu.Unlock()
 	}
 }
