@@ -10,6 +10,7 @@ import (
 	"gonum.org/v1/gonum/stat/distuv"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/internal/testkit/slotheap"
 )
 
 // The simulation study of the sequential rule (sequential.go): thousands
@@ -70,48 +71,18 @@ func (m queueModel) run(r *rand.Rand, rate, duration float64, emit func(t, ttft 
 	t := -duration
 	// free holds when each slot is next free, a min-heap: the first
 	// free slot takes the next arrival, in order of arrival (FIFO).
-	free := make(freeSlots, m.slots)
-	for i := range free {
-		free[i] = t
-	}
+	free := slotheap.New(m.slots, t)
 	for {
 		t += r.ExpFloat64() / rate
 		if t >= duration {
 			return
 		}
-		begin := max(free[0], t)
-		free.replaceMin(begin + m.service)
+		begin := max(free.Min(), t)
+		free.ReplaceMin(begin + m.service)
 		if t >= 0 {
 			emit(t, begin-t+m.prefill*r.Float64())
 		}
 	}
-}
-
-// freeSlots is a min-heap of the times the slots are next free. Not
-// container/heap: boxing each float64 in an interface allocated a value
-// an arrival, and the studies draw millions (under -race, where an
-// allocation costs most, they took 15 times as long as without).
-type freeSlots []float64
-
-// replaceMin sets the earliest time to x (no earlier than it) and
-// restores the heap.
-func (h freeSlots) replaceMin(x float64) {
-	i, n := 0, len(h)
-	for {
-		c := 2*i + 1
-		if c >= n {
-			break
-		}
-		if c+1 < n && h[c+1] < h[c] {
-			c++
-		}
-		if h[c] >= x {
-			break
-		}
-		h[i] = h[c]
-		i = c
-	}
-	h[i] = x
 }
 
 // sequentialDecision looks at outcomes as a level's plan does and

@@ -1,7 +1,6 @@
 package groundtruth_test
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/sloprober/sloprober/capacity"
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/internal/testkit/slotheap"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/simulator/simtest"
 	"github.com/sloprober/sloprober/validity"
@@ -155,20 +155,6 @@ tests:
 	return cfg
 }
 
-// slotHeap is the times at which the slots fall free.
-type slotHeap []float64
-
-func (h slotHeap) Len() int           { return len(h) }
-func (h slotHeap) Less(i, j int) bool { return h[i] < h[j] }
-func (h slotHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *slotHeap) Push(x any)        { *h = append(*h, x.(float64)) }
-func (h *slotHeap) Pop() any {
-	o := *h
-	x := o[len(o)-1]
-	*h = o[:len(o)-1]
-	return x
-}
-
 // mdcAttainment is the share of Poisson arrivals at rate (req/s) into c
 // FIFO servers of service time d (s) that wait at most w (s) for one:
 // n arrivals of a seeded stream. With step > 0 a request starts only at
@@ -181,11 +167,11 @@ func (h *slotHeap) Pop() any {
 // time are all idle about 0.4% of it).
 func mdcAttainment(rate float64, c int, d, w, step float64, n int) float64 {
 	r := rand.New(rand.NewPCG(1, 2))
-	free := make(slotHeap, c)
+	free := slotheap.New(c, 0)
 	t, ok := 0.0, 0
 	for range n {
 		t += r.ExpFloat64() / rate
-		start := max(heap.Pop(&free).(float64), t)
+		start := max(free.Min(), t)
 		if step > 0 {
 			// A slot falls free on the grid (d is whole steps): the
 			// epsilon keeps rounding from adding a step.
@@ -194,7 +180,7 @@ func mdcAttainment(rate float64, c int, d, w, step float64, n int) float64 {
 		if start-t <= w {
 			ok++
 		}
-		heap.Push(&free, start+d)
+		free.ReplaceMin(start + d)
 	}
 	return float64(ok) / float64(n)
 }
