@@ -631,7 +631,11 @@ func TestStepDrainEngineQueueStuck(t *testing.T) {
 // over it, and the run concludes as on a quiet prober. A met level says
 // "met all the same" (a late read only makes a level look worse); each
 // carries its read delays, bounded below by the stall sampler's period,
-// and its decisions with every request corrected by them.
+// and its decisions with every request corrected by them. On a busy
+// host the delays are real, tens of ms (a level over a real threshold
+// too, or reads so late that a closed-loop level's clients waited on the
+// prober), and may change a level's decision: such a level may be
+// prober-bound, and the run may conclude nothing, saying so.
 func TestStepProberLate(t *testing.T) {
 	sim := simtest.Start(t, groundTruthSim)
 	cfg := lenientConfig(t, sim.URL, `
@@ -643,24 +647,37 @@ func TestStepProberLate(t *testing.T) {
 	s := &capacity.Step{Manager: m, Recorder: rec, Test: cfg.Tests[0], Load: cfg.TestLoad(cfg.Tests[0]), MaxRate: 100,
 		Logger: promslog.NewNopLogger(), Validity: &v}
 	run := s.Run(t.Context())
-	require.NotContains(t, run.Reason, "prober-bound", run.Reason)
 	require.NotEmpty(t, run.Sweep)
-	met := 0
+	met, busy := 0, false
 	for _, l := range run.Sweep {
 		p := l.Prober
 		require.Contains(t, p.Over, validity.ReasonCPU, "level %d", l.Concurrency)
+		busy = busy || slices.ContainsFunc(p.Over, func(r string) bool { return r != validity.ReasonCPU })
 		require.GreaterOrEqual(t, p.ReadDelayMax, 0.0025, "level %d: at least the sampler's period and floor", l.Concurrency)
 		require.NotEmpty(t, p.DecisionIfBetter, "level %d", l.Concurrency)
 		require.NotEmpty(t, p.DecisionIfWorse, "level %d", l.Concurrency)
-		if l.Decided() == capacity.DecisionMet {
+		if l.Decided() == capacity.DecisionMet && p.ReadDelayP99 > capacity.ClosedIdleShare*l.E2E.P50 {
+			// Its reads were so late that its clients waited on the
+			// prober (a busy host: 30 ms of a 362 ms E2E): fewer
+			// requests in flight than clients, and a met may owe it to
+			// that. It is set aside, and says why.
+			busy = true
+			require.True(t, l.ProberBound(), "level %d: %s", l.Concurrency, l.Note)
+			require.Contains(t, l.Note, "its clients waited on the prober")
+		} else if l.Decided() == capacity.DecisionMet {
 			met++
-			require.False(t, l.ProberBound(), "level %d met: a late read only makes a level look worse", l.Concurrency)
+			require.False(t, l.ProberBound(), "level %d met: a late read only makes a level look worse (over %v, %s: %s)", l.Concurrency, p.Over, p.Rule, l.Note)
 			require.Equal(t, "met despite the prober's delays, which only make a level look worse", p.Rule)
 			require.Contains(t, l.Note, "prober late (")
 			require.Contains(t, l.Note, "met all the same")
 		}
 		require.Contains(t, p.Diagnosis, "saturated prober")
 	}
+	if busy {
+		t.Logf("the host was busy (real delays): %s", run.Reason)
+		return
+	}
+	require.NotContains(t, run.Reason, "prober-bound", run.Reason)
 	require.Positive(t, met, run.Reason)
 	require.NotNil(t, run.Capacity, run.Reason)
 }

@@ -220,7 +220,19 @@ prefix_cache: {block_tokens: 64}
 	require.Equal(t, 40, warm.Timings.PromptN)
 	require.Equal(t, 960, warm.Usage.PromptTokensDetails.CachedTokens)
 	require.Equal(t, 1000, warm.Usage.PromptTokens)
-	require.Less(t, warm.Timings.PromptMS, cold.Timings.PromptMS/3, "a cache hit must shorten prefill")
+	// Prefill is timed by the engine's sleep, which a busy host makes
+	// late (a 7 ms prefill measured 30.6 ms beside other work, where 55
+	// ms measured 56): the least of five warm runs against the least of
+	// five cold prompts, each as long.
+	warmMS, coldMS := warm.Timings.PromptMS, cold.Timings.PromptMS
+	for i := range 4 {
+		_, w := run(p)
+		warmMS = min(warmMS, w.Timings.PromptMS)
+		_, c := run(text(fmt.Sprintf("cold-%d", i), 1000))
+		require.Equal(t, 0, c.Timings.CacheN)
+		coldMS = min(coldMS, c.Timings.PromptMS)
+	}
+	require.Less(t, warmMS, coldMS/3, "a cache hit must shorten prefill")
 
 	_, partial := run(p[:512*4] + text("different", 488))
 	require.Equal(t, 512, partial.Timings.CacheN, "the shared first 512 tokens")

@@ -1196,6 +1196,10 @@ func TestDaemonKeepsProbing(t *testing.T) {
 	for _, c := range cases {
 		fmt.Fprintf(&yml, "  - {target: %s, scenario: s, rate: %g, arrival: constant}\n", c.name, c.rate)
 	}
+	// Until every target has three requests ended: a few seconds on a
+	// quiet host; on a busy one the 100 MB line's requests can each take
+	// seconds to reach the line bound (beside other work, six of them in
+	// 6 s all ended by the shutdown), so the wait is bounded at 30 s.
 	f := newFactory()
 	stopped := runDaemon(t, yml.String(), f, nil, func() bool {
 		for _, c := range cases {
@@ -1204,7 +1208,7 @@ func TestDaemonKeepsProbing(t *testing.T) {
 			}
 		}
 		return true
-	}, 6*time.Second)
+	}, 30*time.Second)
 	for _, s := range servers {
 		s.Close()
 	}

@@ -1,0 +1,4 @@
+package capacity
+
+// ClosedIdleShare is closedIdleShare, for the tests outside the package.
+const ClosedIdleShare = closedIdleShare
