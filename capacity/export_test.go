@@ -1,4 +1,4 @@
 package capacity
 
-// ClosedIdleShare is closedIdleShare, for the tests outside the package.
-const ClosedIdleShare = closedIdleShare
+// IdleClients is idleClients, for the tests outside the package.
+func (l *Level) IdleClients() bool { return l.idleClients() }
