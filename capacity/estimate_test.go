@@ -213,3 +213,43 @@ func TestTakePassSearchStart(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, time.Hour, left)
 }
+
+// TestBisectionTime: the bisection's path is expected from its bracket's
+// ends. Far from the objective (every request of 3,405 good at 94.6
+// req/s, 98.9% of 108,779 at 151, worth 637 and 374) its midpoint decides
+// at its second look, and the next, nearer, a few looks later; next to it (99.6% of 744 at
+// 3.44 req/s, 95.4% of 2,729 at 3.79) no level decides sooner than a
+// bisection level is expected to take, and each is taken at that; with
+// nothing verified the bracket says nothing.
+func TestBisectionTime(t *testing.T) {
+	s := &Step{Test: profileTest(t, config.ProfileSign), MaxRate: math.Inf(1)}
+	measured := &ProberHealth{}
+	level := func(rate float64, decision string, attainment float64, n int, neff float64) Level {
+		return Level{Stage: "verify", IntendedRate: rate, OfferedRate: rate, Decision: decision, Attainment: attainment, Prober: measured,
+			Interval:  &Interval{N: n, NEff: neff},
+			Scenarios: []ScenarioResult{{Counted: n, Attainment: attainment, Objective: 0.95, Decision: decision}}}
+	}
+	s.run = &Run{Stages: Stages{Sweep: []Level{{Concurrency: 32, CompletedRate: 199}}, Capacity: &Capacity{Concurrency: 32, Rate: 199},
+		Verify: []Level{level(94.6, DecisionMet, 1, 3405, 637), level(151, DecisionInconclusive, 0.989, 108779, 374)}}}
+	typical := 11 * time.Minute
+	plan := s.lookPlan("verify", false)
+	first := time.Duration(s.Test.Window.Warmup) + time.Duration(plan.looks[1])*plan.batch + drainAllowance
+	d, ok := s.bisectionTime(1, typical)
+	require.True(t, ok)
+	require.Equal(t, first, d, "123 req/s, far from the objective, at its second look (a minute)")
+	two, _ := s.bisectionTime(2, typical)
+	second := two - first
+	require.Greater(t, second, first, "137 req/s, nearer, later")
+	require.Less(t, second, typical, "and decided before its most")
+	d, _ = s.bisectionTime(1.5, typical)
+	require.Equal(t, first+second/2, d, "half a level at half its time")
+
+	s.run.Verify = []Level{level(3.44, DecisionMet, 0.996, 744, 247), level(3.79, DecisionInconclusive, 0.954, 2729, 238)}
+	s.run.Sweep[0].CompletedRate, s.run.Capacity.Rate = 5.6, 5.6
+	d, _ = s.bisectionTime(2, typical)
+	require.Equal(t, 2*typical, d, "next to the objective: each at a bisection level's")
+
+	s.run.Verify[0].Decision = DecisionInconclusive
+	_, ok = s.bisectionTime(2, typical)
+	require.False(t, ok, "nothing verified")
+}
