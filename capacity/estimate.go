@@ -29,13 +29,13 @@ import (
 // with the estimate before it as if that were two levels; the levels
 // left are the stage's typical ones less those that ran, and the later
 // stages'. The open-loop levels are two kinds. The bisection levels,
-// next to the objective, and a configured rate measured again after a
-// higher one did not verify, are expected at typicalVerifyShare of their
+// next to the objective, are expected at typicalVerifyShare of their
 // most whatever the target's speed (their misses come in bunches), then
 // at what the bisection levels took: only those; once a level has
 // verified, the bisection's path is expected from its bracket's ends,
 // each level at what its distance to the objective says, at most that
-// (bisectionTime). The configured rates,
+// (bisectionTime). A configured rate measured again after a higher one
+// did not verify is expected at againShare of its most. The configured rates,
 // once the sweep has measured the closed loop's throughput, take what
 // verifyRequests take at openShare of it (within their first look and
 // their most), then what they took: the speed of the target, not only
@@ -53,10 +53,12 @@ import (
 // server beside a burner, the starter test (a level up to 60 s) 4m16s
 // long is expected from a quarter on at 4m43s to 5m8s.
 
-// Typical shares of window.max_steady a level's batches take.
+// Typical shares of window.max_steady a level's batches take; of
+// verify.max_steady, a configured rate's measured again (againShare).
 const (
 	typicalSweepShare  = 0.35
 	typicalVerifyShare = 0.9
+	againShare         = 0.4
 )
 
 // typicalBaseline is what a baseline request is taken to take before the
@@ -355,7 +357,7 @@ func (s *Step) timeLeft(stage string) time.Duration {
 	// levels at what their distance to the objective says
 	// (bisectionTime), at most what a bisection level is expected to
 	// take.
-	var pathTime time.Duration
+	var pathTime, againTime time.Duration
 	if again, path, ok := s.bisectionLevels(); ok {
 		bisection = again + path
 		if d, ok := s.bisectionTime(path, expect("bisection")); ok {
@@ -366,16 +368,18 @@ func (s *Step) timeLeft(stage string) time.Duration {
 		// A configured rate cut short while a higher one followed,
 		// measured again up to its last look now that the higher one
 		// did not verify: nearer to the objective than its first
-		// measurement said (0.5x of M/D/8 measured again took 4 to 12
-		// minutes, its first, cut short, 68 s).
-		bisection++
+		// measurement said, further than the bisection's levels (27
+		// such levels in the stored runs, against M/D/8 at 2.5 to 3
+		// req/s, took 1.5 to 12.6 minutes, 5.4 on average; their
+		// first measurements, cut short, about 68 s).
+		againTime = time.Duration(w.Warmup) + time.Duration(againShare*float64(openMost)) + drainAllowance
 	}
 	open := func(atLeastOne bool) time.Duration {
 		c, b := configured, bisection
 		if atLeastOne && float64(c+forecast)+b == 0 && pathTime == 0 {
 			b = 1 // more bisection than typical
 		}
-		search := time.Duration(c)*expect("verify") + time.Duration(b*float64(expect("bisection"))) + pathTime
+		search := time.Duration(c)*expect("verify") + time.Duration(b*float64(expect("bisection"))) + pathTime + againTime
 		if left, ok := s.searchLeft(); ok {
 			search = min(search, left) // verify.max_duration
 		}
