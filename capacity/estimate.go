@@ -43,8 +43,9 @@ import (
 // settings say. Worked numbers, the sign profile against M/D/8 (5.6
 // req/s closed loop) beside a CPU burner: 0.5x is expected to take 30 s
 // + 200 / 3.9 s + 2 s = 83 s (cut short at its first look while 0.8x
-// followed, 68 s; measured again after it, 4 to 12 minutes), each
-// bisection level 30 s + 90% of 12m + 2 s = 11m20s (28 of 37 took
+// followed, 68 s; measured again after it, 30 s + 40% of 12m + 2 s =
+// 5m20s, where 27 took 1.5 to 12.6 minutes), each bisection level 30 s
+// + 90% of 12m + 2 s = 11m20s (28 of 37 took
 // 12m30s, the rest 1.5 to 9 minutes). Replayed through it, six such runs
 // were within 20% of their real duration from a quarter of each run on
 // (TestProgressReplay), where the estimate they ran with (every open-loop
@@ -53,8 +54,9 @@ import (
 // server beside a burner, the starter test (a level up to 60 s) 4m16s
 // long is expected from a quarter on at 4m43s to 5m8s.
 
-// Typical shares of window.max_steady a level's batches take; of
-// verify.max_steady, a configured rate's measured again (againShare).
+// Typical shares of its most a level's batches take: typicalSweepShare
+// of window.max_steady; typicalVerifyShare (a bisection level) and
+// againShare (a configured rate measured again) of verify.max_steady.
 const (
 	typicalSweepShare  = 0.35
 	typicalVerifyShare = 0.9
@@ -376,7 +378,7 @@ func (s *Step) timeLeft(stage string) time.Duration {
 	}
 	open := func(atLeastOne bool) time.Duration {
 		c, b := configured, bisection
-		if atLeastOne && float64(c+forecast)+b == 0 && pathTime == 0 {
+		if atLeastOne && float64(c+forecast)+b == 0 && pathTime == 0 && againTime == 0 {
 			b = 1 // more bisection than typical
 		}
 		search := time.Duration(c)*expect("verify") + time.Duration(b*float64(expect("bisection"))) + pathTime + againTime
@@ -428,9 +430,9 @@ func (s *Step) timeLeft(stage string) time.Duration {
 // met 0.8x (151 req/s, 98.9% of 108,779, worth 374: each request 0.0034
 // of one) from 0.5x (94.6, every request of 3,405 good, worth 637): 123
 // req/s is expected to miss 0.3%, its requests each worth 0.025 of one;
-// 180 independent ones (7,100 requests, 58 s) decide it at its first
-// look, 92 s with its warm-up; it took 66 s, and the three after it 1 to
-// 6 minutes. The estimate that took every bisection level at 90% of its
+// 180 independent ones (7,100 requests, 58 s) decide it at its second
+// look (5 batches of 12 s), 92 s with its warm-up; it took 66 s, and the
+// four after it 1 to 6 minutes. The estimate that took every bisection level at 90% of its
 // 12 minutes said 1h13m of a run that took 40 minutes; this one, 49
 // minutes.
 
@@ -438,6 +440,12 @@ func (s *Step) timeLeft(stage string) time.Duration {
 // bracket's top that no level measured: arrivals at the rate the server
 // completes queue without end.
 const missAtTop = 0.5
+
+// worthAtTop is the share of the bracket's bottom's worth its requests are
+// taken at there: near the closed loop's throughput misses come in ever
+// longer bunches (regime b: a request at 0.8x of it worth 1/29 of an
+// independent one, at 0.87x 1/190, at 0.93x 1/753).
+const worthAtTop = 0.01
 
 // curvePoint is a rate of the bracket with its miss ratio and the share
 // of an independent request each of its requests is worth.
@@ -540,12 +548,15 @@ func (s *Step) bisectionTime(n float64, typical time.Duration) (time.Duration, b
 	}
 	if !measured {
 		rate, _ := s.bracketTop(lo, hi)
-		top = curvePoint{rate: rate, miss: missAtTop, worth: bottom.worth}
+		top = curvePoint{rate: rate, miss: missAtTop, worth: bottom.worth * worthAtTop}
 	}
 	if top.rate <= bottom.rate {
 		return 0, false
 	}
-	plan := s.lookPlan("verify", false)
+	// The plan of a level of the search as it starts, not capped at
+	// what is left of verify.max_duration now (lookPlan once fits ran):
+	// the time left caps the search's whole (searchLeft).
+	plan := newLookPlan(s.batch(), int(s.Test.VerifyMaxSteady()/max(s.batch(), 1)))
 	var sum time.Duration
 	for i := 0; float64(i) < n; i++ {
 		p := between(bottom, top, (bottom.rate+top.rate)/2)

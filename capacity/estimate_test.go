@@ -245,6 +245,23 @@ func TestBisectionTime(t *testing.T) {
 	d, _ = s.bisectionTime(1.5, typical)
 	require.Equal(t, first+second/2, d, "half a level at half its time")
 
+	// Nothing above the verified rate: the bracket's top is the closed
+	// loop's throughput, taken as missing half, its requests worth a
+	// hundredth of the bottom's; so is a level above it with no
+	// interval, at its rate.
+	verified := s.run.Verify[0]
+	s.run.Verify = []Level{verified}
+	d, ok = s.bisectionTime(1, typical)
+	require.True(t, ok)
+	require.Greater(t, d, first, "146.8 req/s, between 94.6 and the closed loop's 199: its requests worth less near the top")
+	require.Less(t, d, typical)
+	unmeasured := level(151, DecisionInconclusive, 0.989, 0, 0)
+	unmeasured.Interval = nil
+	s.run.Verify = append(s.run.Verify, unmeasured)
+	d, ok = s.bisectionTime(1, typical)
+	require.True(t, ok)
+	require.Less(t, d, typical, "122.8 req/s, between 94.6 and 151 taken as missing half")
+
 	s.run.Verify = []Level{level(3.44, DecisionMet, 0.996, 744, 247), level(3.79, DecisionInconclusive, 0.954, 2729, 238)}
 	s.run.Sweep[0].CompletedRate, s.run.Capacity.Rate = 5.6, 5.6
 	d, _ = s.bisectionTime(2, typical)

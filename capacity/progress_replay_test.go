@@ -107,7 +107,17 @@ func replayProgress(t *testing.T, run *Run) []progressPoint {
 			switch {
 			case prev.l.Stage == "sweep" || prev.l.Stage == "refine":
 				s.run.Sweep = append(s.run.Sweep, *prev.l)
-			case prev.l.Stage == "verify" && !prev.again:
+			case prev.first:
+				s.run.Verify = append(s.run.Verify, firstMeasurement(t, prev.l))
+			case prev.again:
+				// Measured again, the level stands for its first
+				// measurement (sweep.go).
+				for j := range s.run.Verify {
+					if s.run.Verify[j].IntendedRate == prev.l.IntendedRate {
+						s.run.Verify[j] = *prev.l
+					}
+				}
+			case prev.l.Stage == "verify":
 				s.run.Verify = append(s.run.Verify, *prev.l)
 			}
 		}
@@ -132,6 +142,34 @@ func replayProgress(t *testing.T, run *Run) []progressPoint {
 // firstCountRE finds the requests of a level's first measurement in its
 // First ("attained 100.0% [91.4, 100.0] of 91").
 var firstCountRE = regexp.MustCompile(`of (\d+)$`)
+
+// firstRE reads a level's first measurement in its First: its
+// attainment, its interval and its requests.
+var firstRE = regexp.MustCompile(`attained ([\d.]+)% \[([\d.]+), ([\d.]+)\] of (\d+)$`)
+
+// firstMeasurement is a configured rate's first measurement, cut short
+// while a higher rate followed, as the search saw it before measuring it
+// again: undecided, its attainment and interval those of its First.
+func firstMeasurement(t *testing.T, l *Level) Level {
+	t.Helper()
+	first := *l
+	first.Decision, first.Met, first.ToDecide, first.Pooled = DecisionInconclusive, false, nil, nil
+	first.Scenarios = slices.Clone(l.Scenarios)
+	for i := range first.Scenarios {
+		first.Scenarios[i].Decision = DecisionInconclusive
+	}
+	m := firstRE.FindStringSubmatch(l.First)
+	require.NotNil(t, m, "the first measurement of %.3g req/s: %q", l.OfferedRate, l.First)
+	num := func(s string) float64 {
+		v, err := strconv.ParseFloat(s, 64)
+		require.NoError(t, err)
+		return v
+	}
+	n := int(num(m[4]))
+	first.Attainment, first.Counted = num(m[1])/100, n
+	first.Interval = &Interval{Lower: num(m[2]) / 100, Upper: num(m[3]) / 100, N: n, NEff: float64(n)}
+	return first
+}
 
 // TestProgressReplay replays the step runs in testdata/progress (six of
 // the capacity benchmark's regime c runs, and the starter test against

@@ -396,7 +396,7 @@ func (s *Step) measureTopAgain(hi *Level, run func(rate float64, why string) (*L
 // closed loop's throughput where the sweep reached its knee, else its
 // peak first and twice it after; and what names it ("4.44 req/s", "the
 // closed loop's peak 5.81 req/s"). 0 when nothing ran. The time left
-// (bisectionLeft) reads the same bracket.
+// (bisectionLevels, bisectionTime) reads the same bracket.
 func (s *Step) bracketTop(lo, hi *Level) (float64, string) {
 	ceiling, known := s.ceiling()
 	peak := min(s.peak(), s.MaxRate)
