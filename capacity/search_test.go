@@ -678,6 +678,33 @@ func TestSearchUnsaturated(t *testing.T) {
 	require.Empty(t, run.Capacity.BoundText(), "no ceiling stated: the closed loop never reached its knee")
 }
 
+// TestSearchProberBoundPeak: a sweep level the prober limited (its
+// clients idle while it was late to read) still completed what it
+// completed: the search bisects up to that rate first, not up to the
+// last valid level's, then past it (the sweep did not reach its knee).
+// Regime b on a loaded host: 16 clients' 94.6 req/s
+// the closed loop's capacity, 32 clients' 185.5 set aside, the truth
+// 184; with the valid peak alone the search climbed from 0.8x in steps
+// of a few req/s and stopped at its eighth level, 162 req/s.
+func TestSearchProberBoundPeak(t *testing.T) {
+	tc := &config.TestConfig{Name: "s", Kind: config.TestStep, Verify: config.VerifyConfig{Rates: []float64{0.5, 0.8}, Resolution: 0.03, MaxLevels: 8}}
+	bound := &ProberHealth{Invalid: []string{validity.ReasonGCPause}}
+	s := &Step{Test: tc, MaxRate: 1000, run: &Run{Stages: Stages{Capacity: &Capacity{Concurrency: 16, Rate: 94.6},
+		Sweep: []Level{{Concurrency: 16, CompletedRate: 94.6, Prober: &ProberHealth{}}, {Concurrency: 32, CompletedRate: 185.5, Prober: bound}}}}}
+	require.Equal(t, 185.5, s.peak(), "the prober-bound level's completed rate, a lower bound")
+	target := below(184, 0)
+	s.openVerify = func(_ context.Context, stage string, rate float64, why string) (*Level, error) {
+		offered, decision, _ := target(rate)
+		l := syntheticLevel(decision, 100)
+		l.Stage, l.IntendedRate, l.OfferedRate, l.Goodput, l.Why = stage, rate, offered, offered, why
+		return l, nil
+	}
+	verified, _, _ := s.verify(t.Context(), &Level{CompletedRate: 94.6})
+	require.NotNil(t, verified)
+	require.Equal(t, "47.3 met, 75.7 met, 131 met, 158 met, 172 met, 179 met, 182 met, 277 missed", path(s.run))
+	require.InDelta(t, 182, verified.OfferedRate, 1, "within 1% of the truth in its eight levels")
+}
+
 // TestAttainmentText: a level's attainment as sentences state it; a level
 // that counted no request says so, not "attained 0.0% of 0".
 func TestAttainmentText(t *testing.T) {
