@@ -297,7 +297,7 @@ func judgeEffect(l *Level, v *validity.Config, effect func()) {
 	why := ""
 	switch {
 	case decision == DecisionMet && l.idleClients():
-		why = fmt.Sprintf("its clients waited on the prober (reads up to %.0f ms late, E2E median %.0f ms)", 1e3*p.ReadDelayP99, 1e3*l.E2E.P50)
+		why = fmt.Sprintf("its clients waited on the prober (reads up to %.0f ms late, E2E median %.0f ms); its completed rate, a lower bound, counts toward the closed loop's peak", 1e3*p.ReadDelayP99, 1e3*l.E2E.P50)
 	case decision == DecisionMet:
 		why = "with every request's TPOT and longest gap made worse by its read delay it would be " + p.DecisionIfWorse
 	case p.DecisionIfBetter != decision:

@@ -705,7 +705,7 @@ func proberHealth(levels []*capacity.Level) ProberHealth {
 		}
 	}
 	if len(bound) > 0 {
-		h.Distorted = append(h.Distorted, "levels measured while the prober was the limit, left out of the conclusion: "+strings.Join(bound, "; "))
+		h.Distorted = append(h.Distorted, "levels measured while the prober was the limit, left out of the conclusion (a closed-loop level's completed rate, a lower bound of the target's, still counts toward the peak the search bisects to): "+strings.Join(bound, "; "))
 	}
 	return h
 }

@@ -262,14 +262,37 @@ var estimateRE = regexp.MustCompile(`about [0-9hms.]+ \(up to [0-9hms.]+ if ever
 func regimeTruth(t *testing.T, run *capacity.Run, rg regime) (truth, d, w float64, from string) {
 	t.Helper()
 	require.NotNil(t, run.Baseline, run.Reason)
-	most := 0
-	for _, l := range run.Sweep {
-		service := l.E2E.P50 - l.TTFT.P50
+	// The level at slots clients, else the most clients below them the
+	// prober measured validly, else the most it limited (late reads
+	// may stretch its E2E).
+	best := func(l capacity.Level) int {
 		switch {
-		case l.Concurrency == rg.slots && service > 0:
-			d, most, from = service, l.Concurrency, ""
-		case most != rg.slots && l.Concurrency < rg.slots && l.Concurrency > most && service > 0:
-			d, most, from = service, l.Concurrency, fmt.Sprintf("%d clients", l.Concurrency)
+		case l.Concurrency == rg.slots:
+			return 3
+		case l.Concurrency < rg.slots && !l.ProberBound():
+			return 2
+		case l.Concurrency < rg.slots:
+			return 1
+		}
+		return 0
+	}
+	var top *capacity.Level
+	for i := range run.Sweep {
+		l := &run.Sweep[i]
+		if l.E2E.P50-l.TTFT.P50 <= 0 || best(*l) == 0 {
+			continue
+		}
+		if top == nil || best(*l) > best(*top) || best(*l) == best(*top) && l.Concurrency > top.Concurrency {
+			top = l
+		}
+	}
+	if top != nil {
+		d = top.E2E.P50 - top.TTFT.P50
+		if top.Concurrency != rg.slots {
+			from = fmt.Sprintf("%d clients", top.Concurrency)
+			if top.ProberBound() {
+				from += ", prober-bound"
+			}
 		}
 	}
 	require.Positive(t, d, "a sweep level of up to %d clients: %s", rg.slots, run.Reason)
