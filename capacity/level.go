@@ -23,7 +23,7 @@ func (s *Step) baseline(ctx context.Context) (*Level, error) {
 	for attempt := 0; ; attempt++ {
 		l, err := s.baselineOnce(ctx)
 		l.Remeasured = remeasured
-		if err != nil || !l.ProberBound() || attempt >= s.Test.Retries {
+		if err != nil || !l.ProberBound() || attempt >= s.Test.Retries || s.lowerBounds && l.Concurrency > 0 {
 			return l, err
 		}
 		remeasured = append(remeasured, fmt.Sprintf("%s (%s)", l.Prober.Diagnosis, strings.Join(l.Prober.Invalid, ", ")))
@@ -117,7 +117,9 @@ func (s *Step) openLevel(ctx context.Context, stage string, rate float64, why st
 // (the load with nothing more to send) and the wait for its requests in
 // flight to end. A measurement taken while the prober was the limit is
 // thrown away and taken again, up to the test's retries, once the prober
-// is valid again (waitValid); the level records why (Remeasured).
+// is valid again (waitValid); the level records why (Remeasured). A
+// sweep level above one the sweep went on past (lowerBounds) is measured
+// once: the host that limited the prober there limits it here too.
 func (s *Step) measure(ctx context.Context, l *Level, run, stop config.LoadSpec) error {
 	for attempt := 0; ; attempt++ {
 		err := s.measureOnce(ctx, l, stop)

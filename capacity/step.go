@@ -67,7 +67,8 @@ type Step struct {
 	// (the daemon's --validity.* thresholds; the level's window is the
 	// sustain): a level measured while the prober was the limit is marked
 	// and left out of the conclusion, and the sweep stops raising load
-	// there ("prober-bound at N clients: add shards"). Nil judges none.
+	// there ("prober-bound at N clients: add shards"), but for one whose
+	// clients only idled on a late prober (lowerBound). Nil judges none.
 	Validity *validity.Config
 
 	col         *Collector
@@ -108,6 +109,10 @@ type Step struct {
 	// measuringAgain: the level starting measures a configured rate
 	// again (search.go), one level more than the rates' count says.
 	measuringAgain bool
+	// lowerBounds: the sweep went on past a level the prober limited
+	// whose rate is a lower bound of the target's (lowerBound); the
+	// sweep levels after it are measured once.
+	lowerBounds bool
 	// searchStart is when the open-loop search started; capped says the
 	// search's levels are capped at verify.max_duration's end (levelRoom),
 	// each measurement of one, its retries too; now the clock the search
@@ -385,8 +390,11 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 	reason = fmt.Sprintf("%.3g req/s verified open loop (%s; %.3g good req/s)", verified.OfferedRate, attainmentText(verified), verified.Goodput)
 	reason = withBound(reason, s.run.Capacity)
 	reason += fmt.Sprintf("; closed loop: %s, %.3g req/s", clients(good), capLevel.CompletedRate)
-	if end.capped != "" {
+	switch {
+	case end.capped != "":
 		reason += "; the sweep ended early: " + end.capped
+	case end.proberBound != "":
+		reason += "; the sweep went on past a level whose clients waited on the prober, its completed rate a lower bound: " + end.proberBound
 	}
 	if forecast != "" {
 		reason += "; " + forecast

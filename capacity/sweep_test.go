@@ -298,3 +298,55 @@ func TestDroppedNamed(t *testing.T) {
 		require.Equal(t, tc.want, droppedText(&Level{Dropped: tc.dropped}))
 	}
 }
+
+// TestSweepPastIdleClients: a closed-loop level that met while its
+// clients waited on a late prober (set aside: lowerBound) does not end
+// the sweep; the levels above it are to be measured once each
+// (lowerBounds), and what they completed raises the peak the search
+// bisects to. One the prober limited
+// otherwise (its CPUs saturated) ends it, as before.
+func TestSweepPastIdleClients(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		diagnosis string
+		levels    []int
+		peak      float64
+	}{
+		{"clients idle on a busy host", "busy host: ...", []int{8, 16, 32, 64}, 64},
+		{"a saturated prober", diagnosisSaturated + ": ...", []int{8, 16}, 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tcfg := &config.TestConfig{Name: "s", Kind: config.TestStep, Retries: 2, Sweep: config.SweepConfig{Concurrency: []int{8, 16, 32, 64}}}
+			s := &Step{Test: tcfg, MaxRate: 1000, run: &Run{}}
+			s.closedSweep = func(_ context.Context, stage string, c int) (*Level, error) {
+				l := syntheticLevel(DecisionMet, 300)
+				l.Stage, l.Concurrency, l.CompletedRate = stage, c, float64(c)
+				if c >= 16 {
+					// Reads up to 30 ms late in an E2E median of 160 ms.
+					l.E2E.P50 = 0.16
+					l.Prober.ReadDelayP99, l.Prober.Rule = 0.03, ruleChanged
+					l.Prober.Invalid, l.Prober.Diagnosis = []string{"gc_pause"}, tc.diagnosis
+				}
+				return l, nil
+			}
+			end, err := s.sweep(t.Context())
+			require.NoError(t, err)
+			var ran []int
+			for _, l := range s.run.Sweep {
+				ran = append(ran, l.Concurrency)
+			}
+			require.Equal(t, tc.levels, ran)
+			require.Equal(t, tc.peak, s.peak())
+			require.Contains(t, end.proberBound, "prober-bound at 16 clients")
+			good, _ := s.bounds()
+			require.Equal(t, 8, good, "the capacity level is the last the prober measured validly")
+			if tc.diagnosis == diagnosisSaturated+": ..." {
+				require.False(t, s.lowerBounds)
+				require.Equal(t, end.proberBound, end.capped, "the sweep ended there")
+				return
+			}
+			require.True(t, s.lowerBounds, "the levels after it are measured once (measure)")
+			require.Empty(t, end.capped, "the sweep did not end early")
+		})
+	}
+}
