@@ -23,7 +23,7 @@ func (s *Step) baseline(ctx context.Context) (*Level, error) {
 	for attempt := 0; ; attempt++ {
 		l, err := s.baselineOnce(ctx)
 		l.Remeasured = remeasured
-		if err != nil || !l.ProberBound() || attempt >= s.Test.Retries || s.lowerBounds && l.Concurrency > 0 {
+		if err != nil || !l.ProberBound() || attempt >= s.Test.Retries {
 			return l, err
 		}
 		remeasured = append(remeasured, fmt.Sprintf("%s (%s)", l.Prober.Diagnosis, strings.Join(l.Prober.Invalid, ", ")))
@@ -123,7 +123,7 @@ func (s *Step) openLevel(ctx context.Context, stage string, rate float64, why st
 func (s *Step) measure(ctx context.Context, l *Level, run, stop config.LoadSpec) error {
 	for attempt := 0; ; attempt++ {
 		err := s.measureOnce(ctx, l, stop)
-		if err != nil || !l.ProberBound() || attempt >= s.Test.Retries {
+		if err != nil || !l.ProberBound() || attempt >= s.Test.Retries || s.lowerBounds && l.Stage == "sweep" {
 			return err
 		}
 		// The prober-bound measurement stays the level's until the

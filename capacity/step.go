@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -361,7 +362,7 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 	s.run.Knee = knee(measured)
 	good, _ := s.bounds()
 	if good == 0 {
-		return s.noCapacity(end.capped, end.proberBound)
+		return s.noCapacity(end.capped, cmp.Or(end.proberBound, end.passed))
 	}
 	s.implied(good)
 	capLevel := s.at(good)
@@ -373,7 +374,7 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 	// Step 5: the open loop. The closed loop's peak is its ceiling where
 	// the sweep went past the knee on its own: not where it stopped at
 	// a cap, max_rate or the prober.
-	s.saturated = s.run.Knee != nil && s.run.Knee.Reached && end.limited == "" && end.proberBound == "" && !strings.HasPrefix(end.capped, "capped by")
+	s.saturated = s.run.Knee != nil && s.run.Knee.Reached && end.limited == "" && end.proberBound == "" && end.passed == "" && !strings.HasPrefix(end.capped, "capped by")
 	verified, verdict, reason := s.verify(ctx, capLevel)
 	if verified == nil {
 		return verdict, reason
@@ -393,8 +394,8 @@ func (s *Step) steps(ctx context.Context) (string, string) {
 	switch {
 	case end.capped != "":
 		reason += "; the sweep ended early: " + end.capped
-	case end.proberBound != "":
-		reason += "; the sweep went on past a level whose clients waited on the prober, its completed rate a lower bound: " + end.proberBound
+	case end.passed != "":
+		reason += "; the sweep went on past a level whose clients waited on the prober, its completed rate a lower bound: " + end.passed
 	}
 	if forecast != "" {
 		reason += "; " + forecast

@@ -20,7 +20,7 @@ const kneeGain = 0.10
 // one the sweep goes on past: it met, and only because its clients
 // waited on the prober (idleClients) could that be owed to the prober,
 // whose CPUs were not the limit (a saturated prober would be more so at
-// more clients). What the target completed there is a lower bound of its
+// more clients; GC pauses while it used 6% of its CPUs are the host's). What the target completed there is a lower bound of its
 // throughput. Regime b on a host at load 8-10: 16 clients of an M/D/32
 // engine met at 92.2 req/s with their reads up to 23 ms late in an E2E
 // median of 163 ms; the sweep ended there, the closed loop's capacity
@@ -41,6 +41,9 @@ type sweepEnd struct {
 	// test's max_rate when the clients reached it; proberBound the
 	// level the prober limited.
 	capped, limited, proberBound string
+	// passed names the first level the prober limited that the sweep
+	// went on past (lowerBound).
+	passed string
 }
 
 // sweep runs the closed-loop levels (the seed's step 3), in order of
@@ -54,6 +57,7 @@ type sweepEnd struct {
 func (s *Step) sweep(ctx context.Context) (sweepEnd, error) {
 	var end sweepEnd
 	missedInRow := 0
+	s.lowerBounds = false // a cache: both test's second pass starts afresh
 	defer func() { s.above = false }()
 	for i, c := range s.Test.Sweep.Concurrency {
 		s.above = i < len(s.Test.Sweep.Concurrency)-1
@@ -75,20 +79,20 @@ func (s *Step) sweep(ctx context.Context) (sweepEnd, error) {
 		if err != nil {
 			return end, err
 		}
-		if l.ProberBound() {
-			if end.proberBound == "" {
-				end.proberBound = proberBoundReason(l)
-			}
-			if !l.lowerBound() {
-				end.capped = end.proberBound
-				return end, nil
-			}
+		switch {
+		case l.ProberBound() && !l.lowerBound():
+			end.proberBound = proberBoundReason(l)
+			end.capped = end.proberBound
+			return end, nil
+		case l.ProberBound():
 			// Its clients idled on a late prober: what the target
 			// completed is a lower bound of its throughput there, and
 			// the levels above may raise the peak the search bisects
 			// to (peak), each measured once (lowerBounds).
+			if end.passed == "" {
+				end.passed = proberBoundReason(l)
+			}
 			s.lowerBounds = true
-			continue
 		}
 		if l.CompletedRate >= 0.95*s.MaxRate {
 			// The clients are paced at MaxRate.
@@ -203,7 +207,10 @@ func (s *Step) unconfirmed() *Level {
 func (s *Step) refine(ctx context.Context) error {
 	for range s.Test.Sweep.Refine {
 		good, bad := s.refineBounds()
-		if good == 0 || bad == 0 || bad-good <= 1 {
+		if good == 0 || bad == 0 || bad-good <= 1 || s.at((good+bad)/2) != nil {
+			// Adjacent, or the midpoint a level the prober limited
+			// that the sweep went on past (lowerBound): measured again
+			// it would be limited again.
 			return nil
 		}
 		l, err := s.closedLevel(ctx, "refine", (good+bad)/2)

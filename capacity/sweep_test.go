@@ -301,31 +301,45 @@ func TestDroppedNamed(t *testing.T) {
 
 // TestSweepPastIdleClients: a closed-loop level that met while its
 // clients waited on a late prober (set aside: lowerBound) does not end
-// the sweep; the levels above it are to be measured once each
-// (lowerBounds), and what they completed raises the peak the search
-// bisects to. One the prober limited
-// otherwise (its CPUs saturated) ends it, as before.
+// the sweep: the levels above it are measured (once each, measure), a
+// valid one above it can be the capacity, and what they completed raises
+// the peak the search bisects to. One the prober limited otherwise (its
+// CPUs saturated) ends it, and is named; so does max_rate.
 func TestSweepPastIdleClients(t *testing.T) {
+	const (
+		valid     = ""
+		idle      = "busy host: ..."
+		saturated = diagnosisSaturated + ": ..."
+	)
 	for _, tc := range []struct {
-		name      string
-		diagnosis string
-		levels    []int
-		peak      float64
+		name           string
+		levels         map[int]string // the prober's diagnosis of each level
+		maxRate        float64
+		ran            []int
+		good           int
+		peak           float64
+		passed, capped string
 	}{
-		{"clients idle on a busy host", "busy host: ...", []int{8, 16, 32, 64}, 64},
-		{"a saturated prober", diagnosisSaturated + ": ...", []int{8, 16}, 16},
+		{"clients idle on a busy host", map[int]string{8: valid, 16: idle, 32: valid, 64: idle}, 1000,
+			[]int{8, 16, 32, 64}, 32, 64, "prober-bound at 16 clients", ""},
+		{"a saturated prober", map[int]string{8: valid, 16: saturated, 32: valid, 64: valid}, 1000,
+			[]int{8, 16}, 8, 16, "", "prober-bound at 16 clients"},
+		{"idle, then saturated", map[int]string{8: valid, 16: idle, 32: saturated, 64: valid}, 1000,
+			[]int{8, 16, 32}, 8, 32, "prober-bound at 16 clients", "prober-bound at 32 clients"},
+		{"idle at max_rate", map[int]string{8: valid, 16: valid, 32: idle, 64: valid}, 33,
+			[]int{8, 16, 32}, 16, 32, "prober-bound at 32 clients", "capped by max_rate 33 req/s at 32 clients"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tcfg := &config.TestConfig{Name: "s", Kind: config.TestStep, Retries: 2, Sweep: config.SweepConfig{Concurrency: []int{8, 16, 32, 64}}}
-			s := &Step{Test: tcfg, MaxRate: 1000, run: &Run{}}
+			s := &Step{Test: tcfg, MaxRate: tc.maxRate, run: &Run{}}
 			s.closedSweep = func(_ context.Context, stage string, c int) (*Level, error) {
 				l := syntheticLevel(DecisionMet, 300)
 				l.Stage, l.Concurrency, l.CompletedRate = stage, c, float64(c)
-				if c >= 16 {
+				if d := tc.levels[c]; d != valid {
 					// Reads up to 30 ms late in an E2E median of 160 ms.
 					l.E2E.P50 = 0.16
 					l.Prober.ReadDelayP99, l.Prober.Rule = 0.03, ruleChanged
-					l.Prober.Invalid, l.Prober.Diagnosis = []string{"gc_pause"}, tc.diagnosis
+					l.Prober.Invalid, l.Prober.Diagnosis = []string{"gc_pause"}, d
 				}
 				return l, nil
 			}
@@ -335,18 +349,54 @@ func TestSweepPastIdleClients(t *testing.T) {
 			for _, l := range s.run.Sweep {
 				ran = append(ran, l.Concurrency)
 			}
-			require.Equal(t, tc.levels, ran)
+			require.Equal(t, tc.ran, ran)
 			require.Equal(t, tc.peak, s.peak())
-			require.Contains(t, end.proberBound, "prober-bound at 16 clients")
 			good, _ := s.bounds()
-			require.Equal(t, 8, good, "the capacity level is the last the prober measured validly")
-			if tc.diagnosis == diagnosisSaturated+": ..." {
-				require.False(t, s.lowerBounds)
-				require.Equal(t, end.proberBound, end.capped, "the sweep ended there")
-				return
+			require.Equal(t, tc.good, good, "the capacity level: one the prober measured validly")
+			require.Equal(t, tc.passed != "", s.lowerBounds, "the sweep levels after it measured once")
+			if tc.passed == "" {
+				require.Empty(t, end.passed)
+			} else {
+				require.Contains(t, end.passed, tc.passed)
 			}
-			require.True(t, s.lowerBounds, "the levels after it are measured once (measure)")
-			require.Empty(t, end.capped, "the sweep did not end early")
+			if tc.capped == "" {
+				require.Empty(t, end.capped, "the sweep did not end early")
+			} else {
+				require.Contains(t, end.capped, tc.capped)
+			}
+			// A second pass (cache: both) starts afresh.
+			s.run.Sweep, tc.levels = nil, map[int]string{}
+			_, err = s.sweep(t.Context())
+			require.NoError(t, err)
+			require.False(t, s.lowerBounds)
 		})
 	}
+}
+
+// TestRefinePastIdleClients: refinement does not measure again a level
+// the sweep went on past (its clients idle on a late prober, measured
+// again it would be limited again): 1 client met, 2 set aside, 4 missed.
+func TestRefinePastIdleClients(t *testing.T) {
+	tcfg := &config.TestConfig{Name: "s", Kind: config.TestStep, Sweep: config.SweepConfig{Concurrency: []int{1, 2, 4}, Refine: 2}}
+	s := &Step{Test: tcfg, MaxRate: 1000, run: &Run{}}
+	s.closedSweep = func(_ context.Context, stage string, c int) (*Level, error) {
+		decision := DecisionMet
+		if c == 4 {
+			decision = DecisionMissed
+		}
+		l := syntheticLevel(decision, 300)
+		l.Stage, l.Concurrency, l.CompletedRate = stage, c, float64(c)
+		if c == 2 {
+			l.E2E.P50 = 0.16
+			l.Prober.ReadDelayP99, l.Prober.Rule = 0.03, ruleChanged
+			l.Prober.Invalid, l.Prober.Diagnosis = []string{"gc_pause"}, "busy host: ..."
+		}
+		return l, nil
+	}
+	_, err := s.sweep(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, s.refine(t.Context()))
+	require.Len(t, s.run.Sweep, 3, "2 clients not measured again")
+	good, bad := s.bounds()
+	require.Equal(t, []int{1, 4}, []int{good, bad})
 }
