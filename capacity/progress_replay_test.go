@@ -189,7 +189,7 @@ func firstMeasurement(t *testing.T, l *Level) Level {
 // regime a on a quiet host with the search within an hour: two of them,
 // whose searches ended in 49 and 51 minutes, read 34% and 44% over; an
 // estimate that holds them is still to come. testdata/progress-b holds
-// eight runs of regime b, five at once on a loaded host (two batches):
+// ten runs of regime b, eight of them five at once on a loaded host:
 // the first five read over 25% as they ran (+66%, -29%, -27%), up to 83%
 // replayed; with the bisection's path expected from its bracket's ends,
 // 38% at worst, all of it before or at the search's first bisection
