@@ -82,13 +82,18 @@ func capacityNoise(a, b *Report, perReplica bool) string {
 			return v, c.Bound / d, fmt.Sprintf("[%.3g, %.3g)", v, c.Bound/d)
 		}
 		if k := r.Capacity.Knee; k != nil && k.Reached && r.Capacity.LimitedBy == "" {
-			peak := 0.0
+			// The closed loop's peak bounds the capacity only where
+			// the prober measured the whole sweep: a level it limited
+			// completed a lower bound of the target's throughput, and
+			// the sweep may have ended or gone on past it.
+			peak, limited := 0.0, false
 			for _, l := range r.Levels {
 				if l.Concurrency > 0 {
 					peak = max(peak, l.CompletedRate)
+					limited = limited || l.ProberBound
 				}
 			}
-			if peak > r.Capacity.VerifiedRate {
+			if !limited && peak > r.Capacity.VerifiedRate {
 				return v, peak / d, fmt.Sprintf("[%.3g, %.3g] (up to the closed loop's peak)", v, peak/d)
 			}
 		}

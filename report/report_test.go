@@ -293,6 +293,16 @@ func TestCompareTrusted(t *testing.T) {
 	c = report.Compare(lowRun, unbounded(2*peak))
 	require.Equal(t, fmt.Sprintf("beyond noise: [8.88, %.3g] (up to the closed loop's peak) and [%.3g, -) do not overlap", peak, 2*peak),
 		row(c, "capacity, req/s (verified open loop)").Noise)
+	// Unless a sweep level was set aside for the prober: its rate is a
+	// lower bound, and the peak no ceiling.
+	for i := range lowRun.Levels {
+		if lowRun.Levels[i].Concurrency > 0 {
+			lowRun.Levels[i].ProberBound = true
+			break
+		}
+	}
+	c = report.Compare(lowRun, unbounded(2*peak))
+	require.NotContains(t, row(c, "capacity, req/s (verified open loop)").Noise, "up to the closed loop's peak")
 
 	// A simulator on another host is another target: compared by its URL.
 	e := measured("40123", `{"slots":8}`, "cli", 0.01)
