@@ -502,25 +502,11 @@ func (s *Step) decideTime(p curvePoint, objective float64, plan lookPlan) (time.
 // around p leaves objective; 0 for none (p at the objective, or more than
 // 10^7).
 func effToDecide(p, objective, q float64) float64 {
-	decides := func(n float64) bool {
+	n, _ := leastDeciding(1, 1e7, func(n float64) bool {
 		lo, hi := wilson(p, n, q)
 		return lo >= objective || hi < objective
-	}
-	lo, hi := 1.0, 1.0
-	for !decides(hi) {
-		lo, hi = hi, 2*hi
-		if hi > 1e7 {
-			return 0
-		}
-	}
-	for hi-lo > max(1, lo/100) {
-		if m := (lo + hi) / 2; decides(m) {
-			hi = m
-		} else {
-			lo = m
-		}
-	}
-	return hi
+	})
+	return n
 }
 
 // bisectionTime is the time the bisection's n levels left are expected to

@@ -138,11 +138,21 @@ func requestsToDecide(iv *Interval, attainment, objective, level float64) (int, 
 		lo, hi := wilson(attainment, n*ratio, q)
 		return lo >= objective || hi < objective
 	}
-	// The sample needed doubles until it decides, then bisects.
-	lo, hi := float64(iv.N), float64(iv.N)
+	n, ok := leastDeciding(float64(iv.N), 1e9, decides)
+	if !ok {
+		return 0, false
+	}
+	return int(math.Ceil(n)) - iv.N, true
+}
+
+// leastDeciding is about the least sample from start on that decides:
+// it doubles until one does (false past limit), then bisects to within
+// 1% (at least 1).
+func leastDeciding(start, limit float64, decides func(n float64) bool) (float64, bool) {
+	lo, hi := start, start
 	for !decides(hi) {
 		lo, hi = hi, 2*hi
-		if hi > 1e9 {
+		if hi > limit {
 			return 0, false
 		}
 	}
@@ -153,7 +163,7 @@ func requestsToDecide(iv *Interval, attainment, objective, level float64) (int, 
 			lo = m
 		}
 	}
-	return int(math.Ceil(hi)) - iv.N, true
+	return hi, true
 }
 
 // ToDecide is what would decide a level left undecided: about Requests
