@@ -34,20 +34,23 @@ tests:
 // open-loop levels of 5 s + 90% of 60 s + 2 s, a burst of 5 s + 10 s + a
 // third of 30 s: 20 s + 140 s + 244 s + 25 s = 7m9s.
 func TestEstimateStep(t *testing.T) {
-	e := EstimateStep(profileTest(t, config.ProfileFirstLook), &config.TargetConfig{})
+	target := &config.TargetConfig{Timeout: model.Duration(2 * time.Minute)} // the default
+	e := EstimateStep(profileTest(t, config.ProfileFirstLook), target)
 	require.Equal(t, 7*time.Minute+9*time.Second, e.Typical)
 	// 11 levels (5 sweep, 4 open-loop, one each measured again to
-	// decide it), three times, each 5 s + 60 s + 2 s and two waits of
-	// 20 s for the prober.
-	require.Equal(t, 20*time.Second+time.Duration(11*3)*(67+40)*time.Second+25*time.Second, e.Most)
-	require.Equal(t, "about 7m10s (up to 1h if every level takes its longest)", e.String())
+	// decide it), three times, each 5 s + 60 s, a drain up to the
+	// target's timeout and 5 s, and two waits of 20 s for the prober;
+	// the burst 5 s + 10 s, 30 s and a timeout to drain its backlog, a
+	// drain.
+	require.Equal(t, 20*time.Second+time.Duration(11*3)*(65+125+40)*time.Second+(15+30+120+125)*time.Second, e.Most)
+	require.Equal(t, "about 7m10s (up to 2h10m if every level takes its longest)", e.String())
 	for d, want := range map[time.Duration]string{95 * time.Second: "1m40s", 21*time.Minute + 20*time.Second: "21m", 65 * time.Minute: "1h5m", 151 * time.Minute: "2h30m"} {
 		require.Equal(t, want, roughly(d))
 	}
 	// A forecast's peak and average: two more open-loop levels.
 	f := EstimateStep(profileTest(t, config.ProfileFirstLook), &config.TargetConfig{Forecast: &config.ForecastConfig{PeakRate: 6, AverageRate: 3}})
 	require.Equal(t, e.Typical+2*(5+54+2)*time.Second, f.Typical)
-	sign := EstimateStep(profileTest(t, config.ProfileSign), &config.TargetConfig{})
+	sign := EstimateStep(profileTest(t, config.ProfileSign), target)
 	require.Greater(t, sign.Typical, 3*e.Typical, "a number to sign takes several times a first look")
 	// Of the sign profile's 8 open-loop levels, the search typically
 	// runs 5: 0.5x, 0.8x, then bisection from 0.8x to the closed loop
@@ -59,9 +62,11 @@ func TestEstimateStep(t *testing.T) {
 	// + 35% of 6m + 2 s, 5 open-loop levels of 30 s + 90% of 12m + 2 s,
 	// a burst of 30 s + 10 s + 10 s.
 	require.InDelta(t, (40*time.Second + 7*(32*time.Second+126*time.Second) + 5*(32*time.Second+648*time.Second) + 50*time.Second).Seconds(), sign.Typical.Seconds(), 1e-6)
-	// At its longest the search stops at verify.max_duration (1h), where
-	// its 9 levels of 12m32s and their prober's retries would take 5h.
-	require.Equal(t, "about 1h17m (up to 4h50m if every level takes its longest)", sign.String())
+	// At its longest the search stops at verify.max_duration (1h) and
+	// its level's drain (2m5s), where its 9 levels, their drains and
+	// their prober's retries would take 9h; the sweep's 10 levels take up
+	// to 3 x (30 s + 6m + 2m5s + 2 x 30 s) = 28m45s each.
+	require.Equal(t, "about 1h17m (up to 6h if every level takes its longest)", sign.String())
 	// A shorter one caps the typical search too: 30 minutes of its
 	// 56m40s.
 	short := profileTest(t, config.ProfileSign)
@@ -117,6 +122,35 @@ func TestTimeLeft(t *testing.T) {
 	s.passesLeft, s.passStart = 1, time.Now().Add(-4*time.Minute)
 	left := s.timeLeft("verify")
 	require.InDelta(t, (4*time.Minute + 2*base).Seconds(), left.Seconds(), 1)
+}
+
+// TestTimeMost: the most left, if every level left takes its longest, is
+// EstimateStep's Most before anything ran, counts only the levels left,
+// and in the sign profile's search is what is left of its hour, a
+// level's drain after it and the burst: a bound the stored runs never
+// went past (TestProgressReplay).
+func TestTimeMost(t *testing.T) {
+	now := time.Date(2026, 12, 6, 14, 0, 0, 0, time.UTC)
+	target := config.TargetConfig{Timeout: model.Duration(2 * time.Minute)}
+	s := &Step{Test: profileTest(t, config.ProfileSign), Load: config.LoadSpec{Target: target}, now: func() time.Time { return now }}
+	e := EstimateStep(s.Test, &target)
+	require.Equal(t, e.Most, s.timeMost("baseline"))
+	// Three sweep levels ran: three of its 10 (7, 2 refined, one
+	// measured again) fewer at up to 28m45s each, no baseline.
+	s.took = map[string][]time.Duration{"baseline": {time.Minute}, "sweep": {time.Minute, time.Minute, time.Minute}}
+	level := 3 * (30*time.Second + 6*time.Minute + 125*time.Second + 2*30*time.Second)
+	require.Equal(t, e.Most-40*time.Second-3*level, s.timeMost("sweep"))
+	// The search 20 minutes into its hour: 40 minutes, a drain of
+	// 2m5s, the burst (30 s + 10 s, 30 s and 2 minutes to drain its
+	// backlog, a drain of 2m5s).
+	s.searchStart = now.Add(-20 * time.Minute)
+	burst := 40*time.Second + 30*time.Second + 2*time.Minute + 125*time.Second
+	require.Equal(t, 40*time.Minute+125*time.Second+burst, s.timeMost("verify"))
+	require.Equal(t, burst, s.timeMost("burst"))
+	// The progress says both.
+	p := Progress{Remaining: 13*time.Minute + 37*time.Second, Most: s.timeMost("verify")}
+	require.Equal(t, "about 13m37s left (up to 47m)", p.Left())
+	require.Equal(t, "about 5m0s left", Progress{Remaining: 5 * time.Minute, Most: 5 * time.Minute}.Left(), "a soak's end is known")
 }
 
 // TestTimeLeftBisection: once the configured rates have run, the

@@ -478,6 +478,9 @@ type Progress struct {
 	Rate             float64 `json:"rate,omitempty"`
 	ElapsedSeconds   float64 `json:"elapsed_seconds"`
 	RemainingSeconds float64 `json:"remaining_seconds"`
+	// MostSeconds is the most left if every level left takes its
+	// longest.
+	MostSeconds float64 `json:"most_seconds"`
 }
 
 // RunSummary is a stored run without its levels, and its storage_error
@@ -501,7 +504,8 @@ func (s *Service) Tests() []TestStatus {
 			if p := a.progress; p != nil {
 				since := time.Since(a.progressAt)
 				ts.Progress = &Progress{Level: p.Level, Levels: p.Levels, Stage: p.Stage, Clients: p.Concurrency, Rate: p.Rate,
-					ElapsedSeconds: (p.Elapsed + since).Seconds(), RemainingSeconds: max(0, p.Remaining-since).Seconds()}
+					ElapsedSeconds: (p.Elapsed + since).Seconds(), RemainingSeconds: max(0, p.Remaining-since).Seconds(),
+					MostSeconds: max(0, p.Most-since).Seconds()}
 			}
 		}
 		out = append(out, ts)

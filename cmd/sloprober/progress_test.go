@@ -19,15 +19,15 @@ func TestProgressTerminal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var out output
 		p := newProgress(&out, true)
-		p.width = func() int { return 100 } // a terminal of 100 columns
+		p.width = func() int { return 120 } // a terminal of 120 columns
 		p.println("Running a plan")
-		p.update(capacity.Progress{Level: 2, Levels: 9, Stage: "sweep", Concurrency: 4, Elapsed: 10 * time.Second, Remaining: time.Minute, Goodput: 3})
+		p.update(capacity.Progress{Level: 2, Levels: 9, Stage: "sweep", Concurrency: 4, Elapsed: 10 * time.Second, Remaining: time.Minute, Most: 20 * time.Minute, Goodput: 3})
 		time.Sleep(2500 * time.Millisecond)
 		p.println("a line of its own")
 		p.close()
 		got := out.String()
-		require.True(t, strings.HasPrefix(got, "Running a plan\n\r\x1b[Klevel 2 of about 9: sweep, 4 clients; elapsed 10s, about 1m0s left; last goodput 3 good req/s"), "%q", got)
-		require.Contains(t, got, "\r\x1b[Klevel 2 of about 9: sweep, 4 clients; elapsed 12s, about 58s left", "redrawn each second")
+		require.True(t, strings.HasPrefix(got, "Running a plan\n\r\x1b[Klevel 2 of about 9: sweep, 4 clients; elapsed 10s, about 1m0s left (up to 20m); last goodput 3 good req/s"), "%q", got)
+		require.Contains(t, got, "\r\x1b[Klevel 2 of about 9: sweep, 4 clients; elapsed 12s, about 58s left (up to 20m)", "redrawn each second")
 		require.Contains(t, got, "\r\x1b[Ka line of its own\n\r\x1b[Klevel 2")
 		require.True(t, strings.HasSuffix(got, "\r\x1b[K"), "cleared at the end: %q", got)
 		require.Equal(t, 1, strings.Count(got, "a line of its own"))

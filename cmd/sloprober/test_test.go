@@ -216,7 +216,7 @@ tests:
 	// The landing page lists the test with its running run's level.
 	code, page := p.get(t, "/")
 	require.Equal(t, http.StatusOK, code)
-	require.Regexp(t, `<td>long</td><td>step</td><td>sim</td><td>on demand</td>\n<td>-</td>\n<td>running: level \d+ of about \d+, (baseline|sweep) at (1 client|\d+ clients); [0-9hms]+ elapsed, about [0-9hms]+ left</td>`, page)
+	require.Regexp(t, `<td>long</td><td>step</td><td>sim</td><td>on demand</td>\n<td>-</td>\n<td>running: level \d+ of about \d+, (baseline|sweep) at (1 client|\d+ clients); [0-9hms]+ elapsed, about [0-9hms]+ left \(up to [0-9hms]+\)</td>`, page)
 	start := time.Now()
 	require.Equal(t, 0, p.stop(t))
 	require.Less(t, time.Since(start), 10*time.Second, "within the grace period and the linger")
