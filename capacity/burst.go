@@ -20,7 +20,7 @@ import (
 // or less, or no duration, runs none.
 func (s *Step) burst(ctx context.Context, verified *Level) (string, string, bool) {
 	b := &s.Test.Verify.Burst
-	if b.Factor <= 1 || b.For <= 0 {
+	if !b.Enabled() {
 		return "", "", true
 	}
 	from := verified.OfferedRate

@@ -87,27 +87,48 @@ const drainAllowance = 2 * time.Second
 
 // Estimate is a step test's expected duration before it starts.
 type Estimate struct {
-	// Typical is a typical run's; Most every level to its
-	// window.max_steady, measured again retries times.
+	// Typical is a typical run's; Most every level at its longest
+	// (longest).
 	Typical, Most time.Duration
 }
 
-// String is "about 6m10s (up to 21m if every level takes its longest)".
+// String is "about 6m10s (up to 21m if every level takes its longest)",
+// the most rounded up.
 func (e Estimate) String() string {
-	return fmt.Sprintf("about %s (up to %s if every level takes its longest)", roughly(e.Typical), roughly(e.Most))
+	return fmt.Sprintf("about %s (up to %s if every level takes its longest)", roughly(e.Typical), roughlyUp(e.Most))
 }
 
 // roughly writes a duration as a person would say it: to 10 s under 10
 // minutes ("6m10s"), to a minute under 2 hours ("21m", "1h5m"), to ten
 // minutes above ("2h30m"), without zero units ("1h", not "1h0m0s").
 func roughly(d time.Duration) string {
+	return say(d.Round(roughUnit(d)))
+}
+
+// roughlyUp is roughly rounded up, for a bound: 47m20s is "48m".
+func roughlyUp(d time.Duration) string {
+	u := roughUnit(d)
+	if r := d.Truncate(u); r < d {
+		d = r + u
+	}
+	return say(d)
+}
+
+// roughUnit is the unit roughly rounds d to.
+func roughUnit(d time.Duration) time.Duration {
 	switch {
 	case d < 10*time.Minute:
-		return d.Round(10 * time.Second).String()
+		return 10 * time.Second
 	case d < 2*time.Hour:
-		d = d.Round(time.Minute)
-	default:
-		d = d.Round(10 * time.Minute)
+		return time.Minute
+	}
+	return 10 * time.Minute
+}
+
+// say writes a duration rounded to roughUnit without zero units.
+func say(d time.Duration) string {
+	if d < 10*time.Minute {
+		return d.String()
 	}
 	h, m := int(d/time.Hour), int(d%time.Hour/time.Minute)
 	switch {
@@ -141,7 +162,6 @@ func estimatePass(t *config.TestConfig, target *config.TargetConfig) Estimate {
 	share := func(f float64, most time.Duration) time.Duration {
 		return warmup + time.Duration(f*float64(most)) + drainAllowance
 	}
-	sweep := len(t.Sweep.Concurrency) + t.Sweep.Refine + 1
 	typicalSweep := min(len(t.Sweep.Concurrency), 5) + min(t.Sweep.Refine, 2)
 	verify := typicalVerifyLevels(&t.Verify)
 	forecast := forecastLevelCount(target)
@@ -149,35 +169,14 @@ func estimatePass(t *config.TestConfig, target *config.TargetConfig) Estimate {
 	hot := hotTenantTime(t)
 	baseline := time.Duration(t.Baseline.Requests) * typicalBaseline
 	search := time.Duration(verify) * share(typicalVerifyShare, openMost)
-	searchMost := time.Duration(t.Verify.Levels()+1) * levelMost(t, target, openMost)
 	if budget := time.Duration(t.Verify.MaxDuration); budget > 0 {
-		// The search stops at verify.max_duration; its last level ends
-		// with it, and its drain after.
-		search, searchMost = min(search, budget), min(searchMost, budget+drainMost(target))
+		search = min(search, budget) // the search stops at verify.max_duration
 	}
+	l := longest{t: t, target: target}
 	return Estimate{
 		Typical: baseline + time.Duration(typicalSweep)*share(typicalSweepShare, most) + search + time.Duration(forecast)*share(typicalVerifyShare, openMost) + burst + hot,
-		Most: baseline + time.Duration(sweep)*levelMost(t, target, most) + searchMost +
-			time.Duration(forecast)*levelMost(t, target, t.ForecastMaxSteady()) + burstMost(t, target) + hotTenantMost(t, target),
+		Most:    l.baseline() + l.sweep(0) + l.search(0, time.Duration(t.Verify.MaxDuration)) + l.forecast() + l.burst() + l.hotTenant(),
 	}
-}
-
-// levelMost is the longest a level of t whose batches run up to most
-// takes against target: to its last look, its drain to the target's
-// timeout and 5 s more (drain), measured again retries times after
-// waiting for the prober each time. Worked numbers, the sign profile's
-// search level (12 minutes, 2 retries, waits of 30 s, a timeout of
-// 2 minutes): 3 x (30 s + 12m + 2m5s + 2 x 30 s) = 46m45s.
-func levelMost(t *config.TestConfig, target *config.TargetConfig, most time.Duration) time.Duration {
-	retries := time.Duration(t.Retries)
-	retry := min(validWait, time.Duration(t.Window.Steady)) // waitValid
-	return (1 + retries) * (time.Duration(t.Window.Warmup) + most + drainMost(target) + retries*retry)
-}
-
-// drainMost is the longest a level's drain takes (drain): the target's
-// timeout and 5 s more.
-func drainMost(target *config.TargetConfig) time.Duration {
-	return time.Duration(target.Timeout) + 5*time.Second
 }
 
 // typicalVerifyLevels is how many open-loop levels the search typically
@@ -291,31 +290,10 @@ func forecastLevelCount(target *config.TargetConfig) int {
 // burstTime is what a test's burst is taken to take: its warm-up, its
 // length and a third of the drain it is allowed; 0 without a burst.
 func burstTime(t *config.TestConfig) time.Duration {
-	if b := t.Verify.Burst; b.Factor > 1 && b.For > 0 {
+	if b := t.Verify.Burst; b.Enabled() {
 		return time.Duration(t.Window.Warmup) + time.Duration(b.For) + time.Duration(t.Verify.DrainWithin)/3
 	}
 	return 0
-}
-
-// burstMost is the longest the burst takes: its warm-up, its length, the
-// wait for its backlog to drain (verify.drain_within and the target's
-// timeout) and the drain of its requests after; 0 without a burst.
-func burstMost(t *config.TestConfig, target *config.TargetConfig) time.Duration {
-	if b := t.Verify.Burst; b.Factor > 1 && b.For > 0 {
-		return time.Duration(t.Window.Warmup) + time.Duration(b.For) + time.Duration(t.Verify.DrainWithin) + time.Duration(target.Timeout) + drainMost(target)
-	}
-	return 0
-}
-
-// hotTenantMost is the longest verify.hot_tenant's level takes: its
-// warm-up, its length (at most window.max_steady without one of its own)
-// and its drain; 0 without one.
-func hotTenantMost(t *config.TestConfig, target *config.TargetConfig) time.Duration {
-	h := t.Verify.HotTenant
-	if h == nil {
-		return 0
-	}
-	return time.Duration(t.Window.Warmup) + max(time.Duration(h.For), t.Window.MaxSteadyTotal()) + drainMost(target)
 }
 
 // tookKey is what a level of stage run for why counts as in what the
@@ -449,51 +427,6 @@ func (s *Step) timeLeft(stage string) time.Duration {
 		left += time.Duration(s.passesLeft) * (time.Since(s.passStart) + left)
 	}
 	return left
-}
-
-// timeMost is the most the running test takes still at the start of a
-// level of stage, this one included, if every level left takes its
-// longest: what EstimateStep's Most says of the levels left, the search
-// within what is left of verify.max_duration (so, in the sign profile's
-// search, at most its hour's end, the forecast's levels, the burst and
-// the hot tenant after it). The time left is a typical path's; this is
-// the bound a team can plan around: runs in one state a quarter in went
-// on to take 40 minutes and 1h20m (regime b), which no one estimate
-// holds within 25%, but none of the stored runs went past its most.
-func (s *Step) timeMost(stage string) time.Duration {
-	t, target := s.Test, &s.Load.Target
-	ran := func(st ...string) int {
-		n := 0
-		for _, k := range st {
-			n += len(s.took[k])
-		}
-		return n
-	}
-	var most time.Duration
-	switch stage {
-	case "baseline", "sweep", "refine", "verify":
-		if stage == "baseline" {
-			most += time.Duration(t.Baseline.Requests) * typicalBaseline
-		}
-		if stage != "verify" {
-			sweep := len(t.Sweep.Concurrency) + t.Sweep.Refine + 1
-			most += time.Duration(max(0, sweep-ran("sweep", "refine"))) * levelMost(t, target, t.Window.MaxSteadyTotal())
-		}
-		search := time.Duration(max(1, t.Verify.Levels()+1-ran("verify", "bisection"))) * levelMost(t, target, t.VerifyMaxSteady())
-		if left, ok := s.searchLeft(); ok {
-			search = min(search, left+drainMost(target))
-		}
-		most += search + time.Duration(forecastLevelCount(target))*levelMost(t, target, t.ForecastMaxSteady())
-	}
-	if stage != "hot-tenant" {
-		most += burstMost(t, target)
-	}
-	most += hotTenantMost(t, target)
-	if s.passesLeft > 0 {
-		// A cache: both test's production pass after this one.
-		most += time.Duration(s.passesLeft) * estimatePass(t, target).Most
-	}
-	return most
 }
 
 // The bisection's levels take what their distance to the objective says.

@@ -37,13 +37,17 @@ func TestEstimateStep(t *testing.T) {
 	target := &config.TargetConfig{Timeout: model.Duration(2 * time.Minute)} // the default
 	e := EstimateStep(profileTest(t, config.ProfileFirstLook), target)
 	require.Equal(t, 7*time.Minute+9*time.Second, e.Typical)
-	// 11 levels (5 sweep, 4 open-loop, one each measured again to
-	// decide it), three times, each 5 s + 60 s, a drain up to the
-	// target's timeout and 5 s, and two waits of 20 s for the prober;
-	// the burst 5 s + 10 s, 30 s and a timeout to drain its backlog, a
-	// drain.
-	require.Equal(t, 20*time.Second+time.Duration(11*3)*(65+125+40)*time.Second+(15+30+120+125)*time.Second, e.Most)
-	require.Equal(t, "about 7m10s (up to 2h10m if every level takes its longest)", e.String())
+	// At its longest (longest), with the default timeout of 2 minutes:
+	// each level 5 s + 60 s and twice 2m5s (its last look's wait and
+	// its drain), three times, and two waits of 20 s for the prober:
+	// 985 s; the baseline 10 requests of up to 2m5s and a drain, three
+	// times, two waits; 9 sweep levels (5, 4 measured again to confirm),
+	// 5 of the search (4, 0.6x measured again), the burst 5 s + 10 s, 30
+	// s and a timeout to drain its backlog, a drain.
+	level := 3*(65+250)*time.Second + 2*20*time.Second
+	baseline := 3*(10*125+125)*time.Second + 2*20*time.Second
+	require.Equal(t, baseline+9*level+5*level+(15+30+120+125)*time.Second, e.Most)
+	require.Equal(t, "about 7m10s (up to 5h10m if every level takes its longest)", e.String())
 	for d, want := range map[time.Duration]string{95 * time.Second: "1m40s", 21*time.Minute + 20*time.Second: "21m", 65 * time.Minute: "1h5m", 151 * time.Minute: "2h30m"} {
 		require.Equal(t, want, roughly(d))
 	}
@@ -63,10 +67,10 @@ func TestEstimateStep(t *testing.T) {
 	// a burst of 30 s + 10 s + 10 s.
 	require.InDelta(t, (40*time.Second + 7*(32*time.Second+126*time.Second) + 5*(32*time.Second+648*time.Second) + 50*time.Second).Seconds(), sign.Typical.Seconds(), 1e-6)
 	// At its longest the search stops at verify.max_duration (1h) and
-	// its level's drain (2m5s), where its 9 levels, their drains and
-	// their prober's retries would take 9h; the sweep's 10 levels take up
-	// to 3 x (30 s + 6m + 2m5s + 2 x 30 s) = 28m45s each.
-	require.Equal(t, "about 1h17m (up to 6h if every level takes its longest)", sign.String())
+	// its last level's tail (twice 2m5s), where its 9 levels of 51m
+	// would take 7h39m; the sweep's 15 levels take up to 3 x (30 s + 6m
+	// + 2 x 2m5s) + 2 x 30 s = 33m each, the baseline's 20 requests 2h12m.
+	require.Equal(t, "about 1h17m (up to 11h40m if every level takes its longest)", sign.String())
 	// A shorter one caps the typical search too: 30 minutes of its
 	// 56m40s.
 	short := profileTest(t, config.ProfileSign)
@@ -125,32 +129,38 @@ func TestTimeLeft(t *testing.T) {
 }
 
 // TestTimeMost: the most left, if every level left takes its longest, is
-// EstimateStep's Most before anything ran, counts only the levels left,
-// and in the sign profile's search is what is left of its hour, a
-// level's drain after it and the burst: a bound the stored runs never
-// went past (TestProgressReplay).
+// EstimateStep's Most before anything ran, counts only the levels left
+// (the one starting whatever ran), and in the sign profile's search is
+// what is left of its hour, its last level's tail and the burst.
 func TestTimeMost(t *testing.T) {
 	now := time.Date(2026, 12, 6, 14, 0, 0, 0, time.UTC)
 	target := config.TargetConfig{Timeout: model.Duration(2 * time.Minute)}
 	s := &Step{Test: profileTest(t, config.ProfileSign), Load: config.LoadSpec{Target: target}, now: func() time.Time { return now }}
 	e := EstimateStep(s.Test, &target)
 	require.Equal(t, e.Most, s.timeMost("baseline"))
-	// Three sweep levels ran: three of its 10 (7, 2 refined, one
-	// measured again) fewer at up to 28m45s each, no baseline.
+	// Three sweep levels ran: three of its 15 fewer, at up to 33m each,
+	// and no baseline (3 x (20 x 2m5s + 2m5s) + 2 x 30 s).
 	s.took = map[string][]time.Duration{"baseline": {time.Minute}, "sweep": {time.Minute, time.Minute, time.Minute}}
-	level := 3 * (30*time.Second + 6*time.Minute + 125*time.Second + 2*30*time.Second)
-	require.Equal(t, e.Most-40*time.Second-3*level, s.timeMost("sweep"))
-	// The search 20 minutes into its hour: 40 minutes, a drain of
-	// 2m5s, the burst (30 s + 10 s, 30 s and 2 minutes to drain its
-	// backlog, a drain of 2m5s).
+	level, baseline := 33*time.Minute, 3*21*125*time.Second+time.Minute
+	require.Equal(t, e.Most-baseline-3*level, s.timeMost("sweep"))
+	// Past its 15 (confirmations and prober's retries counted apart),
+	// the one starting.
+	s.took["sweep"] = make([]time.Duration, 20)
+	require.Equal(t, e.Most-baseline-14*level, s.timeMost("sweep"))
+	// The search 20 minutes into its hour: 40 minutes, its last level's
+	// tail (twice 2m5s), the burst (30 s + 10 s, 30 s and 2 minutes to
+	// drain its backlog, a drain of 2m5s): 49m25s.
 	s.searchStart = now.Add(-20 * time.Minute)
 	burst := 40*time.Second + 30*time.Second + 2*time.Minute + 125*time.Second
-	require.Equal(t, 40*time.Minute+125*time.Second+burst, s.timeMost("verify"))
+	require.Equal(t, 40*time.Minute+250*time.Second+burst, s.timeMost("verify"))
 	require.Equal(t, burst, s.timeMost("burst"))
-	// The progress says both.
-	p := Progress{Remaining: 13*time.Minute + 37*time.Second, Most: s.timeMost("verify")}
-	require.Equal(t, "about 13m37s left (up to 47m)", p.Left())
-	require.Equal(t, "about 5m0s left", Progress{Remaining: 5 * time.Minute, Most: 5 * time.Minute}.Left(), "a soak's end is known")
+	// The progress says both, the most rounded up.
+	p := Progress{Remaining: 13*time.Minute + 37*time.Second, RemainingMax: s.timeMost("verify")}
+	require.Equal(t, "about 13m37s left (up to 50m)", p.RemainingText())
+	require.Equal(t, "about 5m0s left", Progress{Remaining: 5 * time.Minute, RemainingMax: 5 * time.Minute}.RemainingText(), "no bound above the time left")
+	require.Equal(t, "48m", roughlyUp(47*time.Minute+time.Second))
+	require.Equal(t, "10m", roughlyUp(9*time.Minute+51*time.Second))
+	require.Equal(t, "2h20m", roughlyUp(2*time.Hour+11*time.Minute))
 }
 
 // TestTimeLeftBisection: once the configured rates have run, the

@@ -119,12 +119,20 @@ func (s *Step) openLevel(ctx context.Context, stage string, rate float64, why st
 // thrown away and taken again, up to the test's retries, once the prober
 // is valid again (waitValid); the level records why (Remeasured). A
 // sweep level above one the sweep went on past (lowerBounds) is measured
-// once: the host that limited the prober there limits it here too.
+// once: the host that limited the prober there limits it here too; a
+// level of the search is not measured again past verify.max_duration
+// (roomForLevel).
 func (s *Step) measure(ctx context.Context, l *Level, run, stop config.LoadSpec) error {
 	for attempt := 0; ; attempt++ {
 		err := s.measureOnce(ctx, l, stop)
 		if err != nil || !l.ProberBound() || attempt >= s.Test.Retries || s.lowerBounds && l.Stage == "sweep" {
 			return err
+		}
+		if s.capped && l.Stage == "verify" && !strings.HasPrefix(l.Why, "forecast") && !s.roomForLevel() {
+			// A search within verify.max_duration ends by it: the
+			// test's length is known before it starts (longest).
+			l.Note = addNote(l.Note, "not measured again: verify.max_duration's end")
+			return nil
 		}
 		// The prober-bound measurement stays the level's until the
 		// next one replaces it: a run stopped meanwhile keeps it.

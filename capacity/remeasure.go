@@ -119,7 +119,7 @@ func (s *Step) waitValid(ctx context.Context) error {
 	if s.Validity == nil {
 		return nil
 	}
-	deadline := time.NewTimer(max(validWindow, min(validWait, time.Duration(s.Test.Window.Steady))))
+	deadline := time.NewTimer(proberWait(time.Duration(s.Test.Window.Steady)))
 	defer deadline.Stop()
 	for {
 		snap, cpu0, t0 := validity.TakeRuntimeSnapshot(), proc.CPU(), time.Now()

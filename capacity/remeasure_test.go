@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,6 +100,66 @@ tests:
 			require.Equal(t, DecisionMet, l.Decision, "the second measurement is the level's")
 			require.NotNil(t, run.Capacity, run.Reason)
 			require.Equal(t, 2, run.Capacity.Concurrency)
+		})
+	}
+}
+
+// TestRemeasureWithinMaxDuration: a level of the search measured while
+// the prober was the limit is measured again while verify.max_duration
+// holds a level, and not past its end, so that the search ends by it
+// (longest): the level stays prober-bound and says why.
+func TestRemeasureWithinMaxDuration(t *testing.T) {
+	sim := simtest.Start(t, "slots: 0\nfixed: {ttft: 5ms, itl: 2ms}\n")
+	for _, tc := range []struct {
+		name  string
+		spent bool // the prober-bound measurement ends past max_duration
+	}{{"within", false}, {"past its end", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.Load([]byte(fmt.Sprintf(`
+global: {max_rate: 100, max_in_flight: 100}
+targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s}]
+scenarios: [{name: s, input_tokens: 16, output_tokens: 4, ignore_eos: true, objective: 0.8, slo: {ttft: 1s}}]
+tests:
+  - {name: r, kind: step, target: sim, scenario: s, baseline: {requests: 10}, sweep: {concurrency: [2], refine: 0}, retries: 2,
+     window: {warmup: 0s, steady: 1s, min_requests: 1, max_steady: 1s}, verify: {rates: [0.5], max_levels: 1, max_duration: 1m, burst: {factor: 1}}}
+`, sim.URL)), false)
+			require.NoError(t, err)
+			rec := NewRecorder()
+			m := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
+			defer m.Stop(time.Second)
+			require.NoError(t, m.SetLimits(prober.Limits{MaxRate: 100, MaxInFlight: 100}))
+			v := validity.Config{Window: time.Minute, CPU: 1, SchedulerP99: time.Hour, GCPauseP99: time.Hour, SendLagP99: time.Hour, PoolWaitP99: time.Hour}
+			var shift atomic.Int64 // the search's clock, moved past max_duration
+			s := &Step{Manager: m, Recorder: rec, Test: cfg.Tests[0], Load: cfg.TestLoad(cfg.Tests[0]), MaxRate: 100,
+				Logger: promslog.NewNopLogger(), Validity: &v, now: func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }}
+			verifies := 0
+			s.judgeLevel = func(l *Level) {
+				if l.Stage == "verify" {
+					if verifies++; verifies == 1 {
+						l.Prober.CPUShare, l.Prober.SchedulerP99 = 0.02, 0.08
+						l.Prober.GCPauseP99, l.Prober.LagP99 = 0, 0
+						judgeProber(l, &validity.DefaultConfig, notUsed)
+						if tc.spent {
+							shift.Store(int64(2 * time.Minute))
+						}
+						return
+					}
+				}
+				judgeProber(l, &v, notUsed)
+			}
+			run := s.Run(t.Context())
+			require.Len(t, run.Verify, 1, run.Reason)
+			l := run.Verify[0]
+			if !tc.spent {
+				require.Equal(t, 2, verifies, "measured again")
+				require.False(t, l.ProberBound(), "%+v", l.Prober)
+				require.Len(t, l.Remeasured, 1)
+				return
+			}
+			require.Equal(t, 1, verifies, "not measured again")
+			require.True(t, l.ProberBound())
+			require.Empty(t, l.Remeasured)
+			require.Contains(t, l.Note, "not measured again: verify.max_duration's end")
 		})
 	}
 }

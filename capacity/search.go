@@ -334,11 +334,17 @@ func (s *Step) fits() bool {
 	if s.Test.Verify.MaxDuration <= 0 {
 		return true
 	}
-	if s.levelRoom() < max(time.Duration(firstLook)*s.batch(), time.Second) {
+	if !s.roomForLevel() {
 		return false
 	}
 	s.capped = true
 	return true
+}
+
+// roomForLevel reports whether what is left of verify.max_duration holds
+// a level's warm-up, its first look and a drain (levelRoom).
+func (s *Step) roomForLevel() bool {
+	return s.levelRoom() >= max(time.Duration(firstLook)*s.batch(), time.Second)
 }
 
 // levelRoom is what a level of the search starting now may take of

@@ -156,7 +156,8 @@ func (s *Soak) Run(ctx context.Context) *Run {
 	now := time.Now()
 	for i := 0; err == nil && i < n; i++ {
 		if s.Progress != nil {
-			p := Progress{Stage: "soak", Rate: t.Rate, Level: i + 1, Levels: n, Elapsed: time.Since(start), Remaining: time.Until(end), Most: time.Until(end)}
+			p := Progress{Stage: "soak", Rate: t.Rate, Level: i + 1, Levels: n, Elapsed: time.Since(start), Remaining: time.Until(end),
+				RemainingMax: time.Until(end) + longest{target: &s.Load.Target}.drain()} // and its requests' drain
 			if i > 0 {
 				// Good requests that ended in the last window: the
 				// window's own goodput waits for its requests.

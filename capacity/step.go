@@ -26,19 +26,19 @@ type Progress struct {
 	Levels      int
 	Elapsed     time.Duration
 	Remaining   time.Duration // estimated
-	// Most is the most left if every level left takes its longest
-	// (timeMost): the time a team can plan around.
-	Most time.Duration
+	// RemainingMax is the most left if every level left takes its
+	// longest (timeMost): the time a team can plan around.
+	RemainingMax time.Duration
 	// Goodput of the last measured level, good req/s.
 	Goodput float64
 }
 
-// Left is "about 13m37s left (up to 35m)": the time left, and the most
-// left where it is more.
-func (p Progress) Left() string {
+// RemainingText is "about 13m37s left (up to 50m)": the time left, and
+// the most left (rounded up) where it is more.
+func (p Progress) RemainingText() string {
 	left := fmt.Sprintf("about %s left", p.Remaining.Round(time.Second))
-	if p.Most > p.Remaining {
-		left += fmt.Sprintf(" (up to %s)", roughly(p.Most))
+	if p.RemainingMax > p.Remaining {
+		left += fmt.Sprintf(" (up to %s)", roughlyUp(p.RemainingMax))
 	}
 	return left
 }
@@ -442,7 +442,7 @@ func (s *Step) report(stage string, c int, rate float64) {
 		return
 	}
 	s.Progress(Progress{Stage: stage, Concurrency: c, Rate: rate, Level: s.level, Levels: s.levels, Elapsed: time.Since(s.start),
-		Remaining: s.timeLeft(stage), Most: s.timeMost(stage), Goodput: s.goodput})
+		Remaining: s.timeLeft(stage), RemainingMax: s.timeMost(stage), Goodput: s.goodput})
 }
 
 // abortReason says why a run was aborted.

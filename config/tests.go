@@ -305,6 +305,10 @@ type BurstConfig struct {
 	For    model.Duration `yaml:"for"`
 }
 
+// Enabled reports whether the test runs the burst: a factor over 1 for a
+// while.
+func (b BurstConfig) Enabled() bool { return b.Factor > 1 && b.For > 0 }
+
 // StopConfig aborts a test that is plainly broken: more than ErrorRatio of
 // a level's finished requests failed, or a TTFT over TTFTOver (or a failed
 // request that waited longer than that for a first token it never got).

@@ -478,9 +478,9 @@ type Progress struct {
 	Rate             float64 `json:"rate,omitempty"`
 	ElapsedSeconds   float64 `json:"elapsed_seconds"`
 	RemainingSeconds float64 `json:"remaining_seconds"`
-	// MostSeconds is the most left if every level left takes its
-	// longest.
-	MostSeconds float64 `json:"most_seconds"`
+	// RemainingMaxSeconds is the most left if every level left takes
+	// its longest.
+	RemainingMaxSeconds float64 `json:"remaining_max_seconds"`
 }
 
 // RunSummary is a stored run without its levels, and its storage_error
@@ -505,7 +505,7 @@ func (s *Service) Tests() []TestStatus {
 				since := time.Since(a.progressAt)
 				ts.Progress = &Progress{Level: p.Level, Levels: p.Levels, Stage: p.Stage, Clients: p.Concurrency, Rate: p.Rate,
 					ElapsedSeconds: (p.Elapsed + since).Seconds(), RemainingSeconds: max(0, p.Remaining-since).Seconds(),
-					MostSeconds: max(0, p.Most-since).Seconds()}
+					RemainingMaxSeconds: max(0, p.RemainingMax-since).Seconds()}
 			}
 		}
 		out = append(out, ts)

@@ -335,7 +335,7 @@ func TestRunningProgress(t *testing.T) {
 	defer f.svc.Stop()
 	reported := make(chan struct{})
 	f.svc.SetExecute(func(ctx context.Context, env capacity.Env, tc *config.TestConfig, _ config.LoadSpec) *capacity.Run {
-		env.Progress(capacity.Progress{Level: 3, Levels: 9, Stage: "sweep", Concurrency: 4, Elapsed: time.Minute, Remaining: 5 * time.Minute, Most: 20 * time.Minute})
+		env.Progress(capacity.Progress{Level: 3, Levels: 9, Stage: "sweep", Concurrency: 4, Elapsed: time.Minute, Remaining: 5 * time.Minute, RemainingMax: 20 * time.Minute})
 		close(reported)
 		<-ctx.Done()
 		return &capacity.Run{Summary: capacity.Summary{Test: tc.Name, Kind: tc.Kind, Target: tc.Target, Start: time.Now(), End: time.Now(),
@@ -362,8 +362,8 @@ func TestRunningProgress(t *testing.T) {
 	require.LessOrEqual(t, p.ElapsedSeconds, 60+since)
 	require.LessOrEqual(t, p.RemainingSeconds, 300.0)
 	require.GreaterOrEqual(t, p.RemainingSeconds, 300-since)
-	require.LessOrEqual(t, p.MostSeconds, 1200.0)
-	require.GreaterOrEqual(t, p.MostSeconds, 1200-since)
+	require.LessOrEqual(t, p.RemainingMaxSeconds, 1200.0)
+	require.GreaterOrEqual(t, p.RemainingMaxSeconds, 1200-since)
 	require.Nil(t, b.Progress)
 }
 

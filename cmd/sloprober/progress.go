@@ -124,7 +124,7 @@ func (p *progress) redraw() {
 	pr := *p.last
 	since := time.Since(p.received)
 	pr.Elapsed += since
-	pr.Remaining, pr.Most = max(0, pr.Remaining-since), max(0, pr.Most-since)
+	pr.Remaining, pr.RemainingMax = max(0, pr.Remaining-since), max(0, pr.RemainingMax-since)
 	line := progressLine(pr)
 	width := progressWidth
 	if cols := p.width(); cols > 1 {

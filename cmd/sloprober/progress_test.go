@@ -21,7 +21,7 @@ func TestProgressTerminal(t *testing.T) {
 		p := newProgress(&out, true)
 		p.width = func() int { return 120 } // a terminal of 120 columns
 		p.println("Running a plan")
-		p.update(capacity.Progress{Level: 2, Levels: 9, Stage: "sweep", Concurrency: 4, Elapsed: 10 * time.Second, Remaining: time.Minute, Most: 20 * time.Minute, Goodput: 3})
+		p.update(capacity.Progress{Level: 2, Levels: 9, Stage: "sweep", Concurrency: 4, Elapsed: 10 * time.Second, Remaining: time.Minute, RemainingMax: 20 * time.Minute, Goodput: 3})
 		time.Sleep(2500 * time.Millisecond)
 		p.println("a line of its own")
 		p.close()

@@ -590,7 +590,7 @@ func testLinks(tests []testrun.TestStatus) []exporter.TestLink {
 		l := exporter.TestLink{Name: t.Name, Kind: t.Kind, Target: t.Target, Schedule: t.Schedule, Next: t.Next, Running: string(t.Running)}
 		if p := t.Progress; p != nil {
 			load := capacity.Progress{Concurrency: p.Clients, Rate: p.Rate}.LoadName()
-			left := capacity.Progress{Remaining: time.Duration(p.RemainingSeconds) * time.Second, Most: time.Duration(p.MostSeconds) * time.Second}.Left()
+			left := capacity.Progress{Remaining: time.Duration(p.RemainingSeconds) * time.Second, RemainingMax: time.Duration(p.RemainingMaxSeconds) * time.Second}.RemainingText()
 			l.Progress = fmt.Sprintf("level %d of about %d, %s at %s; %s elapsed, %s", p.Level, p.Levels, p.Stage, load,
 				(time.Duration(p.ElapsedSeconds) * time.Second).Round(time.Second), left)
 		} else if t.Running != "" {

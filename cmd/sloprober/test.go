@@ -232,7 +232,7 @@ func writeRun(w io.Writer, run *capacity.Run, format string) error {
 // progressLine is one line of a running test's progress.
 func progressLine(p capacity.Progress) string {
 	line := fmt.Sprintf("level %d of about %d: %s, %s; elapsed %s, %s", p.Level, p.Levels, p.Stage, p.LoadName(),
-		p.Elapsed.Round(time.Second), p.Left())
+		p.Elapsed.Round(time.Second), p.RemainingText())
 	if p.Level > 1 {
 		line += fmt.Sprintf("; last goodput %.3g good req/s", p.Goodput)
 	}
