@@ -218,10 +218,7 @@ func TestProgressReplay(t *testing.T) {
 	}
 	worst := 0.0
 	for _, f := range files {
-		data, err := os.ReadFile(f)
-		require.NoError(t, err)
-		run, err := DecodeRun(data)
-		require.NoError(t, err, f)
+		run := storedRun(t, f)
 		took := run.End.Sub(run.Start)
 		var b strings.Builder
 		for _, p := range replayProgress(t, run) {
@@ -249,10 +246,7 @@ func TestProgressMostReplay(t *testing.T) {
 	require.Len(t, files, 47)
 	least := time.Duration(math.MaxInt64)
 	for _, f := range files {
-		data, err := os.ReadFile(f)
-		require.NoError(t, err)
-		run, err := DecodeRun(data)
-		require.NoError(t, err, f)
+		run := storedRun(t, f)
 		took := run.End.Sub(run.Start)
 		for _, p := range replayProgress(t, run) {
 			assert.GreaterOrEqual(t, p.most, took, "%s: at %s (%s) the most left implied %s of a run that took %s", f, p.elapsed.Round(time.Second), p.stage, p.most.Round(time.Second), took.Round(time.Second))
@@ -260,4 +254,14 @@ func TestProgressMostReplay(t *testing.T) {
 		}
 	}
 	t.Logf("the least margin: %s", least.Round(time.Second))
+}
+
+// storedRun reads a stored run from file.
+func storedRun(t *testing.T, file string) *Run {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	require.NoError(t, err)
+	run, err := DecodeRun(data)
+	require.NoError(t, err, file)
+	return run
 }

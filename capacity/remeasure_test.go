@@ -51,38 +51,17 @@ func TestRemeasure(t *testing.T) {
 		bound   bool
 	}{{2, false}, {0, true}} {
 		t.Run(fmt.Sprint("retries ", tc.retries), func(t *testing.T) {
-			cfg, err := config.Load([]byte(fmt.Sprintf(`
-global: {max_rate: 100, max_in_flight: 100}
-targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s}]
-scenarios: [{name: s, input_tokens: 16, output_tokens: 4, ignore_eos: true, objective: 0.8, slo: {ttft: 1s}}]
-tests:
-  - {name: r, kind: step, target: sim, scenario: s, baseline: {requests: 10}, sweep: {concurrency: [2], refine: 0}, retries: %d,
-     window: {warmup: 0s, steady: 1s, min_requests: 1, max_steady: 1s}, verify: {rates: [0.5], max_levels: 1, burst: {factor: 1}}}
-`, sim.URL, tc.retries)), false)
-			require.NoError(t, err)
-			rec := NewRecorder()
-			m := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
-			defer m.Stop(time.Second)
-			require.NoError(t, m.SetLimits(prober.Limits{MaxRate: 100, MaxInFlight: 100}))
-			v := validity.Config{Window: time.Minute, CPU: 1, SchedulerP99: time.Hour, GCPauseP99: time.Hour, SendLagP99: time.Hour, PoolWaitP99: time.Hour}
-			s := &Step{Manager: m, Recorder: rec, Test: cfg.Tests[0], Load: cfg.TestLoad(cfg.Tests[0]), MaxRate: 100,
-				Logger: promslog.NewNopLogger(), Validity: &v}
-			// The sweep level's first measurement finds the goroutines
-			// waiting 80 ms to run while sloprober used 2% of its CPUs,
-			// and nothing else: what the host did to the level's own
-			// GC pauses and send lag (beside a CPU burner, GC pauses
-			// over the default's limit) is not this measurement's.
+			s, v := remeasureStep(t, sim.URL, tc.retries, "{rates: [0.5], max_levels: 1, burst: {factor: 1}}")
+			// The sweep level's first measurement finds a busy host.
 			sweeps := 0
 			s.judgeLevel = func(l *Level) {
 				if l.Stage == "sweep" {
 					if sweeps++; sweeps == 1 {
-						l.Prober.CPUShare, l.Prober.SchedulerP99 = 0.02, 0.08
-						l.Prober.GCPauseP99, l.Prober.LagP99 = 0, 0
-						judgeProber(l, &validity.DefaultConfig, notUsed)
+						busyHost(l)
 						return
 					}
 				}
-				judgeProber(l, &v, notUsed)
+				judgeProber(l, v, notUsed)
 			}
 			run := s.Run(t.Context())
 			require.Len(t, run.Sweep, 1, run.Reason)
@@ -115,37 +94,21 @@ func TestRemeasureWithinMaxDuration(t *testing.T) {
 		spent bool // the prober-bound measurement ends past max_duration
 	}{{"within", false}, {"past its end", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := config.Load([]byte(fmt.Sprintf(`
-global: {max_rate: 100, max_in_flight: 100}
-targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s}]
-scenarios: [{name: s, input_tokens: 16, output_tokens: 4, ignore_eos: true, objective: 0.8, slo: {ttft: 1s}}]
-tests:
-  - {name: r, kind: step, target: sim, scenario: s, baseline: {requests: 10}, sweep: {concurrency: [2], refine: 0}, retries: 2,
-     window: {warmup: 0s, steady: 1s, min_requests: 1, max_steady: 1s}, verify: {rates: [0.5], max_levels: 1, max_duration: 1m, burst: {factor: 1}}}
-`, sim.URL)), false)
-			require.NoError(t, err)
-			rec := NewRecorder()
-			m := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
-			defer m.Stop(time.Second)
-			require.NoError(t, m.SetLimits(prober.Limits{MaxRate: 100, MaxInFlight: 100}))
-			v := validity.Config{Window: time.Minute, CPU: 1, SchedulerP99: time.Hour, GCPauseP99: time.Hour, SendLagP99: time.Hour, PoolWaitP99: time.Hour}
+			s, v := remeasureStep(t, sim.URL, 2, "{rates: [0.5], max_levels: 1, max_duration: 1m, burst: {factor: 1}}")
 			var shift atomic.Int64 // the search's clock, moved past max_duration
-			s := &Step{Manager: m, Recorder: rec, Test: cfg.Tests[0], Load: cfg.TestLoad(cfg.Tests[0]), MaxRate: 100,
-				Logger: promslog.NewNopLogger(), Validity: &v, now: func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }}
+			s.now = func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }
 			verifies := 0
 			s.judgeLevel = func(l *Level) {
 				if l.Stage == "verify" {
 					if verifies++; verifies == 1 {
-						l.Prober.CPUShare, l.Prober.SchedulerP99 = 0.02, 0.08
-						l.Prober.GCPauseP99, l.Prober.LagP99 = 0, 0
-						judgeProber(l, &validity.DefaultConfig, notUsed)
+						busyHost(l)
 						if tc.spent {
 							shift.Store(int64(2 * time.Minute))
 						}
 						return
 					}
 				}
-				judgeProber(l, &v, notUsed)
+				judgeProber(l, v, notUsed)
 			}
 			run := s.Run(t.Context())
 			require.Len(t, run.Verify, 1, run.Reason)
@@ -162,4 +125,38 @@ tests:
 			require.Contains(t, l.Note, "not measured again: verify.max_duration's end")
 		})
 	}
+}
+
+// remeasureStep is a step test against the simulator at url, measured
+// again up to retries times, its verify section verify, judged by a
+// validity config nothing fails (v) unless a test's judgeLevel says.
+func remeasureStep(t *testing.T, url string, retries int, verify string) (*Step, *validity.Config) {
+	t.Helper()
+	cfg, err := config.Load([]byte(fmt.Sprintf(`
+global: {max_rate: 100, max_in_flight: 100}
+targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s}]
+scenarios: [{name: s, input_tokens: 16, output_tokens: 4, ignore_eos: true, objective: 0.8, slo: {ttft: 1s}}]
+tests:
+  - {name: r, kind: step, target: sim, scenario: s, baseline: {requests: 10}, sweep: {concurrency: [2], refine: 0}, retries: %d,
+     window: {warmup: 0s, steady: 1s, min_requests: 1, max_steady: 1s}, verify: %s}
+`, url, retries, verify)), false)
+	require.NoError(t, err)
+	rec := NewRecorder()
+	m := prober.NewManager(promslog.NewNopLogger(), rec, "sloprober/test")
+	t.Cleanup(func() { m.Stop(time.Second) })
+	require.NoError(t, m.SetLimits(prober.Limits{MaxRate: 100, MaxInFlight: 100}))
+	v := &validity.Config{Window: time.Minute, CPU: 1, SchedulerP99: time.Hour, GCPauseP99: time.Hour, SendLagP99: time.Hour, PoolWaitP99: time.Hour}
+	return &Step{Manager: m, Recorder: rec, Test: cfg.Tests[0], Load: cfg.TestLoad(cfg.Tests[0]), MaxRate: 100,
+		Logger: promslog.NewNopLogger(), Validity: v}, v
+}
+
+// busyHost judges l as a measurement that found the goroutines waiting
+// 80 ms to run while sloprober used 2% of its CPUs, and nothing else:
+// what the host did to the level's own GC pauses and send lag (beside a
+// CPU burner, GC pauses over the default's limit) is not this
+// measurement's.
+func busyHost(l *Level) {
+	l.Prober.CPUShare, l.Prober.SchedulerP99 = 0.02, 0.08
+	l.Prober.GCPauseP99, l.Prober.LagP99 = 0, 0
+	judgeProber(l, &validity.DefaultConfig, notUsed)
 }
