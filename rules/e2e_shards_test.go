@@ -191,7 +191,16 @@ func checkCanaryReports(t *testing.T, bin, promAddr string, scraped time.Time, s
 	require.False(t, c.Complete)
 	require.Equal(t, []int{3, 2, 2}, []int{c.ShardCount, c.ShardsReported, c.ShardsAtEnd})
 	require.Contains(t, c.Notes, "1 of 3 shards reported nothing in the window (missing: 2): their share of every canary load is not in the numbers, and the rates are below the configured ones.")
-	require.InDelta(t, 20.0*2/3, partial.Loads[0].SentRate, 1)
+	// Its rate is what the other two sent, as the whole report counted
+	// them: the arrivals fall to the shards unevenly (185, 209 and 247
+	// of 641 in one run, where 2/3 of 20 req/s was 1.04 req/s off).
+	var others float64
+	for _, in := range sharded.Completeness.Instances {
+		if in.Instance != shardAddrs[2] {
+			others += in.CanarySent
+		}
+	}
+	require.InDelta(t, others/length.Seconds(), partial.Loads[0].SentRate, 0.25, "shards 0 and 1 sent %g", others)
 
 	// Shard 2 stops: once Prometheus failed to scrape it five times, the
 	// report over the last 20 s says it stopped reporting.
