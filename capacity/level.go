@@ -128,7 +128,7 @@ func (s *Step) measure(ctx context.Context, l *Level, run, stop config.LoadSpec)
 		if err != nil || !l.ProberBound() || attempt >= s.Test.Retries || s.lowerBounds && l.Stage == "sweep" {
 			return err
 		}
-		if s.capped && l.Stage == "verify" && !strings.HasPrefix(l.Why, "forecast") && !s.roomForLevel() {
+		if s.capped && l.Stage == "verify" && !isForecast(l) && !s.roomForLevel() {
 			// A search within verify.max_duration ends by it: the
 			// test's length is known before it starts (longest).
 			l.Note = addNote(l.Note, "not measured again: verify.max_duration's end")
@@ -166,7 +166,7 @@ func (s *Step) measure(ctx context.Context, l *Level, run, stop config.LoadSpec)
 func (s *Step) measureOnce(ctx context.Context, l *Level, stop config.LoadSpec) error {
 	s.col.ResetLevel()
 	s.leftShort, s.boundLooks = false, 0
-	plan := s.lookPlan(l.Stage, strings.HasPrefix(l.Why, "forecast"))
+	plan := s.lookPlan(l.Stage, isForecast(l))
 	if l.Stage == "hot-tenant" {
 		// Its window is verify.hot_tenant.for, whole: the other
 		// tenants' share of it is what it measures.
@@ -248,7 +248,7 @@ func (s *Step) batches(ctx context.Context, plan lookPlan, ws *[]*Window, settle
 	due := start.Add(plan.batch)
 	roll := time.NewTimer(time.Until(due))
 	defer roll.Stop()
-	limit := time.NewTimer(time.Until(start.Add(time.Duration(plan.max())*plan.batch + time.Duration(s.Load.Target.Timeout) + 5*time.Second)))
+	limit := time.NewTimer(time.Until(start.Add(time.Duration(plan.max())*plan.batch + drainLimit(&s.Load.Target))))
 	defer limit.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -440,7 +440,7 @@ func (s *Step) drain(ctx context.Context, stop config.LoadSpec) (time.Duration, 
 	}
 	start := time.Now()
 	queued := 0
-	err := s.wait(ctx, time.Duration(s.Load.Target.Timeout)+5*time.Second, func() bool {
+	err := s.wait(ctx, drainLimit(&s.Load.Target), func() bool {
 		if s.col.InFlight() > 0 {
 			return false
 		}
@@ -462,6 +462,18 @@ func (s *Step) drain(ctx context.Context, stop config.LoadSpec) (time.Duration, 
 		err = fmt.Errorf("%d requests still in flight %s after the level", s.col.InFlight(), took.Round(time.Second))
 	}
 	return took, err
+}
+
+// isForecast reports whether l is a level of the target's forecast,
+// measured apart from the search's verify.max_duration.
+func isForecast(l *Level) bool { return strings.HasPrefix(l.Why, "forecast") }
+
+// drainLimit is the longest a level waits for its requests after its
+// window, at its last look (batches) and again in its drain: the
+// target's timeout and 5 s more. The most left counts it twice a level
+// (longest).
+func drainLimit(target *config.TargetConfig) time.Duration {
+	return time.Duration(target.Timeout) + 5*time.Second
 }
 
 // errTimedOut: watch's duration passed before its condition held.

@@ -43,11 +43,9 @@ type longest struct {
 	maxRate float64
 }
 
-// drain is the longest a level's drain takes, and its last look's wait:
-// the target's timeout and 5 s more.
-func (l longest) drain() time.Duration {
-	return time.Duration(l.target.Timeout) + 5*time.Second
-}
+// drain is the longest a level's drain takes, and its last look's wait
+// (drainLimit).
+func (l longest) drain() time.Duration { return drainLimit(l.target) }
 
 // level is the longest a level whose batches run up to most takes.
 func (l longest) level(most time.Duration) time.Duration {

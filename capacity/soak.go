@@ -151,13 +151,13 @@ func (s *Soak) Run(ctx context.Context) *Run {
 	// longer than that (and the 5 s a drain allows more), window i is
 	// summarized, and its records released, when window i+1 ends; else
 	// all at the end.
-	early := steady > time.Duration(s.Load.Target.Timeout)+5*time.Second
+	early := steady > drainLimit(&s.Load.Target)
 	broken := 0 // windows in a row over a stop rule
 	now := time.Now()
 	for i := 0; err == nil && i < n; i++ {
 		if s.Progress != nil {
 			p := Progress{Stage: "soak", Rate: t.Rate, Level: i + 1, Levels: n, Elapsed: time.Since(start), Remaining: time.Until(end),
-				RemainingMax: time.Until(end) + longest{target: &s.Load.Target}.drain()} // and its requests' drain
+				RemainingMax: time.Until(end) + drainLimit(&s.Load.Target)} // and its requests' drain
 			if i > 0 {
 				// Good requests that ended in the last window: the
 				// window's own goodput waits for its requests.
