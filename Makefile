@@ -67,9 +67,14 @@ SOLO := /rules$$|/capacity/groundtruth$$
 # minutes; 6 beside the other packages on a quiet one). A hang still ends
 # well inside CI's 90.
 TEST_TIMEOUT ?= 30m
+# The packages that read streams run a second time with the fast reader
+# (--prober.reader=fast, internal/testkit/readertest): the client's tests
+# against the simulator and the hostile servers. About a minute.
+FAST_READER_PACKAGES := ./prober/ ./internal/testkit/hostile/
 unit: $(PROMTOOL) $(JAEGER) prometheus chromium
 	PROMTOOL=$(PROMTOOL) JAEGER=$(JAEGER) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -Ev '$(SOLO)')
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./capacity/groundtruth/
+	SLOPROBER_TEST_READER=fast $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(FAST_READER_PACKAGES)
 	PROMTOOL=$(PROMTOOL) JAEGER=$(JAEGER) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./rules/
 	cd deploy && GO=$(GO) PROMTOOL=$(PROMTOOL) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 

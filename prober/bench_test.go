@@ -113,3 +113,65 @@ func TestReadStreamAllocsPerEvent(t *testing.T) {
 		}
 	}
 }
+
+// chunkedOf frames data as the chunked transfer coding does, one chunk an
+// SSE event, as a server flushing every event writes it.
+func chunkedOf(data []byte) []byte {
+	var b bytes.Buffer
+	for ev := range bytes.SplitAfterSeq(data, []byte("\n\n")) {
+		if len(ev) > 0 {
+			fmt.Fprintf(&b, "%x\r\n%s\r\n", len(ev), ev)
+		}
+	}
+	b.WriteString("0\r\n\r\n")
+	return b.Bytes()
+}
+
+// processChunked runs the fast reader's hot path over a chunked stream read
+// in pieces of piece bytes: dechunking, SSE framing, chunk parsing, the
+// byte bound and a timestamp per chunk (bodyStream.process, as the poller
+// calls it; the read system calls are not in it).
+func processChunked(data []byte, n, piece int) *Result {
+	r := &Result{Chunks: make([]time.Duration, 0, n), OutputTokens: n}
+	st := newStreamState(&chatAPI, r, nil, LimitsFor(n))
+	st.clock = func() time.Duration { return time.Millisecond }
+	s := newBodyStream(&h1Body{framing: framingChunked}, st, LimitsFor(n).Bytes)
+	for len(data) > 0 && !s.ended {
+		p := data[:min(piece, len(data))]
+		data = data[len(p):]
+		s.process(p)
+	}
+	return r
+}
+
+// BenchmarkFastProcess is BenchmarkReadStream's work on the fast reader's
+// path, a chunk a read. Reported per chunk.
+func BenchmarkFastProcess(b *testing.B) {
+	const n = 200
+	data := chunkedOf(streamOf(n))
+	piece := len(data) / (n + 3)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if r := processChunked(data, n, piece); len(r.Chunks) != n || !r.Done {
+			b.Fatalf("read %d chunks", len(r.Chunks))
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/chunk")
+}
+
+// TestFastProcessAllocsPerChunk: the fast reader's path allocates per
+// stream, not per chunk, and reads what the standard path reads.
+func TestFastProcessAllocsPerChunk(t *testing.T) {
+	allocs := func(n int) float64 {
+		data := chunkedOf(streamOf(n))
+		return testing.AllocsPerRun(50, func() { processChunked(data, n, 97) })
+	}
+	if a20, a200 := allocs(20), allocs(200); a200 != a20 {
+		t.Fatalf("%v allocations for 20 chunks, %v for 200", a20, a200)
+	}
+	r := processChunked(chunkedOf(streamOf(200)), 200, 97)
+	if len(r.Chunks) != 200 || !r.Done || r.Usage == nil || r.Usage.CompletionTokens != 200 || r.FinishReason != "length" {
+		t.Fatalf("read %d chunks, done %v, usage %+v, finish %q", len(r.Chunks), r.Done, r.Usage, r.FinishReason)
+	}
+}

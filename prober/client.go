@@ -53,6 +53,9 @@ type Client struct {
 	// connection of its own (keep-alives off): see Result.Retry.
 	retry *http.Client
 	conns *connTracker
+	// FastOff is why the fast reader, asked for, does not serve this
+	// target ("" when it does or was not asked for).
+	FastOff string
 }
 
 // idlePerPool is the idle-connection limit of prometheus/common's
@@ -63,25 +66,46 @@ const idlePerPool = 1000
 
 // NewClient builds the client of a target for up to maxStreams concurrent
 // requests; userAgent is sent on every request.
-func NewClient(t *config.TargetConfig, userAgent string, maxStreams int) (*Client, error) {
+func NewClient(t *config.TargetConfig, userAgent string, maxStreams int, opts ...ClientOption) (*Client, error) {
+	var o clientOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	c := &Client{target: t, api: apiOf(t.API), timing: newTimingMap(t.TimingOf()), conns: newConnTracker()}
-	client := func(dial commoncfg.DialContextFunc, opts ...commoncfg.HTTPClientOption) (*http.Client, error) {
-		opts = append(opts, commoncfg.WithUserAgent(userAgent), commoncfg.WithDialContextFunc(dial))
+	client := func(dial commoncfg.DialContextFunc, keepAlive bool) (*http.Client, error) {
+		opts := []commoncfg.HTTPClientOption{commoncfg.WithUserAgent(userAgent), commoncfg.WithDialContextFunc(dial)}
+		if !keepAlive {
+			opts = append(opts, commoncfg.WithKeepAlivesDisabled())
+		}
 		rt, err := commoncfg.NewRoundTripperFromConfig(t.HTTPClientConfig, "sloprober_"+t.Name, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("target %q: %w", t.Name, err)
 		}
 		return &http.Client{Transport: rt, CheckRedirect: checkRedirect(t.HTTPClientConfig.FollowRedirects)}, nil
 	}
+	if o.reader == ReaderFast {
+		if c.FastOff = fastUnsupported(t); c.FastOff == "" {
+			tlsConfig, err := commoncfg.NewTLSConfig(&t.HTTPClientConfig.TLSConfig)
+			if err != nil {
+				return nil, fmt.Errorf("target %q: %w", t.Name, err)
+			}
+			client = func(dial commoncfg.DialContextFunc, keepAlive bool) (*http.Client, error) {
+				// prometheus/common's idle timeout.
+				base := &h1Transport{dial: dial, tlsConfig: tlsConfig, keepAlive: keepAlive, idleTimeout: 5 * time.Minute}
+				rt := fastChain(&t.HTTPClientConfig, base, userAgent)
+				return &http.Client{Transport: rt, CheckRedirect: checkRedirect(t.HTTPClientConfig.FollowRedirects)}, nil
+			}
+		}
+	}
 	for range poolsFor(maxStreams) {
-		hc, err := client(c.conns.dial)
+		hc, err := client(c.conns.dial, true)
 		if err != nil {
 			return nil, err
 		}
 		c.pools = append(c.pools, hc)
 	}
 	var err error
-	if c.retry, err = client(c.conns.dialOneShot, commoncfg.WithKeepAlivesDisabled()); err != nil {
+	if c.retry, err = client(c.conns.dialOneShot, false); err != nil {
 		return nil, err
 	}
 	c.http = c.pools[0]
@@ -350,8 +374,14 @@ func (c *Client) Do(ctx context.Context, req *Request, r *Result) {
 		reply = &strings.Builder{}
 		defer func() { r.Reply = reply.String() }()
 	}
-	limited := &limitedBody{r: resp.Body, limit: limits.Bytes}
-	readStream(c.api, readCloser{limited, resp.Body}, r, func() time.Duration { return time.Since(r.Sent) }, reply, limits)
+	if fb, ok := resp.Body.(*h1Body); ok {
+		st := newStreamState(c.api, r, reply, limits)
+		fb.stream(ctx, st, limits.Bytes, r.Sent)
+		st.finish()
+	} else {
+		limited := &limitedBody{r: resp.Body, limit: limits.Bytes}
+		readStream(c.api, readCloser{limited, resp.Body}, r, func() time.Duration { return time.Since(r.Sent) }, reply, limits)
+	}
 	if r.timingsRaw != nil {
 		c.timing.fromTimings(r.timingsRaw, r)
 		r.timingsRaw = nil
@@ -367,134 +397,202 @@ type readCloser struct {
 	io.Closer
 }
 
-// readStream reads an SSE stream of the API into r. now returns the current
-// offset from t0; it is read in this goroutine the moment an event has been
-// parsed. The answer's text goes to reply when it is not nil. After the
-// stream's end ([DONE], or the API's end event) the rest of the body is
-// drained for at most drainTimeout, so the connection can be reused. The
-// stream is cut (stream_error) beyond the text chunks and events of limits;
-// the bytes are bounded by the caller.
+// readStream reads an SSE stream of the API into r from body, as
+// net/http's standard path gives it. now returns the current offset from
+// t0; it is read in this goroutine the moment an event has been parsed. The
+// answer's text goes to reply when it is not nil. After the stream's end
+// ([DONE], or the API's end event) the rest of the body is drained for at
+// most drainTimeout, so the connection can be reused. The stream is cut
+// (stream_error) beyond the text chunks and events of limits; the bytes are
+// bounded by the caller.
 func readStream(api *wireAPI, body io.ReadCloser, r *Result, now func() time.Duration, reply *strings.Builder, limits StreamLimits) {
-	sr := newSSEReader(body)
-	replyLimit := maxReplyBytes(r.OutputTokens)
-	r.FirstAnswer, r.end = -1, api.end
-	var c chunk
-	events := 0
-	calls := toolCalls{limit: replyLimit}
-	var parts promptParts
-	replyFull := false
-	if reply != nil {
-		defer func() { r.ToolCalls = calls.list() }()
-	}
+	st := newStreamState(api, r, reply, limits)
+	st.clock = now
 	var drain *time.Timer
 	defer func() {
 		if drain != nil {
 			drain.Stop()
 		}
 	}()
-	done := func() {
-		r.Done = true
-		drain = time.AfterFunc(drainTimeout, func() { _ = body.Close() })
-	}
+	st.onDone = func() { drain = time.AfterFunc(drainTimeout, func() { _ = body.Close() }) }
+	defer st.finish()
+	buf := make([]byte, stdReadBytes)
 	for {
-		ev, err := sr.next()
-		if err != nil {
-			switch {
-			case errors.Is(err, io.EOF):
-			case errors.Is(err, errNotSSE):
-				r.ProtocolErr = err.Error()
-			case r.Done:
-			case errors.Is(err, errStreamCut):
-				r.StreamErr = err.Error()
-			default:
-				r.StreamErr = "stream broken: " + err.Error()
-			}
-			return
-		}
-		at := now()
-		if r.Done {
-			continue // nothing counts after the end
-		}
-		if events++; events > limits.Events {
-			r.StreamErr = fmt.Sprintf("%v: more than %d SSE events", errStreamCut, limits.Events)
-			return
-		}
-		if string(ev.Data) == "[DONE]" {
-			done()
-			continue
-		}
-		if string(ev.Name) == "error" {
-			if r.StreamErr == "" {
-				r.StreamErr = "error event in stream: " + serverMessage(ev.Data)
-			}
-			continue
-		}
-		if err := api.parse(ev.Name, ev.Data, &c, reply != nil); err != nil {
-			if r.ProtocolErr == "" {
-				r.ProtocolErr = fmt.Sprintf("chunk is not valid JSON: %v: %s", err, boundMessage(excerpt(ev.Data, 80)))
-			}
-			continue
-		}
-		if msg := c.errorMessage(); msg != "" {
-			if r.StreamErr == "" {
-				r.StreamErr = "error in stream: " + msg
-			}
-			continue
-		}
-		if c.text {
-			if len(r.Chunks) >= limits.TextChunks {
-				r.StreamErr = fmt.Sprintf("%v: more than %d text chunks for %d requested tokens (the server does not stop at the maximum)",
-					errStreamCut, limits.TextChunks, r.OutputTokens)
+		n, err := body.Read(buf)
+		if n > 0 {
+			stop, perr := st.sse.feed(buf[:n], st)
+			if stop {
 				return
 			}
-			if c.answer && r.FirstAnswer < 0 {
-				r.FirstAnswer = len(r.Chunks)
-			}
-			r.Chunks = append(r.Chunks, at)
-			if c.simTS != 0 {
-				r.Stamps = append(r.Stamps, c.simTS)
-			}
-			if reply != nil {
-				// The reply is the text's start, whole pieces only: a
-				// piece beyond the bound ends it, so that no later
-				// piece makes a text the server never sent (a JSON
-				// reply without its middle).
-				for _, s := range c.contents {
-					if replyFull {
-						break
-					}
-					if t := unquote(s); reply.Len()+len(t) <= replyLimit {
-						reply.WriteString(t)
-					} else {
-						replyFull = true
-					}
-				}
-				calls.add(c.calls)
+			if perr != nil {
+				st.end(perr)
+				return
 			}
 		}
-		if len(c.finish) > 0 {
-			r.FinishReason = boundMessage(decodeString(c.finish))
-		}
-		if r.Model == "" && len(c.model) > 0 {
-			r.Model = boundIdentity(decodeString(c.model))
-		}
-		if r.SystemFingerprint == "" && len(c.fingerprint) > 0 {
-			r.SystemFingerprint = boundIdentity(decodeString(c.fingerprint))
-		}
-		if c.hasPrompt || c.hasComplete || c.hasCached || c.hasReasoning || c.hasCacheWrite {
-			r.Usage = mergeUsage(r.Usage, &c, &parts)
-		}
-		if c.timings != nil {
-			var t ServerTimings
-			if json.Unmarshal(c.timings, &t) == nil && validTimings(&t) {
-				r.Timings = &t
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = st.sse.end()
 			}
-			r.timingsRaw = append(r.timingsRaw[:0], c.timings...)
-		}
-		if c.done {
-			done()
+			st.end(err)
+			return
 		}
 	}
+}
+
+// stdReadBytes is the standard path's read size: a chunk is a few hundred
+// bytes, longer lines are assembled, and at 5,000 concurrent streams every
+// KiB a stream costs is 5 MB.
+const stdReadBytes = 1 << 10
+
+// streamState turns a stream's events into its Result, whichever path reads
+// them: the standard one (readStream) or the fast one (reader_linux.go).
+type streamState struct {
+	api        *wireAPI
+	r          *Result
+	reply      *strings.Builder
+	limits     StreamLimits
+	replyLimit int
+	sse        *sseParser
+	// clock returns the offset from t0 at which the event being handled
+	// arrived.
+	clock func() time.Duration
+	// onDone is called once, at the stream's end event: the rest of the
+	// body is drained for at most drainTimeout.
+	onDone func()
+
+	c         chunk
+	events    int
+	calls     toolCalls
+	parts     promptParts
+	replyFull bool
+}
+
+func newStreamState(api *wireAPI, r *Result, reply *strings.Builder, limits StreamLimits) *streamState {
+	replyLimit := maxReplyBytes(r.OutputTokens)
+	r.FirstAnswer, r.end = -1, api.end
+	return &streamState{api: api, r: r, reply: reply, limits: limits, replyLimit: replyLimit,
+		sse: newSSEParser(), calls: toolCalls{limit: replyLimit}}
+}
+
+// finish completes r once the stream ended.
+func (s *streamState) finish() {
+	if s.reply != nil {
+		s.r.ToolCalls = s.calls.list()
+	}
+}
+
+// end records why the stream ended: nil at its end, errNotSSE for a body
+// that is not SSE, a cut, or the read's error (after the end event, a read
+// error is the drain's and changes nothing).
+func (s *streamState) end(err error) {
+	r := s.r
+	switch {
+	case err == nil, errors.Is(err, io.EOF):
+	case errors.Is(err, errNotSSE):
+		r.ProtocolErr = err.Error()
+	case r.Done:
+	case errors.Is(err, errStreamCut):
+		r.StreamErr = err.Error()
+	default:
+		r.StreamErr = "stream broken: " + err.Error()
+	}
+}
+
+func (s *streamState) done() {
+	s.r.Done = true
+	if s.onDone != nil {
+		s.onDone()
+	}
+}
+
+// event handles one event; it returns false when the stream is cut.
+func (s *streamState) event(ev sseEvent) bool {
+	r := s.r
+	at := s.clock()
+	if r.Done {
+		return true // nothing counts after the end
+	}
+	if s.events++; s.events > s.limits.Events {
+		r.StreamErr = fmt.Sprintf("%v: more than %d SSE events", errStreamCut, s.limits.Events)
+		return false
+	}
+	if string(ev.Data) == "[DONE]" {
+		s.done()
+		return true
+	}
+	if string(ev.Name) == "error" {
+		if r.StreamErr == "" {
+			r.StreamErr = "error event in stream: " + serverMessage(ev.Data)
+		}
+		return true
+	}
+	c := &s.c
+	if err := s.api.parse(ev.Name, ev.Data, c, s.reply != nil); err != nil {
+		if r.ProtocolErr == "" {
+			r.ProtocolErr = fmt.Sprintf("chunk is not valid JSON: %v: %s", err, boundMessage(excerpt(ev.Data, 80)))
+		}
+		return true
+	}
+	if msg := c.errorMessage(); msg != "" {
+		if r.StreamErr == "" {
+			r.StreamErr = "error in stream: " + msg
+		}
+		return true
+	}
+	if c.text {
+		if len(r.Chunks) >= s.limits.TextChunks {
+			r.StreamErr = fmt.Sprintf("%v: more than %d text chunks for %d requested tokens (the server does not stop at the maximum)",
+				errStreamCut, s.limits.TextChunks, r.OutputTokens)
+			return false
+		}
+		if c.answer && r.FirstAnswer < 0 {
+			r.FirstAnswer = len(r.Chunks)
+		}
+		r.Chunks = append(r.Chunks, at)
+		if c.simTS != 0 {
+			r.Stamps = append(r.Stamps, c.simTS)
+		}
+		if s.reply != nil {
+			// The reply is the text's start, whole pieces only: a
+			// piece beyond the bound ends it, so that no later
+			// piece makes a text the server never sent (a JSON
+			// reply without its middle).
+			for _, t := range c.contents {
+				if s.replyFull {
+					break
+				}
+				if t := unquote(t); s.reply.Len()+len(t) <= s.replyLimit {
+					s.reply.WriteString(t)
+				} else {
+					s.replyFull = true
+				}
+			}
+			s.calls.add(c.calls)
+		}
+	}
+	if len(c.finish) > 0 {
+		r.FinishReason = boundMessage(decodeString(c.finish))
+	}
+	if r.Model == "" && len(c.model) > 0 {
+		r.Model = boundIdentity(decodeString(c.model))
+	}
+	if r.SystemFingerprint == "" && len(c.fingerprint) > 0 {
+		r.SystemFingerprint = boundIdentity(decodeString(c.fingerprint))
+	}
+	if c.hasPrompt || c.hasComplete || c.hasCached || c.hasReasoning || c.hasCacheWrite {
+		r.Usage = mergeUsage(r.Usage, c, &s.parts)
+	}
+	if c.timings != nil {
+		var t ServerTimings
+		if json.Unmarshal(c.timings, &t) == nil && validTimings(&t) {
+			r.Timings = &t
+		}
+		r.timingsRaw = append(r.timingsRaw[:0], c.timings...)
+	}
+	if c.done {
+		s.done()
+	}
+	return true
 }
 
 // toolCalls gathers a reply's tool calls from their deltas, by index, at

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sloprober/sloprober/config"
+	"github.com/sloprober/sloprober/internal/testkit/readertest"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/simulator"
 	"github.com/sloprober/sloprober/simulator/simtest"
@@ -59,11 +60,14 @@ func target(url string) *config.TargetConfig {
 
 func newClient(t *testing.T, tc *config.TargetConfig) *prober.Client {
 	t.Helper()
-	c, err := prober.NewClient(tc, "sloprober/test", 8)
+	c, err := prober.NewClient(tc, "sloprober/test", 8, prober.WithReader(testReader))
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return c
 }
+
+// testReader is the reader the package's tests use (readertest).
+var testReader = readertest.Reader()
 
 // do sends one request of n input and out output tokens.
 func do(c *prober.Client, seq uint64, in, out int) *prober.Result {

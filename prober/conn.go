@@ -227,6 +227,13 @@ type trackedConn struct {
 
 func (c *trackedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
+	c.readErr(err)
+	return n, err
+}
+
+// readErr notes a read's error: an EOF or a reset is the server's close.
+// The fast reader, reading the socket itself, reports its errors here too.
+func (c *trackedConn) readErr(err error) {
 	if err != nil && !c.oneShot && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) && c.peerClosed.CompareAndSwap(false, true) {
 		c.t.serverClosed.Add(1)
 		if c.responses.Load() == 1 {
@@ -238,7 +245,6 @@ func (c *trackedConn) Read(b []byte) (int, error) {
 			}
 		}
 	}
-	return n, err
 }
 
 func (c *trackedConn) Close() error {

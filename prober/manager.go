@@ -46,6 +46,8 @@ type Manager struct {
 	logger    *slog.Logger
 	factory   ObserverFactory
 	userAgent string
+	// reader is how the clients read responses (SetReader).
+	reader Reader
 	// global caps the requests in flight of open-loop loads: the global
 	// cap less the clients of closed-loop loads.
 	global *Limiter
@@ -393,7 +395,7 @@ func (m *Manager) build(p *applyPlan) error {
 		if s.tc != nil {
 			continue
 		}
-		tc, err := newTargetClient(m.logger, m.factory, &s.cfg, m.userAgent, p.streams[s.cfg.Name])
+		tc, err := newTargetClient(m.logger, m.factory, &s.cfg, m.userAgent, p.streams[s.cfg.Name], m.reader)
 		if err != nil {
 			p.discard()
 			return err
@@ -406,7 +408,7 @@ func (m *Manager) build(p *applyPlan) error {
 		if slices.Contains(p.fresh, s.tc) || s.tc.pools == poolsFor(p.streams[s.cfg.Name]) {
 			continue
 		}
-		c, err := NewClient(&s.cfg, m.userAgent, p.streams[s.cfg.Name])
+		c, err := NewClient(&s.cfg, m.userAgent, p.streams[s.cfg.Name], WithReader(m.reader))
 		if err != nil {
 			p.discard()
 			return err
@@ -661,6 +663,14 @@ func (m *Manager) Shard() config.Shard {
 		return *s
 	}
 	return config.Shard{}
+}
+
+// SetReader sets how the clients made from now on read responses
+// (--prober.reader); ReaderStd until it is called.
+func (m *Manager) SetReader(r Reader) {
+	m.mu.Lock()
+	m.reader = r
+	m.mu.Unlock()
 }
 
 // UserAgent is the User-Agent of the manager's probes, for a test's own

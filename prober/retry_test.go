@@ -182,7 +182,13 @@ func TestRetryServerClosedIdle(t *testing.T) {
 		}
 	}
 	t.Logf("%d requests: %d retried, %d failed unretried", len(results), retried, failed)
-	require.Positive(t, retried, "eight clients racing the server's closes: some request was given a closed connection")
+	if testReader == prober.ReaderStd {
+		// net/http hands out a connection its reader has just seen
+		// closed; the fast reader's transport finds such a connection
+		// closed when it takes it (the poller watches idle ones), and
+		// dials instead: nothing to retry.
+		require.Positive(t, retried, "eight clients racing the server's closes: some request was given a closed connection")
+	}
 }
 
 // TestRetryNeverDoublesASeenRequest: a server that reads a request and

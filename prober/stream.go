@@ -1,11 +1,9 @@
 package prober
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 )
 
 // maxEventBytes bounds one SSE event: a chunk is a few hundred bytes, a
@@ -17,35 +15,46 @@ const maxEventBytes = 4 << 20
 var errNotSSE = errors.New("response body is not an SSE stream")
 
 // sseEvent is one dispatched event. Name and Data are valid until the next
-// call to next (a string name would cost an allocation an event, and the
+// line is parsed (a string name would cost an allocation an event, and the
 // Responses and Messages APIs name every event).
 type sseEvent struct {
 	Name []byte
 	Data []byte
 }
 
-// sseReader reads server-sent events as the WHATWG spec defines them: lines
-// end in LF, CRLF or a lone CR, a blank line dispatches the event, "data:"
-// lines are joined with LF, one space after the colon is dropped, comment
-// lines (":keep-alive") and id/retry fields are skipped, and an event not
+// eventSink takes the events an sseParser dispatches; event returns false
+// when reading should stop (the stream was cut at a bound).
+type eventSink interface {
+	event(sseEvent) bool
+}
+
+// sseParser parses server-sent events as the WHATWG spec defines them,
+// pushed to it in pieces of any size as they arrive: lines end in LF, CRLF
+// or a lone CR, a blank line dispatches the event, "data:" lines are joined
+// with LF, one space after the colon is dropped, comment lines
+// (":keep-alive") and id/retry fields are skipped, and an event not
 // dispatched when the stream ends is discarded. Beyond the spec, a line
-// "error: ..." (llama.cpp's in-stream error) is an event named "error". It
-// reuses its buffers, so a steady stream of events allocates nothing.
-type sseReader struct {
-	br      *bufio.Reader
-	long    []byte // a line longer than the bufio buffer, assembled
+// "error: ..." (llama.cpp's in-stream error) is an event named "error".
+//
+// Being pushed to, not pulling from a reader, lets one parser serve both
+// read paths: the standard one feeds it what net/http's body returns, the
+// fast one (reader_linux.go) what a read of the socket returns, dechunked in
+// place. A line whole within a piece is parsed where it lies; only a line
+// split across pieces is copied. Its buffers are reused, so a steady stream
+// of events allocates nothing.
+type sseParser struct {
+	long    []byte // the start of a line split across pieces
+	partial bool   // long holds a line's start
 	data    []byte
 	name    []byte
 	hasData bool
+	reset   bool // an event was dispatched: the next line starts a new one
 	lines   int
 	skipLF  bool // the last line ended in CR: a LF right after it is part of that line end
 }
 
-// newSSEReader reads from r through a 1 KiB buffer: a chunk is a few
-// hundred bytes, longer lines are assembled, and at 5,000 concurrent
-// streams every KiB a stream costs is 5 MB.
-func newSSEReader(r io.Reader) *sseReader {
-	return &sseReader{br: bufio.NewReaderSize(r, 1<<10), data: make([]byte, 0, 512)}
+func newSSEParser() *sseParser {
+	return &sseParser{data: make([]byte, 0, 512)}
 }
 
 // errLineTooLong and errEventTooLong report a line or an event beyond
@@ -81,131 +90,119 @@ func lineEnd(b []byte) int {
 	return lf
 }
 
-// readLine returns the next line without its line end (LF, CRLF or CR). The
-// slice is valid until the next call.
-func (s *sseReader) readLine() ([]byte, error) {
-	// The common case first: a whole line ending in LF or CRLF buffered,
-	// no lone CR in it.
-	if n := s.br.Buffered(); n > 0 && !s.skipLF {
-		buf, _ := s.br.Peek(n)
-		if lf := bytes.IndexByte(buf, '\n'); lf >= 0 {
-			line := buf[:lf]
-			if k := len(line); k > 0 && line[k-1] == '\r' {
-				line = line[:k-1]
-			}
-			if bytes.IndexByte(line, '\r') < 0 {
-				_, _ = s.br.Discard(lf + 1)
-				return line, nil
-			}
-		}
-	}
-	s.long = s.long[:0]
-	assembling := false
-	for {
-		buf, err := s.br.Peek(1)
-		if len(buf) == 0 {
-			if errors.Is(err, io.EOF) && (assembling || len(s.long) > 0) {
-				// A last line without its line end: the event it belongs
-				// to is never dispatched, so it is dropped; but a body
-				// that is one such line may be no SSE at all.
-				if s.lines == 0 {
-					if field := fieldOf(s.long); !sseFields[string(field)] {
-						return nil, fmt.Errorf("%w: it starts with %q", errNotSSE, excerpt(s.long, 40))
-					}
-				}
-				return nil, io.EOF
-			}
-			return nil, err
-		}
+// feed parses the next piece of the stream, giving sink every event it
+// completes. It returns stop when the sink asked to stop, and errNotSSE or
+// a cut (errLineTooLong, errEventTooLong) when the stream breaks them.
+func (s *sseParser) feed(p []byte, sink eventSink) (stop bool, err error) {
+	for len(p) > 0 {
 		if s.skipLF {
 			s.skipLF = false
-			if buf[0] == '\n' {
-				_, _ = s.br.Discard(1)
+			if p[0] == '\n' {
+				p = p[1:]
 				continue
 			}
 		}
-		buf, _ = s.br.Peek(s.br.Buffered())
-		if i := lineEnd(buf); i >= 0 {
-			s.skipLF = buf[i] == '\r'
-			line := buf[:i]
-			if assembling {
-				s.long = append(s.long, line...)
-				line = s.long
+		i := lineEnd(p)
+		if i < 0 {
+			// No line end: keep the line's start for the next piece.
+			if len(s.long)+len(p) > maxEventBytes {
+				return false, errLineTooLong
 			}
-			if len(line) > maxEventBytes {
-				return nil, errLineTooLong
-			}
-			_, _ = s.br.Discard(i + 1)
-			return line, nil
+			s.long = append(s.long, p...)
+			s.partial = true
+			return false, nil
 		}
-		// No line end buffered: keep what there is and read on.
-		s.long = append(s.long, buf...)
-		assembling = true
-		_, _ = s.br.Discard(len(buf))
-		if len(s.long) > maxEventBytes {
-			return nil, errLineTooLong
+		line := p[:i]
+		s.skipLF = p[i] == '\r'
+		p = p[i+1:]
+		if s.partial {
+			s.long = append(s.long, line...)
+			line = s.long
+		}
+		if len(line) > maxEventBytes {
+			return false, errLineTooLong
+		}
+		ev, ok, err := s.line(line)
+		s.long, s.partial = s.long[:0], false
+		if err != nil {
+			return false, err
+		}
+		if ok && !sink.event(ev) {
+			return true, nil
 		}
 	}
+	return false, nil
 }
 
-// next returns the next event. It returns io.EOF at the end of the stream,
-// errNotSSE for a body that is not SSE, and other errors as they come.
-func (s *sseReader) next() (sseEvent, error) {
-	s.data, s.name, s.hasData = s.data[:0], s.name[:0], false
-	for {
-		line, err := s.readLine()
-		if err != nil {
-			return sseEvent{}, err
-		}
-		s.lines++
-		if len(line) == 0 {
-			if s.hasData {
-				return sseEvent{Name: s.name, Data: s.data}, nil
-			}
-			s.name = s.name[:0]
-			continue
-		}
-		if line[0] == ':' {
-			continue // a comment, such as ": keep-alive"
-		}
-		field, value := line, []byte(nil)
-		if i := bytes.IndexByte(line, ':'); i >= 0 {
-			field, value = line[:i], line[i+1:]
-			if len(value) > 0 && value[0] == ' ' {
-				value = value[1:]
-			}
-		}
-		switch string(field) {
-		case "data":
-			if s.hasData {
-				s.data = append(s.data, '\n')
-			}
-			s.data = append(s.data, value...)
-			s.hasData = true
-			if len(s.data) > maxEventBytes {
-				return sseEvent{}, errEventTooLong
-			}
-		case "event":
-			s.name = append(s.name[:0], value...)
-		case "id", "retry":
-		case "error":
-			// llama.cpp ends a stream that failed after its headers with
-			// a line "error: {...}" (then "data: [DONE]"): an error
-			// event, whatever came before it.
-			s.data = append(s.data[:0], value...)
-			if len(s.data) == 0 {
-				s.data = append(s.data, "(no message)"...)
-			}
-			return sseEvent{Name: errorEventName, Data: s.data}, nil
-		default:
-			// The spec ignores unknown fields; a body that starts with
-			// one ("<html>", "{") is not SSE, and saying so beats
-			// reporting a stream without [DONE].
-			if s.lines == 1 || !s.hasData {
-				return sseEvent{}, fmt.Errorf("%w: it starts with %q", errNotSSE, excerpt(line, 40))
-			}
+// end reports how the stream's end leaves the parser: errNotSSE for a body
+// that is one line without its line end and no SSE field, nil otherwise (a
+// last line without its line end belongs to an event never dispatched, and
+// is dropped).
+func (s *sseParser) end() error {
+	if s.partial && s.lines == 0 {
+		if field := fieldOf(s.long); !sseFields[string(field)] {
+			return fmt.Errorf("%w: it starts with %q", errNotSSE, excerpt(s.long, 40))
 		}
 	}
+	return nil
+}
+
+// line parses one line without its line end; ok reports a dispatched event.
+func (s *sseParser) line(line []byte) (ev sseEvent, ok bool, err error) {
+	if s.reset {
+		s.data, s.name, s.hasData, s.reset = s.data[:0], s.name[:0], false, false
+	}
+	s.lines++
+	if len(line) == 0 {
+		if s.hasData {
+			s.reset = true
+			return sseEvent{Name: s.name, Data: s.data}, true, nil
+		}
+		s.name = s.name[:0]
+		return sseEvent{}, false, nil
+	}
+	if line[0] == ':' {
+		return sseEvent{}, false, nil // a comment, such as ": keep-alive"
+	}
+	field, value := line, []byte(nil)
+	if i := bytes.IndexByte(line, ':'); i >= 0 {
+		field, value = line[:i], line[i+1:]
+		if len(value) > 0 && value[0] == ' ' {
+			value = value[1:]
+		}
+	}
+	switch string(field) {
+	case "data":
+		if s.hasData {
+			s.data = append(s.data, '\n')
+		}
+		s.data = append(s.data, value...)
+		s.hasData = true
+		if len(s.data) > maxEventBytes {
+			return sseEvent{}, false, errEventTooLong
+		}
+	case "event":
+		s.name = append(s.name[:0], value...)
+	case "id", "retry":
+	case "error":
+		// llama.cpp ends a stream that failed after its headers with
+		// a line "error: {...}" (then "data: [DONE]"): an error
+		// event, whatever came before it.
+		s.data = append(s.data[:0], value...)
+		if len(s.data) == 0 {
+			s.data = append(s.data, "(no message)"...)
+		}
+		s.reset = true
+		return sseEvent{Name: errorEventName, Data: s.data}, true, nil
+	default:
+		// The spec ignores unknown fields; a body that starts with
+		// one ("<html>", "{") is not SSE, and saying so beats
+		// reporting a stream without [DONE].
+		if s.lines == 1 || !s.hasData {
+			return sseEvent{}, false, fmt.Errorf("%w: it starts with %q", errNotSSE, excerpt(line, 40))
+		}
+	}
+	return sseEvent{}, false, nil
 }
 
 // errorEventName names the event of an "error:" line.

@@ -209,20 +209,35 @@ func TestReadStreamTimings(t *testing.T) {
 	require.Equal(t, []time.Duration{2 * time.Millisecond, 3 * time.Millisecond, 4 * time.Millisecond}, r.Chunks)
 }
 
-// TestSSEReaderSteadyStateAllocs: reading events reuses the reader's buffers.
-func TestSSEReaderSteadyStateAllocs(t *testing.T) {
+// TestSSEParserSteadyStateAllocs: parsing events reuses the parser's
+// buffers, whole lines and lines split across pieces alike.
+func TestSSEParserSteadyStateAllocs(t *testing.T) {
 	event := []byte(`data: {"choices":[{"index":0,"delta":{"content":"tok"},"finish_reason":null}]}` + "\n\n")
-	body := bytes.Repeat(event, 2000)
-	sr := newSSEReader(bytes.NewReader(body))
-	_, err := sr.next() // warm up
+	var sink countSink
+	p := newSSEParser()
+	_, err := p.feed(event[:20], &sink) // warm up: a split line grows long
+	require.NoError(t, err)
+	_, err = p.feed(event[20:], &sink)
 	require.NoError(t, err)
 	allocs := testing.AllocsPerRun(1000, func() {
-		if _, err := sr.next(); err != nil {
+		if _, err := p.feed(event, &sink); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.feed(event[:30], &sink); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.feed(event[30:], &sink); err != nil {
 			t.Fatal(err)
 		}
 	})
 	require.Zero(t, allocs)
+	require.Equal(t, 1+2*1001, sink.n) // AllocsPerRun runs once more to warm up
 }
+
+// countSink counts the events it is given.
+type countSink struct{ n int }
+
+func (c *countSink) event(sseEvent) bool { c.n++; return true }
 
 // endless repeats a frame for ever.
 type endless struct {

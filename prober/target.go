@@ -42,10 +42,13 @@ func poolsFor(streams int) int { return max(1, (streams+idlePerPool-1)/idlePerPo
 
 // newTargetClient builds a target's client and starts calibrating its
 // prompts from /tokenize in the background.
-func newTargetClient(logger *slog.Logger, factory ObserverFactory, t *config.TargetConfig, userAgent string, maxStreams int) (*targetClient, error) {
-	c, err := NewClient(t, userAgent, maxStreams)
+func newTargetClient(logger *slog.Logger, factory ObserverFactory, t *config.TargetConfig, userAgent string, maxStreams int, reader Reader) (*targetClient, error) {
+	c, err := NewClient(t, userAgent, maxStreams, WithReader(reader))
 	if err != nil {
 		return nil, err
+	}
+	if c.FastOff != "" {
+		logger.Info("The fast reader does not serve this target: the standard one does", "target", t.Name, "reason", c.FastOff)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tc := &targetClient{cfg: *t, pools: poolsFor(maxStreams), cal: NewCalibrator(), cancel: cancel,

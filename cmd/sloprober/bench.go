@@ -17,6 +17,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/sloprober/sloprober/internal/bench"
+	"github.com/sloprober/sloprober/prober"
 )
 
 // benchCommand is `sloprober bench`: the end-to-end load benchmark.
@@ -29,6 +30,8 @@ type benchCommand struct {
 	heap    *string
 	long    *bool
 	longFor *time.Duration
+	reader  *string
+	tls     *bool
 }
 
 func newBenchCommand(app *kingpin.Application) *benchCommand {
@@ -41,6 +44,8 @@ func newBenchCommand(app *kingpin.Application) *benchCommand {
 	c.heap = c.cmd.Flag("memprofile", "Write a heap profile at the end of each level's measurement to this file.").String()
 	c.long = c.cmd.Flag("long", "Instead of the levels, check schedule fidelity: Poisson arrivals at 500 req/s for --long.duration.").Default("false").Bool()
 	c.longFor = c.cmd.Flag("long.duration", "How long the schedule-fidelity run sends.").Default("10m").Duration()
+	c.reader = addReaderFlag(c.cmd)
+	c.tls = c.cmd.Flag("tls", "Serve the simulator over TLS with a self-signed certificate for 127.0.0.1 (HTTP/1.1).").Default("false").Bool()
 	return c
 }
 
@@ -76,9 +81,14 @@ func (c *benchCommand) run(ctx context.Context, logger *slog.Logger, stdout, std
 		}
 		defer pprof.StopCPUProfile()
 	}
+	reader, err := prober.ParseReader(*c.reader)
+	if err != nil {
+		fmt.Fprintf(stderr, "sloprober: --prober.reader: %v\n", err)
+		return 2
+	}
 	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	opts := bench.Options{Binary: binary, Steps: steps, Measure: *c.measure, Logger: logger, HeapProfile: *c.heap}
+	opts := bench.Options{Binary: binary, Steps: steps, Measure: *c.measure, Logger: logger, HeapProfile: *c.heap, Reader: reader, TLS: *c.tls}
 	var results any
 	if *c.long {
 		f, err := bench.RunFidelity(ctx, opts, 500, *c.longFor)

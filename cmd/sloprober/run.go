@@ -160,6 +160,7 @@ type runCommand struct {
 	keepAge    *model.Duration
 	testAPI    *bool
 	execFaults *bool
+	reader     *string
 	instance   *string
 	shard      *string
 	validity   validity.Config
@@ -186,6 +187,7 @@ func newRunCommand(app *kingpin.Application) *runCommand {
 	c.instance = c.cmd.Flag("tracing.instance", "The service.instance.id of the spans sloprober exports (default: the host name); tracing itself is configured in the configuration file's tracing section.").Default("").String()
 	c.testAPI = c.cmd.Flag("web.enable-test-api", "Enable the test API's POST endpoints: start and abort test runs (the GET endpoints are always on).").Default("false").Bool()
 	c.execFaults = addExecFaultsFlag(c.cmd)
+	c.reader = addReaderFlag(c.cmd)
 	addValidityFlags(c.cmd, &c.validity)
 	return c
 }
@@ -196,6 +198,12 @@ func newRunCommand(app *kingpin.Application) *runCommand {
 // they are refused unless this is set.
 func addExecFaultsFlag(cmd *kingpin.CmdClause) *bool {
 	return cmd.Flag("test.allow-exec-faults", "Allow the exec fault actions of soak tests' fault plans: commands run on this host. Off by default: with it, whoever can change the configuration can run commands here.").Default("false").Bool()
+}
+
+// addReaderFlag adds --prober.reader: how probe responses are read.
+func addReaderFlag(cmd *kingpin.CmdClause) *string {
+	return cmd.Flag("prober.reader", "How probe responses are read: std (net/http, a goroutine woken for every chunk) or fast (Linux: HTTP/1.1 streams read from their sockets by an epoll poller, a quarter of the CPU a chunk; a target behind a proxy, with OAuth 2.0 or HTTP/2 over TLS keeps std).").
+		Default(string(prober.ReaderStd)).Enum(prober.Readers...)
 }
 
 // addValidityFlags adds the flags of the measurement-validity rule
@@ -333,6 +341,11 @@ func (c *runCommand) run(ctx context.Context, logger *slog.Logger, exit func(int
 		logger.Error("Bad --validity flags", "err", err)
 		return 1
 	}
+	reader, err := prober.ParseReader(*c.reader)
+	if err != nil {
+		logger.Error("Bad --prober.reader", "err", err)
+		return 1
+	}
 	shardCount := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sloprober_shard_count",
 		Help: "Shards the canary loads are split over (--shard i/N): N. Fewer instances reporting than this value means a shard is missing."})
 	shardIndex := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sloprober_shard_index", Help: "This process's shard (--shard i/N): i."})
@@ -349,6 +362,7 @@ func (c *runCommand) run(ctx context.Context, logger *slog.Logger, exit func(int
 	d.validity = validity.New(c.validity, proc.CPU, reg)
 	d.manager = prober.NewManager(logger, prober.Fanout(d.metrics, recent, identity, d.validity, recorder, d.tracer), userAgent())
 	d.manager.SetShard(shard)
+	d.manager.SetReader(reader)
 	if shard.Sharded() {
 		logger.Info("Sending a share of every canary load", "shard", shard.String(), "share", shard.Share(), "tests", shard.Index == 0)
 	}

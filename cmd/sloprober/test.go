@@ -48,6 +48,7 @@ type testCommand struct {
 	simArg     *string
 	storage    *string
 	execFaults *bool
+	reader     *string
 	validity   validity.Config
 	// logConfig is the command line's logging (main sets it), written
 	// through prog on a terminal.
@@ -69,6 +70,7 @@ func newTestCommand(app *kingpin.Application) *testCommand {
 	c.starter.addProfileFlag(c.cmd)
 	c.simArg = c.cmd.Flag("sim.listen-address", "Address of the built-in simulator started without --config.file (loopback only).").Default("127.0.0.1:0").String()
 	c.execFaults = addExecFaultsFlag(c.cmd)
+	c.reader = addReaderFlag(c.cmd)
 	addValidityFlags(c.cmd, &c.validity)
 	return c
 }
@@ -151,6 +153,11 @@ func (c *testCommand) run(ctx context.Context, logger *slog.Logger, stdout, stde
 	rec := capacity.NewRecorder()
 	m := prober.NewManager(logger, rec, userAgent())
 	defer m.Stop(time.Second)
+	reader, err := prober.ParseReader(*c.reader)
+	if err != nil {
+		return fail(fmt.Errorf("--prober.reader: %w", err))
+	}
+	m.SetReader(reader)
 	if err := m.SetLimits(prober.Limits{MaxRate: cfg.Global.MaxRate, MaxInFlight: cfg.Global.MaxInFlight}); err != nil {
 		return fail(err)
 	}

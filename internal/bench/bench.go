@@ -7,6 +7,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	commoncfg "github.com/prometheus/common/config"
 	"github.com/prometheus/common/model"
 
 	"github.com/sloprober/sloprober/config"
@@ -75,6 +77,11 @@ type Options struct {
 	// HeapProfile, when set, gets a heap profile at the end of each step's
 	// measurement window (the last step's stays).
 	HeapProfile string
+	// Reader is how the prober reads responses (--prober.reader).
+	Reader prober.Reader
+	// TLS serves the simulator over TLS (a self-signed certificate for
+	// 127.0.0.1), probed over HTTP/1.1.
+	TLS bool
 }
 
 // Result is what one step measured. Times are in milliseconds.
@@ -249,7 +256,7 @@ func runStep(ctx context.Context, o Options, s Step) (Result, error) {
 		return Result{}, err
 	}
 	defer os.RemoveAll(dir)
-	simURL, stopSim, err := startSim(ctx, o.Binary, dir, s)
+	simURL, caFile, stopSim, err := startSim(ctx, o.Binary, dir, s, o.TLS)
 	if err != nil {
 		return Result{}, err
 	}
@@ -257,6 +264,10 @@ func runStep(ctx context.Context, o Options, s Step) (Result, error) {
 
 	rate := s.Rate()
 	spec := benchSpec(simURL, "bench", config.ArrivalConstant, rate, 5*time.Minute, s.Streams+s.Streams/5+10, 32, s.Tokens)
+	if caFile != "" {
+		spec.Target.HTTPClientConfig.TLSConfig.CAFile = caFile
+		spec.Target.HTTPClientConfig.EnableHTTP2 = false
+	}
 	runtime.GC()
 	rssBefore := proc.RSS()
 	var msBefore runtime.MemStats
@@ -264,6 +275,7 @@ func runStep(ctx context.Context, o Options, s Step) (Result, error) {
 	reg := prometheus.NewRegistry()
 	t := &tap{metrics: exporter.NewMetrics(reg)}
 	m := prober.NewManager(o.Logger, t, "sloprober/bench")
+	m.SetReader(cmp.Or(o.Reader, prober.ReaderStd))
 	if err := startLoad(m, spec, 2*rate+1, 2*s.Streams); err != nil {
 		return Result{}, err
 	}
@@ -322,38 +334,59 @@ func runStep(ctx context.Context, o Options, s Step) (Result, error) {
 }
 
 // startSim starts `sloprober sim` in its own process with the step's fixed
-// timing and chunk stamps, on a free loopback port.
-func startSim(ctx context.Context, binary, dir string, s Step) (string, func(), error) {
+// timing and chunk stamps, on a free loopback port; over TLS with tls, its
+// certificate in caFile.
+func startSim(ctx context.Context, binary, dir string, s Step, tls bool) (url, caFile string, stop func(), err error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
 	addr := ln.Addr().String()
 	ln.Close()
 	cfgFile := filepath.Join(dir, "sim.yml")
 	if err := os.WriteFile(cfgFile, []byte(fmt.Sprintf("slots: 0\nfixed: {ttft: %s, itl: %s}\nstamp_chunks: true\n", s.TTFT, s.ITL)), 0o600); err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
-	cmd := exec.CommandContext(ctx, binary, "sim", "--config.file="+cfgFile, "--web.listen-address="+addr, "--log.level=warn")
+	args := []string{"sim", "--config.file=" + cfgFile, "--web.listen-address=" + addr, "--log.level=warn"}
+	url = "http://" + addr
+	client := http.DefaultClient
+	if tls {
+		certFile, keyFile, err := selfSigned(dir)
+		if err != nil {
+			return "", "", nil, fmt.Errorf("a certificate for the simulator: %w", err)
+		}
+		webFile := filepath.Join(dir, "web.yml")
+		if err := os.WriteFile(webFile, []byte(fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\n", certFile, keyFile)), 0o600); err != nil {
+			return "", "", nil, err
+		}
+		args = append(args, "--web.config.file="+webFile)
+		url, caFile = "https://"+addr, certFile
+		tlsConfig, err := commoncfg.NewTLSConfig(&commoncfg.TLSConfig{CAFile: caFile})
+		if err != nil {
+			return "", "", nil, err
+		}
+		client = &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+		defer client.CloseIdleConnections()
+	}
+	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
-		return "", nil, fmt.Errorf("starting the simulator: %w", err)
+		return "", "", nil, fmt.Errorf("starting the simulator: %w", err)
 	}
-	stop := func() {
+	stop = func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}
-	url := "http://" + addr
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		resp, err := http.Get(url + "/v1/models")
+		resp, err := client.Get(url + "/v1/models")
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			return url, stop, nil
+			return url, caFile, stop, nil
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return "", nil, errors.New("the simulator did not start")
+			return "", "", nil, errors.New("the simulator did not start")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -425,7 +458,7 @@ func RunFidelity(ctx context.Context, o Options, rate float64, d time.Duration) 
 	}
 	defer os.RemoveAll(dir)
 	step := Step{Streams: int(rate), TTFT: 10 * time.Millisecond, ITL: 10 * time.Millisecond, Tokens: 5}
-	simURL, stopSim, err := startSim(ctx, o.Binary, dir, step)
+	simURL, _, stopSim, err := startSim(ctx, o.Binary, dir, step, false)
 	if err != nil {
 		return Fidelity{}, err
 	}
@@ -433,6 +466,7 @@ func RunFidelity(ctx context.Context, o Options, rate float64, d time.Duration) 
 	spec := benchSpec(simURL, "fidelity", config.ArrivalPoisson, rate, time.Minute, 10000, 16, 5)
 	t := &tap{metrics: exporter.NewMetrics(prometheus.NewRegistry())}
 	m := prober.NewManager(o.Logger, t, "sloprober/bench")
+	m.SetReader(cmp.Or(o.Reader, prober.ReaderStd))
 	if err := startLoad(m, spec, rate+1, 10000); err != nil {
 		return Fidelity{}, err
 	}

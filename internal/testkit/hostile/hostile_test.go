@@ -24,6 +24,7 @@ import (
 
 	"github.com/sloprober/sloprober/config"
 	"github.com/sloprober/sloprober/internal/testkit/hostile"
+	"github.com/sloprober/sloprober/internal/testkit/readertest"
 	"github.com/sloprober/sloprober/prober"
 	"github.com/sloprober/sloprober/validity"
 )
@@ -180,7 +181,7 @@ func runClientCase(t *testing.T, cc clientCase) {
 		if cc.prepare != nil {
 			cc.prepare(tc, &prober.Request{}) // the target's part, before the client is built
 		}
-		c, err := prober.NewClient(tc, userAgent, 8)
+		c, err := prober.NewClient(tc, userAgent, 8, prober.WithReader(readertest.Reader()))
 		require.NoError(t, err)
 		defer c.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -559,7 +560,7 @@ func TestTokenize(t *testing.T) {
 			leaks := goleak.IgnoreCurrent()
 			hw := watchHeap()
 			s := hostile.Start(tt.liar())
-			c, err := prober.NewClient(newTarget("hostile", s.URL, timeout), userAgent, 8)
+			c, err := prober.NewClient(newTarget("hostile", s.URL, timeout), userAgent, 8, prober.WithReader(readertest.Reader()))
 			require.NoError(t, err)
 			cal := prober.NewCalibrator()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -777,6 +778,7 @@ func runDaemon(t *testing.T, yml string, f *daemonFactory, wake []<-chan struct{
 	})
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	m := prober.NewManager(logger, f, userAgent)
+	m.SetReader(readertest.Reader())
 	require.NoError(t, m.ApplyConfig(cfg))
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()

@@ -1,0 +1,25 @@
+//go:build !linux
+
+package prober
+
+import (
+	"context"
+	"time"
+)
+
+// FastReaderSupported reports whether --prober.reader=fast can be used here:
+// its poller needs Linux's epoll.
+const FastReaderSupported = false
+
+// stream reads the body in the calling goroutine.
+func (b *h1Body) stream(ctx context.Context, st *streamState, limit int64, sent time.Time) {
+	b.streamBlocking(ctx, st, limit, sent)
+}
+
+func rawRead(int, []byte) (int, error) { return 0, errWouldBlock }
+
+func (pc *h1Conn) watch()      {}
+func (pc *h1Conn) unregister() {}
+
+// connPoll is empty: there is no poller.
+type connPoll struct{}
