@@ -43,9 +43,12 @@ const (
 	maxTrailerBytes = 16 << 10
 )
 
+// The errors say what net/http's chunked reader says (the SSE reader
+// reports either as "stream broken: ..."), but for the trailer's bound,
+// which net/http does not have.
 var (
 	errChunkedMalformed = errors.New("malformed chunked encoding")
-	errChunkLineTooLong = errors.New("chunk size line too long")
+	errChunkLineTooLong = errors.New("header line too long")
 	errChunkExcess      = errors.New("chunked encoding contains too much non-data")
 	errTrailerTooLong   = fmt.Errorf("chunked trailer longer than %d bytes", maxTrailerBytes)
 )
@@ -136,9 +139,9 @@ func (d *chunkedDecoder) endLine(line []byte) error {
 	}
 	if cr := bytes.IndexByte(line, '\r'); cr < 0 || cr != len(line)-2 {
 		if cr < 0 {
-			return fmt.Errorf("%w: chunked line ends with bare LF", errChunkedMalformed)
+			return errors.New("chunked line ends with bare LF")
 		}
-		return fmt.Errorf("%w: invalid CR in chunked line", errChunkedMalformed)
+		return errors.New("invalid CR in chunked line")
 	}
 	line = line[:len(line)-2]
 	if len(line) >= maxChunkLine {
@@ -170,7 +173,7 @@ func (d *chunkedDecoder) endLine(line []byte) error {
 // parseChunkSize parses a chunk size: 1 to 16 hex digits.
 func parseChunkSize(v []byte) (uint64, error) {
 	if len(v) == 0 {
-		return 0, fmt.Errorf("%w: empty hex number for chunk length", errChunkedMalformed)
+		return 0, errors.New("empty hex number for chunk length")
 	}
 	var n uint64
 	for i, b := range v {
@@ -182,10 +185,10 @@ func parseChunkSize(v []byte) (uint64, error) {
 		case 'A' <= b && b <= 'F':
 			b = b - 'A' + 10
 		default:
-			return 0, fmt.Errorf("%w: invalid byte in chunk length", errChunkedMalformed)
+			return 0, errors.New("invalid byte in chunk length")
 		}
 		if i == 16 {
-			return 0, fmt.Errorf("%w: http chunk length too large", errChunkedMalformed)
+			return 0, errors.New("http chunk length too large")
 		}
 		n = n<<4 | uint64(b)
 	}

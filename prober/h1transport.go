@@ -51,14 +51,18 @@ const maxIdlePerHost = idlePerPool
 type h1Conn struct {
 	t      *h1Transport
 	key    string
-	conn   net.Conn     // what requests are written to: the tracked connection, or TLS over it
-	tc     *trackedConn // nil when the dialer does not track
-	nb     *nbConn      // the connection under TLS, nil for plain TCP
-	fd     int          // the socket, -1 when not known
-	br     *bufio.Reader
+	conn   net.Conn      // what requests are written to: the tracked connection, or TLS over it
+	tc     *trackedConn  // nil when the dialer does not track
+	nb     *nbConn       // the connection under TLS, nil for plain TCP
+	fd     int           // the socket, -1 when not known
+	br     *bufio.Reader // over lr: the response's head is bounded
+	lr     headLimit
 	bw     *bufio.Writer
 	cw     countingWriter
 	idleAt time.Time
+	// idleTimer closes the connection once idle for idleTimeout, as
+	// net/http's IdleConnTimeout does.
+	idleTimer *time.Timer
 
 	// The poller's view (reader_linux.go), under mu. A connection that
 	// carried a stream stays registered with its poller until it is
@@ -194,11 +198,14 @@ func (t *h1Transport) takeIdle(key string) (*h1Conn, time.Duration, error) {
 		t.idle[key] = list[:len(list)-1]
 		t.mu.Unlock()
 		idleFor := time.Since(pc.idleAt)
+		if pc.idleTimer != nil {
+			pc.idleTimer.Stop()
+		}
 		pc.mu.Lock()
 		gone := pc.gone
 		pc.state = connBusy
 		pc.mu.Unlock()
-		if gone || t.idleTimeout > 0 && idleFor > t.idleTimeout || peerClosed(pc.tcpConn()) {
+		if gone || t.idleTimeout > 0 && idleFor > t.idleTimeout || pc.unusable() {
 			pc.close()
 			continue
 		}
@@ -227,13 +234,16 @@ func (t *h1Transport) put(pc *h1Conn) {
 		pc.watch()
 	}
 	pc.mu.Unlock()
-	if gone || pc.br.Buffered() > 0 {
+	if gone || pc.br.Buffered() > 0 || pc.unusable() {
 		// Closed by the server, or bytes after the response's end: not
-		// a response to anything.
+		// a response to anything (net/http closes such a connection).
 		pc.close()
 		return
 	}
 	pc.idleAt = time.Now() // the tracked connection's idle() is Client.Do's
+	if t.idleTimeout > 0 {
+		pc.idleTimer = time.AfterFunc(t.idleTimeout, func() { t.discard(pc) })
+	}
 	t.mu.Lock()
 	if len(t.idle[pc.key]) >= maxIdlePerHost {
 		t.mu.Unlock()
@@ -286,7 +296,12 @@ func (t *h1Transport) dialConn(ctx context.Context, key, addr string, parts *url
 		if trace != nil && trace.TLSHandshakeStart != nil {
 			trace.TLSHandshakeStart()
 		}
-		err := tc.HandshakeContext(ctx)
+		hctx, cancel := context.WithTimeoutCause(ctx, tlsHandshakeTimeout, errTLSHandshakeTimeout)
+		err := tc.HandshakeContext(hctx)
+		if err != nil && ctx.Err() == nil && hctx.Err() != nil {
+			err = errTLSHandshakeTimeout
+		}
+		cancel()
 		if trace != nil && trace.TLSHandshakeDone != nil {
 			trace.TLSHandshakeDone(tc.ConnectionState(), err)
 		}
@@ -297,7 +312,8 @@ func (t *h1Transport) dialConn(ctx context.Context, key, addr string, parts *url
 		pc.conn = tc
 	}
 	pc.cw.w = pc.conn
-	pc.br = bufio.NewReaderSize(pc.conn, 4<<10)
+	pc.lr = headLimit{r: pc.conn, left: -1}
+	pc.br = bufio.NewReaderSize(&pc.lr, 4<<10)
 	pc.bw = bufio.NewWriterSize(&pc.cw, 4<<10)
 	return pc, nil
 }
@@ -328,6 +344,40 @@ func (t *h1Transport) discard(pc *h1Conn) {
 	if i >= 0 {
 		pc.close()
 	} // else a request took it, and finds it gone
+}
+
+// tlsHandshakeTimeout is prometheus/common's, with net/http's error.
+const tlsHandshakeTimeout = 10 * time.Second
+
+var errTLSHandshakeTimeout = errors.New("net/http: TLS handshake timeout")
+
+// maxHeadBytes bounds a response's head, informational responses
+// included: net/http's default (Transport.MaxResponseHeaderBytes).
+const maxHeadBytes = 10 << 20
+
+// errHeadTooLong is net/http's error for a head beyond maxHeadBytes.
+var errHeadTooLong = fmt.Errorf("net/http: server response headers exceeded %d bytes; aborted", maxHeadBytes)
+
+// headLimit bounds what is read through it while left >= 0: the
+// response's head; the body is bounded by its own limits.
+type headLimit struct {
+	r    io.Reader
+	left int64 // -1: no limit
+}
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.left < 0 {
+		return l.r.Read(p)
+	}
+	if l.left == 0 {
+		return 0, errHeadTooLong
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
 }
 
 // aLongTimeAgo is a deadline in the past: it ends a blocked read or write.
@@ -363,6 +413,8 @@ func (t *h1Transport) roundTrip(ctx context.Context, pc *h1Conn, req *http.Reque
 		return nil, cancelled(err)
 	}
 	var resp *http.Response
+	pc.lr.left = maxHeadBytes
+	defer func() { pc.lr.left = -1 }()
 	for {
 		if _, err := pc.br.Peek(1); err != nil {
 			return nil, cancelled(err)
@@ -475,6 +527,16 @@ type wouldBlock struct{}
 func (wouldBlock) Error() string   { return "read would block" }
 func (wouldBlock) Timeout() bool   { return true }
 func (wouldBlock) Temporary() bool { return true }
+
+// Write writes without blocking while the poller reads: crypto/tls answers a
+// KeyUpdate from within a read, and a server that stops reading must not
+// block the poller. What cannot be written at once fails the connection.
+func (c *nbConn) Write(p []byte) (int, error) {
+	if !c.nonblock {
+		return c.Conn.Write(p)
+	}
+	return rawWrite(c.fd, p)
+}
 
 func (c *nbConn) Read(p []byte) (int, error) {
 	if !c.nonblock {

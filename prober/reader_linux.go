@@ -226,9 +226,12 @@ func (pc *h1Conn) ready(now time.Time, buf []byte, closing bool) {
 		// data may still be reported, so the socket is peeked. Over TLS,
 		// data may be a session ticket, left to crypto/tls.
 		closed, data := peek(pc.fd)
-		if closing || closed || data && pc.nb == nil {
+		switch {
+		case closing || closed:
 			pc.serverClosed()
 			discard = true
+		case data && pc.nb == nil:
+			pc.gone, discard = true, true // an answer to nothing
 		}
 	case connBusy:
 		// Its request's goroutine reads it; a close is kept for when the
@@ -249,6 +252,41 @@ func (pc *h1Conn) serverClosed() {
 	if pc.tc != nil {
 		pc.tc.readErr(io.EOF)
 	}
+}
+
+// unusable reports whether an idle connection must not carry a request:
+// the server closed it (which the connection tracker is told), or
+// something came on it that answers nothing.
+func (pc *h1Conn) unusable() bool {
+	if pc.fd < 0 {
+		return peerClosed(pc.tcpConn())
+	}
+	closed, data := peek(pc.fd)
+	if closed {
+		pc.mu.Lock()
+		pc.serverClosed()
+		pc.mu.Unlock()
+	}
+	return closed || data
+}
+
+// rawWrite writes p to the socket fd without blocking: all of it, or an
+// error.
+func rawWrite(fd int, p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		w, err := unix.Write(fd, p[n:])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return n, errors.New("fast reader: the server does not read what it asked for (a write would block)")
+		case err != nil:
+			return n, os.NewSyscallError("write", err)
+		}
+		n += w
+	}
+	return n, nil
 }
 
 // peek reports whether the socket fd has been closed by its peer (the end

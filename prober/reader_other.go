@@ -23,3 +23,7 @@ func (pc *h1Conn) unregister() {}
 
 // connPoll is empty: there is no poller.
 type connPoll struct{}
+
+func (pc *h1Conn) unusable() bool { return peerClosed(pc.tcpConn()) }
+
+func rawWrite(int, []byte) (int, error) { return 0, errWouldBlock }

@@ -1,14 +1,22 @@
 package prober_test
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sloprober/sloprober/prober"
@@ -75,4 +83,88 @@ func TestFastReaderTLS(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rawServer serves every connection with serve on loopback until the test
+// ends.
+func rawServer(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				serve(c, bufio.NewReader(c))
+			})
+		}
+	})
+	return "http://" + ln.Addr().String() + "/v1"
+}
+
+// TestEndlessResponseHead: a response head that never ends is cut at
+// net/http's 10 MiB, by either reader, long before the request's timeout.
+func TestEndlessResponseHead(t *testing.T) {
+	url := rawServer(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nX-Endless: ")
+		line := bytes.Repeat([]byte("a"), 64<<10)
+		for {
+			if _, err := c.Write(line); err != nil {
+				return
+			}
+		}
+	})
+	tgt := target(url)
+	tgt.Timeout = model.Duration(time.Minute)
+	r := do(newClient(t, tgt), 1, 8, 4)
+	require.Equal(t, prober.OutcomeProtocolError, r.Outcome, r.Error())
+	require.Contains(t, r.Error(), "exceeded 10485760 bytes")
+	require.Less(t, r.Ended, 30*time.Second)
+}
+
+// TestNothingAfterTheResponse: a server that sends bytes after a response
+// (a second, unasked-for response) does not get its connection reused:
+// the next request goes on a new one and reads its own answer.
+func TestNothingAfterTheResponse(t *testing.T) {
+	body := `data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}` + "\n\n" + "data: [DONE]\n\n"
+	response := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+	var conns atomic.Int64
+	url := rawServer(t, func(c net.Conn, br *bufio.Reader) {
+		conns.Add(1)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, req.Body)
+			// The response, then a stray one a moment later.
+			if _, err := io.WriteString(c, response); err != nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			if _, err := io.WriteString(c, "HTTP/1.1 500 Stray\r\nContent-Length: 0\r\n\r\n"); err != nil {
+				return
+			}
+		}
+	})
+	c := newClient(t, target(url))
+	for i := range 4 {
+		r := do(c, uint64(i), 8, 1)
+		require.Equal(t, prober.OutcomeOK, r.Outcome, "request %d: %s", i, r.Error())
+		// Let the stray bytes arrive before the next request.
+		time.Sleep(30 * time.Millisecond)
+	}
+	require.Equal(t, int64(4), conns.Load(), "no connection carried a second request")
 }
