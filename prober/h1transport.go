@@ -30,9 +30,12 @@ import (
 // events on both paths: DNS and connect (from the dialer), TLS, GotConn,
 // WroteRequest and GotFirstResponseByte. Like net/http it sends a request
 // again on a new connection only when not one byte of it was written to a
-// kept-alive one; unlike it, it has no goroutine reading idle connections,
-// so a connection the server closed while idle is found by a peek when it
-// is taken (peerClosed) and dialed anew.
+// kept-alive one, bounds a response's head at 10 MiB, closes a connection
+// that carried bytes after its response, and closes idle connections after
+// idleTimeout. Instead of net/http's goroutine reading each idle
+// connection, the poller watches them (reader_linux.go), and a connection
+// is peeked when it goes idle and when it is taken: one the server closed
+// is counted for the connection tracker and dialed anew.
 type h1Transport struct {
 	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
 	tlsConfig   *tls.Config // nil: https is not served (the client keeps net/http for it)
