@@ -52,6 +52,10 @@ type poller struct {
 	gens    []uint32 // each slot's generation: an event of a slot's earlier connection is ignored
 	active  int
 	running bool
+	// again are the connections whose last pump stopped at its budget
+	// with data left: no new edge may come for it, so the poller reads
+	// them again after the next batch.
+	again []*h1Conn
 }
 
 var (
@@ -105,23 +109,18 @@ const (
 func (p *poller) run() {
 	events := make([]unix.EpollEvent, pollEvents)
 	buf := make([]byte, pollReadBytes)
+	var again []*h1Conn
 	for {
-		n, err := unix.EpollWait(p.epfd, events, int(pollIdle/time.Millisecond))
+		wait := int(pollIdle / time.Millisecond)
+		if len(again) > 0 {
+			wait = 0
+		}
+		n, err := unix.EpollWait(p.epfd, events, wait)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
 			panic(fmt.Sprintf("fast reader: epoll_wait: %v", err)) // only a bad epfd or buffer fails
-		}
-		if n == 0 {
-			p.mu.Lock()
-			if p.active == 0 {
-				p.running = false
-				p.mu.Unlock()
-				return
-			}
-			p.mu.Unlock()
-			continue
 		}
 		now := time.Now()
 		for i := range events[:n] {
@@ -129,8 +128,24 @@ func (p *poller) run() {
 				pc.ready(now, buf, events[i].Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0)
 			}
 		}
+		for _, pc := range again {
+			pc.ready(now, buf, false)
+		}
+		p.mu.Lock()
+		again, p.again = p.again, again[:0]
+		if n == 0 && len(again) == 0 && p.active == 0 {
+			p.running = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
 	}
 }
+
+// pumpBudget is how many reads one wake of a connection makes at most
+// (4 x 64 KiB): a server that floods its stream must not keep the poller
+// from the others, nor a cancellation from its connection.
+const pumpBudget = 4
 
 // pollIdle is how often a poller with no socket registered looks whether
 // it may exit.
@@ -415,7 +430,14 @@ func (s *pollStream) pump(buf []byte, closing bool) {
 	if closing {
 		pc.serverClosed()
 	}
-	for !s.ended {
+	for reads := 0; !s.ended; reads++ {
+		if reads == pumpBudget {
+			// Data may be left: read it again after the next batch.
+			pc.p.mu.Lock()
+			pc.p.again = append(pc.p.again, pc)
+			pc.p.mu.Unlock()
+			return
+		}
 		var n int
 		var err error
 		if pc.nb != nil {
