@@ -196,43 +196,26 @@ func TestRetryServerClosedIdle(t *testing.T) {
 // request fails (stream_error) and is not sent again, even on a kept-alive
 // connection.
 func TestRetryNeverDoublesASeenRequest(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
 	var read atomic.Int64
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		ln.Close()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
+	url := rawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for n := 0; ; n++ {
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			wg.Go(func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for n := 0; ; n++ {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, req.Body)
-					read.Add(1)
-					if n == 1 {
-						// The second request on the connection: read,
-						// then reset without a word.
-						c.(*net.TCPConn).SetLinger(0)
-						return
-					}
-					body := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
-					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-				}
-			})
+			io.Copy(io.Discard, req.Body)
+			read.Add(1)
+			if n == 1 {
+				// The second request on the connection: read,
+				// then reset without a word.
+				c.(*net.TCPConn).SetLinger(0)
+				return
+			}
+			body := "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 		}
 	})
-	c := newClient(t, target("http://"+ln.Addr().String()+"/v1"))
+	c := newClient(t, target(url))
 	first := do(c, 1, 8, 1)
 	require.Equal(t, prober.OutcomeOK, first.Outcome, first.Error())
 	// Whether the server keeps connections is not known until one is
