@@ -427,7 +427,10 @@ func TestStepVerdicts(t *testing.T) {
     verify: {rates: [0.4], max_levels: 1, burst: {factor: 6, for: 2s}, drain_within: 1ms}
 `,
 			verdict: capacity.VerdictFail,
-			reason:  "the backlog of a 6x burst for 2s did not drain within 1ms (it took ",
+			// "(it took 4.1s)" on a quiet host, "(not drained after
+			// 10.0s)" when a busy one (CI, 2 cores) slows the drain
+			// past the watch: both fail the 1 ms bound.
+			reason: "the backlog of a 6x burst for 2s did not drain within 1ms (",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
