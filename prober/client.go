@@ -67,7 +67,7 @@ const idlePerPool = 1000
 // NewClient builds the client of a target for up to maxStreams concurrent
 // requests; userAgent is sent on every request.
 func NewClient(t *config.TargetConfig, userAgent string, maxStreams int, opts ...ClientOption) (*Client, error) {
-	var o clientOptions
+	o := clientOptions{reader: DefaultReader}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -96,6 +96,7 @@ func NewManager(logger *slog.Logger, factory ObserverFactory, userAgent string) 
 		clients:   map[string]*targetClient{},
 		open:      map[*targetClient]bool{},
 		stopping:  make(chan struct{}),
+		reader:    DefaultReader,
 	}
 }
 
@@ -666,7 +667,7 @@ func (m *Manager) Shard() config.Shard {
 }
 
 // SetReader sets how the clients made from now on read responses
-// (--prober.reader); ReaderStd until it is called.
+// (--prober.reader); DefaultReader until it is called.
 func (m *Manager) SetReader(r Reader) {
 	m.mu.Lock()
 	m.reader = r

@@ -44,7 +44,7 @@ type ClientOption func(*clientOptions)
 
 type clientOptions struct{ reader Reader }
 
-// WithReader sets how the client reads its responses (ReaderStd by
+// WithReader sets how the client reads its responses (DefaultReader by
 // default).
 func WithReader(r Reader) ClientOption { return func(o *clientOptions) { o.reader = r } }
 

@@ -11,6 +11,9 @@ import (
 // its poller needs Linux's epoll.
 const FastReaderSupported = false
 
+// DefaultReader is the reader used unless another is asked for.
+const DefaultReader = ReaderStd
+
 // stream reads the body in the calling goroutine.
 func (b *h1Body) stream(ctx context.Context, st *streamState, limit int64, sent time.Time) {
 	b.streamBlocking(ctx, st, limit, sent)

@@ -275,7 +275,7 @@ func runStep(ctx context.Context, o Options, s Step) (Result, error) {
 	reg := prometheus.NewRegistry()
 	t := &tap{metrics: exporter.NewMetrics(reg)}
 	m := prober.NewManager(o.Logger, t, "sloprober/bench")
-	m.SetReader(cmp.Or(o.Reader, prober.ReaderStd))
+	m.SetReader(cmp.Or(o.Reader, prober.DefaultReader))
 	if err := startLoad(m, spec, 2*rate+1, 2*s.Streams); err != nil {
 		return Result{}, err
 	}
@@ -466,7 +466,7 @@ func RunFidelity(ctx context.Context, o Options, rate float64, d time.Duration) 
 	spec := benchSpec(simURL, "fidelity", config.ArrivalPoisson, rate, time.Minute, 10000, 16, 5)
 	t := &tap{metrics: exporter.NewMetrics(prometheus.NewRegistry())}
 	m := prober.NewManager(o.Logger, t, "sloprober/bench")
-	m.SetReader(cmp.Or(o.Reader, prober.ReaderStd))
+	m.SetReader(cmp.Or(o.Reader, prober.DefaultReader))
 	if err := startLoad(m, spec, rate+1, 10000); err != nil {
 		return Fidelity{}, err
 	}

@@ -1,6 +1,7 @@
 // Package readertest picks the prober's reader for a test run: `make test`
 // runs the packages that read streams once with each reader
-// (--prober.reader), the second time with SLOPROBER_TEST_READER=fast.
+// (--prober.reader): first with the default (prober.DefaultReader), the
+// second time with SLOPROBER_TEST_READER=std.
 package readertest
 
 import (
@@ -14,11 +15,11 @@ import (
 // Env is the variable that names the reader.
 const Env = "SLOPROBER_TEST_READER"
 
-// Reader returns the reader SLOPROBER_TEST_READER names, std when it is
-// not set. A name the prober does not know, or fast where it cannot run,
+// Reader returns the reader SLOPROBER_TEST_READER names, the prober's
+// default when it is not set. A name the prober does not know, or fast where it cannot run,
 // panics: a test run must not quietly test another reader than asked.
 func Reader() prober.Reader {
-	r, err := prober.ParseReader(cmp.Or(os.Getenv(Env), string(prober.ReaderStd)))
+	r, err := prober.ParseReader(cmp.Or(os.Getenv(Env), string(prober.DefaultReader)))
 	if err != nil {
 		panic(fmt.Sprintf("%s: %v", Env, err))
 	}
