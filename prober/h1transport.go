@@ -58,6 +58,7 @@ type h1Conn struct {
 	tc     *trackedConn  // nil when the dialer does not track
 	nb     *nbConn       // the connection under TLS, nil for plain TCP
 	fd     int           // the socket, -1 when not known
+	stamp  int64         // the kernel's receive stamp of the last read (rawRecv), 0 when none
 	br     *bufio.Reader // over lr: the response's head is bounded
 	lr     headLimit
 	bw     *bufio.Writer
@@ -293,7 +294,7 @@ func (t *h1Transport) dialConn(ctx context.Context, key, addr string, parts *url
 		}
 		// HTTP/2 stays on net/http's path: this transport speaks 1.1.
 		cfg.NextProtos = []string{"http/1.1"}
-		pc.nb = &nbConn{Conn: c, fd: pc.fd}
+		pc.nb = &nbConn{Conn: c, r: pc.recvReader(c), fd: pc.fd, stamp: &pc.stamp}
 		tc := tls.Client(pc.nb, cfg)
 		trace := httptrace.ContextClientTrace(ctx)
 		if trace != nil && trace.TLSHandshakeStart != nil {
@@ -316,6 +317,9 @@ func (t *h1Transport) dialConn(ctx context.Context, key, addr string, parts *url
 	}
 	pc.cw.w = pc.conn
 	pc.lr = headLimit{r: pc.conn, left: -1}
+	if pc.nb == nil {
+		pc.lr.r = pc.recvReader(c)
+	}
 	pc.br = bufio.NewReaderSize(&pc.lr, 4<<10)
 	pc.bw = bufio.NewWriterSize(&pc.cw, 4<<10)
 	return pc, nil
@@ -416,6 +420,7 @@ func (t *h1Transport) roundTrip(ctx context.Context, pc *h1Conn, req *http.Reque
 		return nil, cancelled(err)
 	}
 	var resp *http.Response
+	pc.stamp = 0
 	pc.lr.left = maxHeadBytes
 	defer func() { pc.lr.left = -1 }()
 	for {
@@ -518,8 +523,10 @@ func (b *h1Body) Close() error {
 // stays buffered) and the poller as "wait for the next readiness".
 type nbConn struct {
 	net.Conn
+	r        io.Reader // reads Conn blocking, with receive stamps where it can (recvReader)
 	fd       int
-	nonblock bool // set and cleared by the poller's goroutine, under the stream's lock
+	nonblock bool   // set and cleared by the poller's goroutine, under the stream's lock
+	stamp    *int64 // the connection's: the receive stamp of the last read
 }
 
 // errWouldBlock is a read that would block.
@@ -543,9 +550,12 @@ func (c *nbConn) Write(p []byte) (int, error) {
 
 func (c *nbConn) Read(p []byte) (int, error) {
 	if !c.nonblock {
-		return c.Conn.Read(p)
+		return c.r.Read(p)
 	}
-	n, err := rawRead(c.fd, p)
+	n, stamp, err := rawRecv(c.fd, p)
+	if stamp != 0 {
+		*c.stamp = stamp
+	}
 	if tc, ok := c.Conn.(*trackedConn); ok {
 		tc.readErr(err)
 	}

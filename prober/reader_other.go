@@ -4,6 +4,8 @@ package prober
 
 import (
 	"context"
+	"io"
+	"net"
 	"time"
 )
 
@@ -19,7 +21,10 @@ func (b *h1Body) stream(ctx context.Context, st *streamState, limit int64, sent 
 	b.streamBlocking(ctx, st, limit, sent)
 }
 
-func rawRead(int, []byte) (int, error) { return 0, errWouldBlock }
+func rawRecv(int, []byte) (int, int64, error) { return 0, 0, errWouldBlock }
+
+// recvReader returns c: there are no receive stamps here.
+func (pc *h1Conn) recvReader(c net.Conn) io.Reader { return c }
 
 func (pc *h1Conn) watch()      {}
 func (pc *h1Conn) unregister() {}
