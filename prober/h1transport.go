@@ -387,6 +387,16 @@ func (l *headLimit) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// received returns when data read at now arrived: now moved back to its
+// receive stamp (wall clock, Unix nanoseconds; 0: none) when that is
+// earlier, as the stamp of the read's last segment can only be.
+func received(now time.Time, stamp int64) time.Time {
+	if d := time.Duration(stamp - now.UnixNano()); stamp != 0 && d < 0 {
+		return now.Add(d)
+	}
+	return now
+}
+
 // aLongTimeAgo is a deadline in the past: it ends a blocked read or write.
 var aLongTimeAgo = time.Unix(1, 0)
 
@@ -420,6 +430,7 @@ func (t *h1Transport) roundTrip(ctx context.Context, pc *h1Conn, req *http.Reque
 		return nil, cancelled(err)
 	}
 	var resp *http.Response
+	var firstByte time.Time
 	pc.stamp = 0
 	pc.lr.left = maxHeadBytes
 	defer func() { pc.lr.left = -1 }()
@@ -427,8 +438,11 @@ func (t *h1Transport) roundTrip(ctx context.Context, pc *h1Conn, req *http.Reque
 		if _, err := pc.br.Peek(1); err != nil {
 			return nil, cancelled(err)
 		}
-		if trace != nil && trace.GotFirstResponseByte != nil && resp == nil {
-			trace.GotFirstResponseByte()
+		if resp == nil {
+			firstByte = received(time.Now(), pc.stamp)
+			if trace != nil && trace.GotFirstResponseByte != nil {
+				trace.GotFirstResponseByte()
+			}
 		}
 		if resp, err = http.ReadResponse(pc.br, req); err != nil {
 			return nil, cancelled(err)
@@ -442,7 +456,7 @@ func (t *h1Transport) roundTrip(ctx context.Context, pc *h1Conn, req *http.Reque
 	if !stop() {
 		return nil, ctx.Err()
 	}
-	body := &h1Body{std: resp.Body, pc: pc, t: t, keep: t.keepAlive && !resp.Close, length: resp.ContentLength}
+	body := &h1Body{std: resp.Body, pc: pc, t: t, keep: t.keepAlive && !resp.Close, length: resp.ContentLength, firstByte: firstByte}
 	switch {
 	case resp.Body == http.NoBody:
 		body.framing = framingLength
@@ -478,6 +492,10 @@ type h1Body struct {
 	keep    bool
 	framing framing
 	length  int64
+	// firstByte is when the response's first byte arrived, by its
+	// receive stamp (received): the trace's GotFirstResponseByte is
+	// when the request's goroutine saw it, as late as the host made it.
+	firstByte time.Time
 
 	mu     sync.Mutex
 	ended  bool // the body was read to its end, nothing after it

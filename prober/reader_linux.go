@@ -317,6 +317,7 @@ func rawWrite(fd int, p []byte) (int, error) {
 // when the request's goroutine got to it. It turns the stamps on
 // (SO_TIMESTAMPNS): a socket that refuses them is read as c.
 func (pc *h1Conn) recvReader(c net.Conn) io.Reader {
+	keepStampsOn()
 	sc, ok := pc.tcpConn().(syscall.Conn)
 	if !ok || pc.fd < 0 {
 		return c
@@ -327,6 +328,26 @@ func (pc *h1Conn) recvReader(c net.Conn) io.Reader {
 	}
 	return &recvReader{pc: pc, conn: c, rc: rc}
 }
+
+// keepStampsOn holds a socket with receive stamps on for the process's
+// life. The kernel stamps packets only while some socket asks for it, and
+// turns stamping on a moment after the first does (a deferred work item):
+// without a socket that stays, the first packets of a prober whose
+// connections all closed (a low rate, a server that closes each one)
+// would come unstamped and be timed when read. One UDP socket, never
+// bound, never read.
+var keepStampsOn = sync.OnceFunc(func() {
+	for _, family := range []int{unix.AF_INET, unix.AF_INET6} {
+		fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1) == nil {
+			return
+		}
+		_ = unix.Close(fd)
+	}
+})
 
 // recvReader: see h1Conn.recvReader.
 type recvReader struct {
@@ -347,7 +368,13 @@ func (r *recvReader) Read(p []byte) (int, error) {
 		return err != errWouldBlock
 	})
 	if werr != nil {
-		err = werr // a deadline passed, or the connection was closed
+		// A deadline passed, or the connection was closed: RawConn
+		// names its op "raw-read"; the error is put as Read puts it.
+		err = werr
+		var op *net.OpError
+		if errors.As(werr, &op) {
+			err = op.Err
+		}
 	}
 	if r.pc.tc != nil {
 		r.pc.tc.readErr(err)
@@ -377,7 +404,7 @@ func peek(fd int) (closed, data bool) {
 // rawRecv reads the socket fd without blocking: errWouldBlock when there
 // is nothing to read, io.EOF at its end. stamp is when the kernel received
 // the last segment read (wall clock, Unix nanoseconds; SO_TIMESTAMPNS, set
-// by register), 0 when it gave none.
+// by recvReader at dial), 0 when it gave none.
 //
 // The socket is non-blocking, so the read never waits: it is made as a raw
 // system call, without telling the scheduler (unix.Recvmsg would: 0.2 µs a
@@ -524,8 +551,9 @@ func (s *pollStream) pump(now time.Time, buf []byte, closing bool) {
 		var err error
 		if pc.nb != nil {
 			// TLS: records already read from the socket wait in
-			// crypto/tls, so read until it would block.
-			pc.stamp = 0
+			// crypto/tls, so read until it would block. A record
+			// returned from crypto/tls's buffer came by the last
+			// socket read: its stamp stands.
 			n, err = pc.conn.Read(buf)
 			stamp = pc.stamp
 		} else {
@@ -561,8 +589,10 @@ func (s *pollStream) pump(now time.Time, buf []byte, closing bool) {
 // sending: the kernel's receive stamp of the last segment read (stamp,
 // Unix nanoseconds) where it is plausible, now otherwise. Data that waited
 // in the socket while the poller was busy or descheduled is then timed
-// when it came, not when it was read: beside a CPU burner a poller woken
-// 20 ms late adds nothing to TTFT or ITL. The stamp is a wall-clock time
+// when it came, not when it was read: a chunk read 20 ms late is timed
+// when it came. Chunks that waited together share the last one's stamp
+// (one is known a read), so a reader late by more than the gap between
+// them still shortens that gap. The stamp is a wall-clock time
 // and the rest monotonic, so it is used as an offset from now, bounded:
 // never before the request was sent, never after this moment, never
 // before the stream's previous data (chunks arrive in order).
