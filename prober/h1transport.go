@@ -294,7 +294,7 @@ func (t *h1Transport) dialConn(ctx context.Context, key, addr string, parts *url
 		}
 		// HTTP/2 stays on net/http's path: this transport speaks 1.1.
 		cfg.NextProtos = []string{"http/1.1"}
-		pc.nb = &nbConn{Conn: c, r: pc.recvReader(c), fd: pc.fd, stamp: &pc.stamp}
+		pc.nb = &nbConn{Conn: c, pc: pc, r: pc.recvReader(c)}
 		tc := tls.Client(pc.nb, cfg)
 		trace := httptrace.ContextClientTrace(ctx)
 		if trace != nil && trace.TLSHandshakeStart != nil {
@@ -541,10 +541,9 @@ func (b *h1Body) Close() error {
 // stays buffered) and the poller as "wait for the next readiness".
 type nbConn struct {
 	net.Conn
+	pc       *h1Conn
 	r        io.Reader // reads Conn blocking, with receive stamps where it can (recvReader)
-	fd       int
-	nonblock bool   // set and cleared by the poller's goroutine, under the stream's lock
-	stamp    *int64 // the connection's: the receive stamp of the last read
+	nonblock bool      // set and cleared by the poller's goroutine, under the stream's lock
 }
 
 // errWouldBlock is a read that would block.
@@ -563,21 +562,35 @@ func (c *nbConn) Write(p []byte) (int, error) {
 	if !c.nonblock {
 		return c.Conn.Write(p)
 	}
-	return rawWrite(c.fd, p)
+	return rawWrite(c.pc.fd, p)
 }
 
 func (c *nbConn) Read(p []byte) (int, error) {
 	if !c.nonblock {
 		return c.r.Read(p)
 	}
-	n, stamp, err := rawRecv(c.fd, p)
-	if stamp != 0 {
-		*c.stamp = stamp
-	}
-	if tc, ok := c.Conn.(*trackedConn); ok {
-		tc.readErr(err)
-	}
+	n, _, err := c.pc.recv(p)
 	return n, err
+}
+
+// recv reads pc's socket without blocking (rawRecv), keeps the read's
+// receive stamp in pc.stamp, and tells the connection tracker of a close.
+func (pc *h1Conn) recv(p []byte) (n int, stamp int64, err error) {
+	n, stamp, err = rawRecv(pc.fd, p)
+	if stamp != 0 {
+		pc.stamp = stamp
+	}
+	if pc.tc != nil {
+		pc.tc.readErr(err)
+	}
+	return n, stamp, err
+}
+
+// readError names the connection in a read's error, as net's Read does:
+// "read tcp a->b: connection reset by peer".
+func (pc *h1Conn) readError(err error) error {
+	c := pc.tcpConn()
+	return &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
 
 // bodyFramer finds a body's data in the bytes read from its connection.

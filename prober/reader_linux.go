@@ -326,7 +326,7 @@ func (pc *h1Conn) recvReader(c net.Conn) io.Reader {
 	if err != nil || unix.SetsockoptInt(pc.fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1) != nil {
 		return c
 	}
-	return &recvReader{pc: pc, conn: c, rc: rc}
+	return &recvReader{pc: pc, rc: rc}
 }
 
 // keepStampsOn holds a socket with receive stamps on for the process's
@@ -351,20 +351,15 @@ var keepStampsOn = sync.OnceFunc(func() {
 
 // recvReader: see h1Conn.recvReader.
 type recvReader struct {
-	pc   *h1Conn
-	conn net.Conn
-	rc   syscall.RawConn
+	pc *h1Conn
+	rc syscall.RawConn
 }
 
 func (r *recvReader) Read(p []byte) (int, error) {
 	var n int
 	var err error
 	werr := r.rc.Read(func(uintptr) bool {
-		var stamp int64
-		n, stamp, err = rawRecv(r.pc.fd, p)
-		if stamp != 0 {
-			r.pc.stamp = stamp
-		}
+		n, _, err = r.pc.recv(p)
 		return err != errWouldBlock
 	})
 	if werr != nil {
@@ -376,12 +371,8 @@ func (r *recvReader) Read(p []byte) (int, error) {
 			err = op.Err
 		}
 	}
-	if r.pc.tc != nil {
-		r.pc.tc.readErr(err)
-	}
 	if err != nil && err != io.EOF {
-		// As net.Conn's Read: "read tcp a->b: i/o timeout".
-		err = &net.OpError{Op: "read", Net: "tcp", Source: r.conn.LocalAddr(), Addr: r.conn.RemoteAddr(), Err: err}
+		err = r.pc.readError(err) // "read tcp a->b: i/o timeout"
 	}
 	return n, err
 }
@@ -557,10 +548,7 @@ func (s *pollStream) pump(now time.Time, buf []byte, closing bool) {
 			n, err = pc.conn.Read(buf)
 			stamp = pc.stamp
 		} else {
-			n, stamp, err = rawRecv(pc.fd, buf)
-			if pc.tc != nil {
-				pc.tc.readErr(err)
-			}
+			n, stamp, err = pc.recv(buf)
 		}
 		if n > 0 {
 			s.at = s.arrival(now, stamp)
@@ -609,12 +597,12 @@ func (s *pollStream) arrival(now time.Time, stamp int64) time.Duration {
 	return max(at, s.at)
 }
 
-// opError names the connection in a read error, as net/http's does.
+// opError names the connection in a read's system call error, as
+// net/http's does.
 func (s *pollStream) opError(err error) error {
 	var se *os.SyscallError
 	if errors.As(err, &se) {
-		c := s.pc.tcpConn()
-		return &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: se}
+		return s.pc.readError(se)
 	}
 	return err
 }
