@@ -71,10 +71,14 @@ func capacityNoise(a, b *Report, perReplica bool) string {
 			d = float64(r.Capacity.Replicas)
 		}
 		v = r.Capacity.VerifiedRate / d
+		// Up to the closed loop's peak, raised by its noise.
+		upToPeak := func(peak float64) (float64, float64, string) {
+			hi := (peak + peakNoise(r, peak)) / d
+			return v, hi, fmt.Sprintf("[%.3g, %.3g] (up to the closed loop's peak, %.3g with its noise)", v, peak/d, hi)
+		}
 		switch c := r.Capacity; {
 		case c.Ceiling > 0 && c.CeilingFrom == capacity.CeilingClosedLoop:
-			hi := (c.Ceiling + peakNoise(r, c.Ceiling)) / d
-			return v, hi, fmt.Sprintf("[%.3g, %.3g] (up to the closed loop's peak, %.3g with its noise)", v, c.Ceiling/d, hi)
+			return upToPeak(c.Ceiling)
 		case c.Ceiling > 0:
 			// The first rate above that missed: a rate undecided below
 			// it is no evidence that the capacity lies lower.
@@ -95,8 +99,7 @@ func capacityNoise(a, b *Report, perReplica bool) string {
 				}
 			}
 			if !limited && peak > r.Capacity.VerifiedRate {
-				hi := (peak + peakNoise(r, peak)) / d
-				return v, hi, fmt.Sprintf("[%.3g, %.3g] (up to the closed loop's peak, %.3g with its noise)", v, peak/d, hi)
+				return upToPeak(peak)
 			}
 		}
 		return v, math.Inf(1), fmt.Sprintf("[%.3g, -)", v)
