@@ -250,7 +250,9 @@ func (v *validation) validateCheck(key string, s *ScenarioConfig, dir string) {
 	case c.ToolCall != nil:
 		t := c.ToolCall
 		key += ".tool_call"
-		if strings.TrimSpace(t.Prompt) == "" {
+		if t.Prompt == "" && v.absent(key+".prompt") {
+			v.required(key+".prompt", `the user's request the tools answer, e.g. "What is the weather in Paris?"`)
+		} else if strings.TrimSpace(t.Prompt) == "" {
 			v.bad(key+".prompt", "must not be empty")
 		}
 		if t.Choice == "" {
@@ -259,7 +261,9 @@ func (v *validation) validateCheck(key string, s *ScenarioConfig, dir string) {
 		if !slices.Contains(ToolChoices, t.Choice) {
 			v.bad(key+".tool_choice", "must be one of %s, got %q", strings.Join(ToolChoices, ", "), t.Choice)
 		}
-		if len(t.Tools) == 0 || len(t.Tools) > MaxTools {
+		if t.Tools == nil && v.absent(key+".tools") {
+			v.required(key+".tools", "the functions offered, a list of 1 to %d, e.g. [{name: get_weather, parameters: {type: object}}]", MaxTools)
+		} else if len(t.Tools) == 0 || len(t.Tools) > MaxTools {
 			v.bad(key+".tools", "must list between 1 and %d tools, got %d", MaxTools, len(t.Tools))
 		}
 		seen := map[string]bool{}
@@ -269,7 +273,9 @@ func (v *validation) validateCheck(key string, s *ScenarioConfig, dir string) {
 				v.bad(tk, "must not be empty")
 				continue
 			}
-			if !toolNamePattern.MatchString(tool.Name) {
+			if tool.Name == "" && v.absent(tk+".name") {
+				v.required(tk+".name", "the function's name (%s), e.g. get_weather", toolNamePattern)
+			} else if !toolNamePattern.MatchString(tool.Name) {
 				v.bad(tk+".name", "must match %s, got %q", toolNamePattern, tool.Name)
 			} else if seen[tool.Name] {
 				v.bad(tk+".name", "duplicate tool name %q", tool.Name)

@@ -88,6 +88,53 @@ line 17: canary[0].target: unknown target "vlm" (did you mean "vllm"?)
 line 21: canary[1].scenario: unknown scenario "chta" (did you mean "chat"?)
 line 23: canary[1].arrival: must be constant, poisson or gamma, got "bursty"
 line 24: test: no such key (did you mean "tests"?)`},
+		// Every required key left out is named, with what it is, at the
+		// line of its entry: a target's, a scenario's, a canary load's
+		// (with the names it may be) and a test's.
+		{"missing_target_keys.yml", `testdata/missing_target_keys.yml: line 4: targets[0].name: is required: the target's name, its target label value ([a-zA-Z0-9_-]+), e.g. vllm
+line 4: targets[0].model: is required: the model to ask for, as the server names it (its /v1/models), e.g. meta-llama/Llama-3.1-8B-Instruct
+line 5: targets[1].url: is required: the endpoint's base URL, e.g. http://127.0.0.1:8000/v1
+line 10: targets[2].forecast.peak_rate: is required: the forecast peak in req/s, e.g. 120
+line 11: targets[2].server_metrics.url: is required: the engine's metrics endpoint, e.g. http://127.0.0.1:8000/metrics
+line 15: targets[3].gpu.prometheus.url: is required: the Prometheus server's base URL, e.g. http://127.0.0.1:9090
+line 19: targets[4].gpu.exporter.url: is required: the DCGM exporter's metrics URL, e.g. http://127.0.0.1:9400/metrics`},
+		{"missing_scenario_keys.yml", `testdata/missing_scenario_keys.yml: line 4: scenarios[0].name: is required: the scenario's name, its scenario label value ([a-zA-Z0-9_-]+), e.g. chat
+line 6: scenarios[1].lengths_from.file: is required: the trace file, relative to the configuration file, e.g. traffic.csv
+line 6: scenarios[1].lengths_from.format: is required: the trace's format, one of: azure, mooncake, jsonl
+line 8: scenarios[2].prefix.tokens: is required: the length of each shared prompt in tokens, e.g. 1000
+line 8: scenarios[2].prefix.groups: is required: the number of different shared prompts, e.g. 4
+line 10: scenarios[3].tenants.count: is required: the number of tenants, 1 to 100000, e.g. 50
+line 12: scenarios[4].conversation.turns: is required: the turns of each conversation, 1 to 1000, e.g. 3
+line 14: scenarios[5].cancel.after: is required: how long after sending the client cancels, e.g. 500ms
+line 16: scenarios[6].check.tool_call.prompt: is required: the user's request the tools answer, e.g. "What is the weather in Paris?"
+line 16: scenarios[6].check.tool_call.tools: is required: the functions offered, a list of 1 to 128, e.g. [{name: get_weather, parameters: {type: object}}]
+line 21: scenarios[7].check.tool_call.tools[0].name: is required: the function's name (^[a-zA-Z0-9_-]{1,64}$), e.g. get_weather`},
+		{"missing_canary_keys.yml", `testdata/missing_canary_keys.yml: line 11: canary[0].target: is required: the name of a target under targets:, one of: a, b
+line 12: canary[1].scenario: is required: the name of a scenario under scenarios:, one of: chat, code; or mix: several by weight
+line 13: canary[2].rate: is required: the arrival rate in req/s, between 0.0001 and 10000, e.g. 1
+line 14: canary[3].replay.file: is required: the trace file, relative to the configuration file, e.g. traffic.csv
+line 14: canary[3].replay.format: is required: the trace's format, one of: azure, mooncake, jsonl`},
+		{"missing_test_keys.yml", `testdata/missing_test_keys.yml: line 11: tests[0].name: is required: the test's name, its test label value ([a-zA-Z0-9_-]+, not "canary"), e.g. capacity
+line 12: tests[1].kind: is required: the kind of test, one of: step (a capacity search), soak (a fixed rate for hours)
+line 13: tests[2].target: is required: the name of a target under targets:, one of: a, sim
+line 14: tests[3].scenario: is required: the name of a scenario under scenarios:, one of: chat, tenants; or mix: several by weight
+line 15: tests[4].schedule.cron: is required: when the test runs: 5 fields (minute hour day month weekday) or a descriptor, e.g. "0 3 * * *" or "@daily" (leave out schedule to run the test on demand only)
+line 16: tests[5].replay.format: is required: the trace's format, one of: azure, mooncake, jsonl
+line 17: tests[6].verify.hot_tenant.factor: is required: how many times its share the hot tenant sends, above 1 and at most 100, e.g. 10
+line 18: tests[7].rate: is required: the soak's arrival rate in req/s, between 0.0001 and 10000, e.g. 2
+line 18: tests[7].duration: is required: how long the soak runs, at most 7d, e.g. 2h
+line 26: tests[8].faults[0].for: is required: how long the fault lasts, e.g. 5m
+line 27: tests[8].faults[1].http.url: is required: the URL the fault's request is sent to, e.g. http://127.0.0.1:8080/fault
+line 28: tests[8].faults[2].kubernetes.namespace: is required: the namespace of the pods to delete one of, e.g. inference
+line 28: tests[8].faults[2].kubernetes.selector: is required: the label selector of the pods to delete one of, e.g. app=vllm
+line 29: tests[8].faults[3].exec.command: is required: the command to run, an argv list, e.g. ["/usr/local/bin/chaos", "--kill"]`},
+		// A key of another tool's, too far from the known one for a typo,
+		// is told the key it means; the kind it then lacks is left to that
+		// error.
+		{"type_for_kind.yml", `testdata/type_for_kind.yml: line 5: targets[0].base_url: no such key (did you mean "url"?)
+line 5: targets[0].model_name: no such key (did you mean "model"?)
+line 9: canary[0].qps: no such key (did you mean "rate"?)
+line 12: tests[0].type: no such key (did you mean "kind"?)`},
 		{"unknown_key.yml", "testdata/unknown_key.yml: line 5: targets[0].timout: no such key (did you mean \"timeout\"?)"},
 		{"bad_duration.yml", `testdata/bad_duration.yml: line 3: scenarios[0].slo.ttft: not a valid duration string: "fast"`},
 		{"bad_timeout.yml", `testdata/bad_timeout.yml: line 5: targets[0].timeout: not a valid duration string: "five"`},
@@ -419,7 +466,7 @@ func TestValidateReadsNoFile(t *testing.T) {
 	c.Scenario("real-mix").LengthsFrom.Format = "csv"
 	replay.Replay.File = ""
 	require.EqualError(t, c.Validate(), `scenarios[1].lengths_from: format: must be one of azure, mooncake, jsonl, got "csv"
-canary[1].replay: file: must not be empty`)
+canary[1].replay.file: is required: the trace file, relative to the configuration file, e.g. traffic.csv`)
 }
 
 // TestReportKeys: a target's replicas (default 1), metadata and forecast

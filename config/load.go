@@ -85,10 +85,11 @@ func Parse(b []byte, expandEnv bool, dir string) (*Config, error) {
 	}
 	c, err := decode(b, dir)
 	if err != nil {
+		suggestSynonyms(err)
 		return nil, envHint(b, expandEnv, redactErr(withRest(b, dir, err)))
 	}
 	c.hash = hex.EncodeToString(sum[:])
-	if err := c.validate(c.readTraces()); err != nil {
+	if err := c.validate(c.readTraces(), b); err != nil {
 		return nil, envHint(b, expandEnv, redactErr(withLines(b, err)))
 	}
 	return c, nil
@@ -122,7 +123,9 @@ func decode(b []byte, dir string) (*Config, error) {
 // a misspelled target reference is told beside a bad duration, not after
 // it is fixed. An error of a key left out, or of a key above or below one
 // (its value, or the mapping that lost it: "set scenario or mix"), is left
-// to the decoding error.
+// to the decoding error, and so is a required key that a misspelled one
+// was told it means (`type: step` is "did you mean "kind"?", not also
+// "kind: is required").
 func withRest(b []byte, dir string, err error) error {
 	var se *strictyaml.Error
 	if !errors.As(err, &se) || se.Rest == nil {
@@ -132,15 +135,28 @@ func withRest(b []byte, dir string, err error) error {
 	if rerr != nil {
 		return err
 	}
-	joined, ok := c.validate(c.readTraces()).(interface{ Unwrap() []error })
+	joined, ok := c.validate(c.readTraces(), se.Rest).(interface{ Unwrap() []error })
 	if !ok {
 		return err
+	}
+	meant := map[string]bool{} // the keys the misspelled ones likely are
+	for _, l := range se.Lines {
+		if m := didYouMeanKey.FindStringSubmatch(l.Text); m != nil {
+			k := joinKey(parentKey(l.Path), m[1])
+			meant[k] = true
+			if alt, ok := strings.CutSuffix(k, ".mix"); ok {
+				meant[alt+".scenario"] = true // told at scenario, naming mix
+			}
+		}
 	}
 	lines := strictyaml.KeyLines(b)
 	ls := slices.Clone(se.Lines)
 	for _, e := range joined.Unwrap() {
-		key, _, _ := strings.Cut(e.Error(), ": ")
+		key, msg, _ := strings.Cut(e.Error(), ": ")
 		if slices.ContainsFunc(se.Lines, func(l strictyaml.Line) bool { return related(key, l.Path) }) {
+			continue
+		}
+		if meant[key] && strings.HasPrefix(msg, "is required: ") {
 			continue
 		}
 		text := e.Error()
@@ -151,6 +167,142 @@ func withRest(b []byte, dir string, err error) error {
 		ls = append(ls, strictyaml.Line{Line: line, Path: key, Text: text})
 	}
 	return errors.New(strictyaml.Join(ls))
+}
+
+// didYouMeanKey matches a decoding error's suggestion of a known key.
+var didYouMeanKey = regexp.MustCompile(`: no such key \(did you mean "([^"]+)"\?\)$`)
+
+// joinKey is the key path of key under the path parent ("" at the top).
+func joinKey(parent, key string) string {
+	if parent == "" {
+		return key
+	}
+	return parent + "." + key
+}
+
+// synonyms are keys that mean a known key, in other tools' configurations
+// or in plain words, but are too far from it for a typo's did-you-mean
+// (strictyaml.Suggest: an edit distance of at most 2): a test's `type:
+// step` is `kind: step`. An unknown key is told the one of these its
+// mapping has.
+var synonyms = map[string][]string{
+	"type":       {"kind"},
+	"base_url":   {"url"},
+	"endpoint":   {"url"},
+	"model_name": {"model"},
+	"qps":        {"rate"},
+	"rps":        {"rate"},
+	"headers":    {"http_headers"},
+}
+
+// suggestSynonyms adds to each unknown key of a decoding error that has
+// no did-you-mean the known key of its mapping it is a synonym of
+// (synonyms).
+func suggestSynonyms(err error) {
+	var se *strictyaml.Error
+	if !errors.As(err, &se) {
+		return
+	}
+	for i, l := range se.Lines {
+		if !strings.HasSuffix(l.Text, ": no such key") {
+			continue
+		}
+		parent := parentKey(l.Path)
+		name := strings.TrimPrefix(l.Path[len(parent):], ".")
+		known := yamlKeys(typeAt(reflect.TypeFor[Config](), parent))
+		for _, s := range synonyms[name] {
+			if known[s] {
+				se.Lines[i].Text += fmt.Sprintf(" (did you mean %q?)", s)
+				break
+			}
+		}
+	}
+}
+
+// typeAt is the type of the value at the key path of a document of type
+// t ("tests[1]" in a Config is a TestConfig), nil when the path names no
+// value of t. A map's key holding "." or "[" is not found.
+func typeAt(t reflect.Type, path string) reflect.Type {
+	for path != "" {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t == nil {
+			return nil
+		}
+		if rest, ok := strings.CutPrefix(path, "["); ok {
+			i := strings.IndexByte(rest, ']')
+			if i < 0 || (t.Kind() != reflect.Slice && t.Kind() != reflect.Array) {
+				return nil
+			}
+			t, path = t.Elem(), rest[i+1:]
+			continue
+		}
+		path = strings.TrimPrefix(path, ".")
+		i := strings.IndexAny(path, ".[")
+		if i < 0 {
+			i = len(path)
+		}
+		seg := path[:i]
+		path = path[i:]
+		switch t.Kind() {
+		case reflect.Struct:
+			t = yamlFields(t)[seg]
+		case reflect.Map:
+			t = t.Elem()
+		default:
+			return nil
+		}
+	}
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t
+}
+
+// yamlKeys is the set of the keys of struct type t, nil for another
+// type.
+func yamlKeys(t reflect.Type) map[string]bool {
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	keys := map[string]bool{}
+	for k := range yamlFields(t) {
+		keys[k] = true
+	}
+	return keys
+}
+
+// yamlFields maps the keys of struct type t to their types, inlined
+// structs' merged in, as the decoder reads them.
+func yamlFields(t reflect.Type) map[string]reflect.Type {
+	m := map[string]reflect.Type{}
+	var fields func(t reflect.Type)
+	fields = func(t reflect.Type) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if name == "-" || !f.IsExported() && !f.Anonymous {
+				continue
+			}
+			if strings.Contains(","+opts+",", ",inline,") {
+				ft := f.Type
+				if ft.Kind() == reflect.Pointer {
+					ft = ft.Elem()
+				}
+				if ft.Kind() == reflect.Struct {
+					fields(ft)
+				}
+				continue
+			}
+			if name == "" {
+				name = strings.ToLower(f.Name)
+			}
+			m[name] = f.Type
+		}
+	}
+	fields(t)
+	return m
 }
 
 // related reports whether the key paths a and b are one, or one is above

@@ -250,7 +250,9 @@ func (v *validation) validateTenants(key string, t *TenantsConfig) {
 		return
 	}
 	key += ".tenants"
-	if t.Count < 1 || t.Count > MaxTenants {
+	if t.Count == 0 && v.absent(key+".count") {
+		v.required(key+".count", "the number of tenants, 1 to %d, e.g. 50", MaxTenants)
+	} else if t.Count < 1 || t.Count > MaxTenants {
 		v.bad(key+".count", "must be between 1 and %d, got %d", MaxTenants, t.Count)
 	}
 	switch t.Distribution {

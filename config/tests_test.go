@@ -186,6 +186,8 @@ func TestTestsErrors(t *testing.T) {
 		{"bad name", "\n  - {name: my test, kind: step, target: local, scenario: chat}",
 			`tests[0].name: must match [a-zA-Z0-9_-]+, got "my test"`},
 		{"no name", "\n  - {kind: step, target: local, scenario: chat}",
+			`tests[0].name: is required: the test's name, its test label value ([a-zA-Z0-9_-]+, not "canary"), e.g. capacity`},
+		{"empty name", "\n  - {name: '', kind: step, target: local, scenario: chat}",
 			`tests[0].name: must match [a-zA-Z0-9_-]+, got ""`},
 		{"long name", "\n  - {name: " + strings.Repeat("n", 65) + ", kind: step, target: local, scenario: chat}",
 			`tests[0].name: must be at most 64 bytes, got 65 bytes ("nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn"...)`},
@@ -193,12 +195,22 @@ func TestTestsErrors(t *testing.T) {
 			`tests[0].name: must not be "canary": it is the test label of the canary's series, which a test's series would join`},
 		{"duplicate", "\n  - {name: a, kind: step, target: local, scenario: chat}\n  - {name: a, kind: soak, target: local, scenario: chat, rate: 1, duration: 1h}",
 			`tests[1].name: duplicate test name "a"`},
-		{"no kind", "\n  - {name: s, target: local, scenario: chat}", `tests[0].kind: must be step or soak, got ""`},
+		{"no kind", "\n  - {name: s, target: local, scenario: chat}", `tests[0].kind: is required: the kind of test, one of: step (a capacity search), soak (a fixed rate for hours)`},
+		{"null kind", "\n  - {name: s, kind: null, target: local, scenario: chat}", `tests[0].kind: is required: the kind of test, one of: step (a capacity search), soak (a fixed rate for hours)`},
+		{"empty kind", "\n  - {name: s, kind: '', target: local, scenario: chat}", `tests[0].kind: must be step or soak, got ""`},
+		// A misspelled kind is told the key it means, and only that.
+		{"type for kind", "\n  - {name: s, type: step, target: local, scenario: chat}", `tests[0].type: no such key (did you mean "kind"?)`},
+		{"no target", "\n  - {name: s, kind: step, scenario: chat}",
+			"tests[0].target: is required: the name of a target under targets:, one of: local, legacy"},
+		{"empty target", "\n  - {name: s, kind: step, target: '', scenario: chat}", `tests[0].target: unknown target ""`},
 		{"bad kind", "\n  - {name: s, kind: ramp, target: local, scenario: chat}", `tests[0].kind: must be step or soak, got "ramp"`},
 		{"unknown target and scenario", "\n  - {name: s, kind: step, target: nowhere, scenario: nothing}",
 			`tests[0].target: unknown target "nowhere"
 tests[0].scenario: unknown scenario "nothing"`},
-		{"no scenario", "\n  - {name: s, kind: step, target: local}", "tests[0]: set scenario or mix"},
+		{"no scenario", "\n  - {name: s, kind: step, target: local}",
+			"tests[0].scenario: is required: the name of a scenario under scenarios:, one of: chat, short, talk, quit; or mix: several by weight"},
+		{"empty scenario", "\n  - {name: s, kind: step, target: local, scenario: ''}", "tests[0]: set scenario or mix"},
+		{"empty mix", "\n  - {name: s, kind: step, target: local, mix: {}}", "tests[0]: set scenario or mix"},
 		{"scenario and mix", "\n  - " + step + ", mix: {short: 1}}", "tests[0]: set either scenario or mix, not both"},
 		{"bad mix", "\n  - {name: s, kind: step, target: local, mix: {chat: 0, short: .nan, quit: .inf, zz: 1}}",
 			`tests[0].mix.chat: weight must be positive, got 0
@@ -220,7 +232,9 @@ tests[0].mix: unknown scenario "zz"`},
 			`tests[0].schedule.cron: must be 5 fields (minute hour day month weekday) or a descriptor such as @daily, got "0 24 * * *" (end of range (24) above maximum (23): 24)`},
 		{"cron descriptor", "\n  - " + step + ", schedule: {cron: '@nightly'}}",
 			`tests[0].schedule.cron: must be 5 fields (minute hour day month weekday) or a descriptor such as @daily, got "@nightly" (unrecognized descriptor: @nightly)`},
-		{"cron empty", "\n  - " + step + ", schedule: {time_zone: UTC}}",
+		{"cron missing", "\n  - " + step + ", schedule: {time_zone: UTC}}",
+			`tests[0].schedule.cron: is required: when the test runs: 5 fields (minute hour day month weekday) or a descriptor, e.g. "0 3 * * *" or "@daily" (leave out schedule to run the test on demand only)`},
+		{"cron empty", "\n  - " + step + ", schedule: {cron: '', time_zone: UTC}}",
 			"tests[0].schedule.cron: must not be empty (leave out schedule to run the test on demand only)"},
 		{"cron TZ", "\n  - " + step + ", schedule: {cron: 'TZ=Europe/Paris 0 3 * * *'}}",
 			`tests[0].schedule.cron: must not set a time zone (set schedule.time_zone), got "TZ=Europe/Paris 0 3 * * *"`},
@@ -311,16 +325,18 @@ tests[0].duration: applies to kind: soak only
 tests[0].drift: applies to kind: soak only`},
 
 		// Soak tests.
-		{"soak rate", "\n  - {name: s, kind: soak, target: local, scenario: chat, duration: 1h}\n  - {name: t, kind: soak, target: local, scenario: chat, duration: 1h, rate: 1e5}\n  - {name: u, kind: soak, target: local, scenario: chat, duration: 1h, rate: .nan}",
-			`tests[0].rate: must be between 0.0001 and 10000 req/s, got 0
+		{"soak rate", "\n  - {name: s, kind: soak, target: local, scenario: chat, duration: 1h}\n  - {name: t, kind: soak, target: local, scenario: chat, duration: 1h, rate: 1e5}\n  - {name: u, kind: soak, target: local, scenario: chat, duration: 1h, rate: .nan}\n  - {name: v, kind: soak, target: local, scenario: chat, duration: 1h, rate: 0}",
+			`tests[0].rate: is required: the soak's arrival rate in req/s, between 0.0001 and 10000, e.g. 2
 tests[1].rate: must be between 0.0001 and 10000 req/s, got 100000
-tests[2].rate: must be between 0.0001 and 10000 req/s, got NaN`},
+tests[2].rate: must be between 0.0001 and 10000 req/s, got NaN
+tests[3].rate: must be between 0.0001 and 10000 req/s, got 0`},
 		{"soak rate over max_rate", "\n  - {name: s, kind: soak, target: local, scenario: chat, duration: 1h, rate: 5, max_rate: 4}\n  - {name: t, kind: soak, target: local, scenario: chat, duration: 1h, rate: 60}",
 			`tests[0].rate: must be at most max_rate 4, got 5
 tests[1].rate: must be at most global.max_rate 50, got 60`},
-		{"soak duration", "\n  - {name: s, kind: soak, target: local, scenario: chat, rate: 1}\n  - {name: t, kind: soak, target: local, scenario: chat, rate: 1, duration: 8d}",
-			`tests[0].duration: must be positive and at most 7d, got 0s
-tests[1].duration: must be positive and at most 7d, got 8d`},
+		{"soak duration", "\n  - {name: s, kind: soak, target: local, scenario: chat, rate: 1}\n  - {name: t, kind: soak, target: local, scenario: chat, rate: 1, duration: 8d}\n  - {name: u, kind: soak, target: local, scenario: chat, rate: 1, duration: 0s}",
+			`tests[0].duration: is required: how long the soak runs, at most 7d, e.g. 2h
+tests[1].duration: must be positive and at most 7d, got 8d
+tests[2].duration: must be positive and at most 7d, got 0s`},
 		{"soak window", "\n  - " + soak + ", window: 0s}\n  - {name: t, kind: soak, target: local, scenario: chat, rate: 1, duration: 1h, window: 2h}\n  - {name: u, kind: soak, target: local, scenario: chat, rate: 1, duration: 1h, window: {warmup: 55m, steady: 10m, min_requests: -1}}",
 			`tests[0].window.steady: must be positive and at most duration (1h), got 0s
 tests[1].window.steady: must be positive and at most duration (1h), got 2h

@@ -297,7 +297,9 @@ func (v *validation) validateServerMetrics(key string, s *ServerMetricsConfig) {
 		return
 	}
 	key += ".server_metrics"
-	if err := validateURL(s.URL); err != nil {
+	if s.URL == "" && v.absent(key+".url") {
+		v.required(key+".url", "the engine's metrics endpoint, e.g. http://127.0.0.1:8000/metrics")
+	} else if err := validateURL(s.URL); err != nil {
 		v.bad(key+".url", "%v, got %q", err, RedactURL(s.URL))
 	}
 	if d := time.Duration(s.Interval); d < MinServerMetricsInterval || d > time.Hour {

@@ -22,8 +22,10 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/robfig/cron/v3"
 	"go.yaml.in/yaml/v2"
+	yaml3 "go.yaml.in/yaml/v3"
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/sloprober/sloprober/faultaction"
 	"github.com/sloprober/sloprober/faults"
 	"github.com/sloprober/sloprober/internal/strictyaml"
 	"github.com/sloprober/sloprober/workload"
@@ -35,7 +37,40 @@ var labelValue = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 // It reads no file: the checks against a trace (its timestamps, its rate)
 // use the traces Parse read, and are skipped for a trace not read.
 func (c *Config) Validate() error {
-	return c.validate(nil)
+	return c.validate(nil, nil)
+}
+
+// fileKeys is the set of the key paths of src with a value, as
+// strictyaml.KeyLines names them ("targets[0].url"): a key with no value
+// (`model:`, or `model: null`) is left out, as if the file did not have
+// it. It is empty when src does not parse.
+func fileKeys(src []byte) map[string]bool {
+	keys := map[string]bool{}
+	var doc yaml3.Node
+	if yaml3.Unmarshal(src, &doc) != nil || doc.Kind != yaml3.DocumentNode || len(doc.Content) != 1 {
+		return keys
+	}
+	var visit func(n *yaml3.Node, path string)
+	visit = func(n *yaml3.Node, path string) {
+		switch n.Kind {
+		case yaml3.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				p := joinKey(path, n.Content[i].Value)
+				if v := n.Content[i+1]; v.Kind != yaml3.ScalarNode || v.ShortTag() != "!!null" {
+					keys[p] = true
+				}
+				visit(n.Content[i+1], p)
+			}
+		case yaml3.SequenceNode:
+			for i, c := range n.Content {
+				p := fmt.Sprintf("%s[%d]", path, i)
+				keys[p] = true
+				visit(c, p)
+			}
+		}
+	}
+	visit(doc.Content[0], "")
+	return keys
 }
 
 // readsFiles: validate was given the trace errors of Parse, which reads
@@ -43,10 +78,13 @@ func (c *Config) Validate() error {
 func (v *validation) readsFiles() bool { return v.readErrs != nil }
 
 // validate checks the configuration section by section, in the order of
-// the file, and reports each error of readErrs at its key among them. It
-// returns all the errors, joined.
-func (c *Config) validate(readErrs traceErrors) error {
-	v := &validation{readErrs: readErrs, dir: c.dir}
+// the file, and reports each error of readErrs at its key among them.
+// src is the file the configuration was decoded from, nil for a Config
+// not read from a file: a required key the file leaves out is told so
+// ("is required: ..."), one it sets to a bad value is told what is wrong
+// with the value. It returns all the errors, joined.
+func (c *Config) validate(readErrs traceErrors, src []byte) error {
+	v := &validation{readErrs: readErrs, dir: c.dir, src: src}
 	v.validateGlobal(c.Global)
 	v.validateTargets(c.Targets)
 	v.validateScenarios(c.Scenarios)
@@ -63,7 +101,44 @@ type validation struct {
 	readErrs  traceErrors
 	targets   map[string]*TargetConfig
 	scenarios map[string]*ScenarioConfig
-	dir       string // the configuration file's, for a check's files
+	// targetNames and scenarioNames are the valid names defined, in the
+	// order of the file: the choices a missing reference is told.
+	targetNames, scenarioNames []string
+	dir                        string // the configuration file's, for a check's files
+	// src is the file, nil for a Config not read from one; keys its key
+	// paths, found when first asked for (only a zero value asks).
+	src  []byte
+	keys map[string]bool
+}
+
+// absent reports whether the file leaves out key, whose value is its
+// type's zero value: in a Config not read from a file, a zero value is a
+// key left out.
+func (v *validation) absent(key string) bool {
+	if v.src == nil {
+		return true
+	}
+	if v.keys == nil {
+		v.keys = fileKeys(v.src)
+	}
+	return !v.keys[key]
+}
+
+// required adds the error of a required key left out: "key: is required:
+// what", what saying what the key is, with an example or the choices.
+func (v *validation) required(key, what string, args ...any) {
+	v.bad(key, "is required: "+what, args...)
+}
+
+// maxChoices bounds the names a missing reference is told the choices of.
+const maxChoices = 10
+
+// choices writes names as a list, "a, b", at most maxChoices of them.
+func choices(names []string) string {
+	if len(names) > maxChoices {
+		return strings.Join(names[:maxChoices], ", ") + fmt.Sprintf(", ... (%d in all)", len(names))
+	}
+	return strings.Join(names, ", ")
 }
 
 // bad adds the error "key: message", clipped to maxErrorBytes.
@@ -97,10 +172,14 @@ func (v *validation) validateTargets(targets []*TargetConfig) {
 			v.bad(key, "must not be empty")
 			continue
 		}
-		if err := checkName(t.Name); err != nil {
+		if t.Name == "" && v.absent(key+".name") {
+			v.required(key+".name", "the target's name, its target label value ([a-zA-Z0-9_-]+), e.g. vllm")
+		} else if err := checkName(t.Name); err != nil {
 			v.bad(key+".name", "%v", err)
 		} else if _, dup := v.targets[t.Name]; dup {
 			v.bad(key+".name", "duplicate target name %q", t.Name)
+		} else {
+			v.targetNames = append(v.targetNames, t.Name)
 		}
 		v.targets[t.Name] = t
 		v.validateTarget(key, t)
@@ -122,7 +201,9 @@ func (v *validation) validateTarget(key string, t *TargetConfig) {
 	if !slices.Contains(APIs, t.API) {
 		v.bad(key+".api", "must be one of %s, got %q", strings.Join(APIs, ", "), t.API)
 	}
-	if t.Model == "" {
+	if t.Model == "" && v.absent(key+".model") {
+		v.required(key+".model", "the model to ask for, as the server names it (its /v1/models), e.g. meta-llama/Llama-3.1-8B-Instruct")
+	} else if t.Model == "" {
 		v.bad(key+".model", "must not be empty")
 	} else if len(t.Model) > MaxModelNameBytes {
 		v.bad(key+".model", "must be at most %d bytes, got %d bytes (%q...)", MaxModelNameBytes, len(t.Model), t.Model[:32])
@@ -158,10 +239,12 @@ func (v *validation) validateTarget(key string, t *TargetConfig) {
 		}
 	}
 	if f := t.Forecast; f != nil {
-		if !(f.PeakRate > 0) || math.IsInf(f.PeakRate, 0) {
+		if f.PeakRate == 0 && v.absent(key+".forecast.peak_rate") {
+			v.required(key+".forecast.peak_rate", "the forecast peak in req/s, e.g. 120")
+		} else if !(f.PeakRate > 0) || math.IsInf(f.PeakRate, 0) {
 			v.bad(key+".forecast.peak_rate", "must be a positive number of req/s, got %g", f.PeakRate)
 		}
-		if a := f.AverageRate; a != 0 && (!(a > 0) || math.IsInf(a, 0) || a > f.PeakRate) {
+		if a := f.AverageRate; a != 0 && (!(a > 0) || math.IsInf(a, 0) || f.PeakRate > 0 && a > f.PeakRate) {
 			v.bad(key+".forecast.average_rate", "must be a positive number of req/s at most peak_rate (%g), got %g", f.PeakRate, a)
 		}
 		if s := f.Spare(); s < 0 || s > MaxReplicas {
@@ -178,15 +261,40 @@ func (v *validation) validateTarget(key string, t *TargetConfig) {
 	v.validateTiming(key, t.Timing)
 	v.validateServerMetrics(key, t.ServerMetrics)
 	if t.GPU != nil {
-		if err := t.GPU.Validate(); err != nil {
-			// Each line is "gpu.<key>: <what is wrong>".
-			for _, line := range strings.Split(err.Error(), "\n") {
-				k, msg, ok := strings.Cut(line, ": ")
-				if !ok || !strings.HasPrefix(k, "gpu") || strings.ContainsAny(k, " \t") {
-					k, msg = "gpu", line
-				}
-				v.bad(key+"."+k, "%s", msg)
-			}
+		v.validateGPU(key, t)
+	}
+}
+
+// validateGPU checks a target's gpu section (gpu.Config.Validate), and
+// tells a source's url left out as required.
+func (v *validation) validateGPU(key string, t *TargetConfig) {
+	err := t.GPU.Validate()
+	if err == nil {
+		return
+	}
+	var missing string // the key of a source's url left out
+	switch g := t.GPU; {
+	case g.Prometheus != nil && g.Exporter == nil && g.Prometheus.URL == "":
+		missing = "gpu.prometheus.url"
+	case g.Exporter != nil && g.Prometheus == nil && g.Exporter.URL == "":
+		missing = "gpu.exporter.url"
+	}
+	if missing != "" && !v.absent(key+"."+missing) {
+		missing = ""
+	}
+	// Each line is "gpu.<key>: <what is wrong>".
+	for _, line := range strings.Split(err.Error(), "\n") {
+		k, msg, ok := strings.Cut(line, ": ")
+		if !ok || !strings.HasPrefix(k, "gpu") || strings.ContainsAny(k, " \t") {
+			k, msg = "gpu", line
+		}
+		switch {
+		case k == missing && k == "gpu.prometheus.url":
+			v.required(key+"."+k, "the Prometheus server's base URL, e.g. http://127.0.0.1:9090")
+		case k == missing:
+			v.required(key+"."+k, "the DCGM exporter's metrics URL, e.g. http://127.0.0.1:9400/metrics")
+		default:
+			v.bad(key+"."+k, "%s", msg)
 		}
 	}
 }
@@ -199,10 +307,14 @@ func (v *validation) validateScenarios(scenarios []*ScenarioConfig) {
 			v.bad(key, "must not be empty")
 			continue
 		}
-		if err := checkName(s.Name); err != nil {
+		if s.Name == "" && v.absent(key+".name") {
+			v.required(key+".name", "the scenario's name, its scenario label value ([a-zA-Z0-9_-]+), e.g. chat")
+		} else if err := checkName(s.Name); err != nil {
 			v.bad(key+".name", "%v", err)
 		} else if _, dup := v.scenarios[s.Name]; dup {
 			v.bad(key+".name", "duplicate scenario name %q", s.Name)
+		} else {
+			v.scenarioNames = append(v.scenarioNames, s.Name)
 		}
 		v.scenarios[s.Name] = s
 		v.validateScenario(key, s)
@@ -218,24 +330,28 @@ func (v *validation) validateScenario(key string, s *ScenarioConfig) {
 		v.bad(key+".output_tokens", "%v", err)
 	}
 	if s.LengthsFrom != nil {
-		if err := v.traceErr(s.LengthsFrom); err != nil {
-			v.bad(key+".lengths_from", "%v", err)
-		}
+		v.validateTraceFile(key+".lengths_from", s.LengthsFrom)
 	}
 	if p := s.Prefix; p != nil {
-		if p.Tokens < 1 || p.Tokens > workload.MaxTokens {
+		if p.Tokens == 0 && v.absent(key+".prefix.tokens") {
+			v.required(key+".prefix.tokens", "the length of each shared prompt in tokens, e.g. 1000")
+		} else if p.Tokens < 1 || p.Tokens > workload.MaxTokens {
 			v.bad(key+".prefix.tokens", "must be between 1 and %d tokens, got %d", workload.MaxTokens, p.Tokens)
 		}
 		if !(p.Share >= 0 && p.Share <= 1) {
 			v.bad(key+".prefix.share", "must be between 0 and 1, got %g", p.Share)
 		}
-		if p.Groups < 1 {
+		if p.Groups == 0 && v.absent(key+".prefix.groups") {
+			v.required(key+".prefix.groups", "the number of different shared prompts, e.g. 4")
+		} else if p.Groups < 1 {
 			v.bad(key+".prefix.groups", "must be at least 1, got %d", p.Groups)
 		}
 	}
 	v.validateTenants(key, s.Tenants)
 	if cv := s.Conversation; cv != nil {
-		if cv.Turns < 1 || cv.Turns > MaxTurns {
+		if cv.Turns == 0 && v.absent(key+".conversation.turns") {
+			v.required(key+".conversation.turns", "the turns of each conversation, 1 to %d, e.g. 3", MaxTurns)
+		} else if cv.Turns < 1 || cv.Turns > MaxTurns {
 			v.bad(key+".conversation.turns", "must be between 1 and %d, got %d", MaxTurns, cv.Turns)
 		}
 	}
@@ -243,7 +359,9 @@ func (v *validation) validateScenario(key string, s *ScenarioConfig) {
 		if !(cn.Share >= 0 && cn.Share <= 1) {
 			v.bad(key+".cancel.share", "must be between 0 and 1, got %g", cn.Share)
 		}
-		if cn.After <= 0 {
+		if cn.After == 0 && v.absent(key+".cancel.after") {
+			v.required(key+".cancel.after", "how long after sending the client cancels, e.g. 500ms")
+		} else if cn.After <= 0 {
 			v.bad(key+".cancel.after", "must be positive, got %s", cn.After)
 		}
 	}
@@ -305,12 +423,26 @@ func (v *validation) validateLoad(key string, l *LoadConfig) *TargetConfig {
 // canary load or a test. It returns the target, nil if unknown.
 func (v *validation) validateTargetScenarios(key, target, scenario string, mix map[string]float64) *TargetConfig {
 	t, ok := v.targets[target]
-	if !ok {
+	switch {
+	case target == "" && v.absent(key+".target"):
+		t = nil
+		if len(v.targetNames) == 0 {
+			v.required(key+".target", "the name of a target under targets: (the file defines none)")
+		} else {
+			v.required(key+".target", "the name of a target under targets:, one of: %s", choices(v.targetNames))
+		}
+	case !ok:
 		v.bad(key+".target", "unknown target %q%s", target, didYouMean(target, v.targets))
 	}
 	switch {
 	case scenario != "" && len(mix) > 0:
 		v.bad(key, "set either scenario or mix, not both")
+	case scenario == "" && len(mix) == 0 && v.absent(key+".scenario") && v.absent(key+".mix"):
+		if len(v.scenarioNames) == 0 {
+			v.required(key+".scenario", "the name of a scenario under scenarios: (the file defines none), or mix: several by weight")
+		} else {
+			v.required(key+".scenario", "the name of a scenario under scenarios:, one of: %s; or mix: several by weight", choices(v.scenarioNames))
+		}
 	case scenario == "" && len(mix) == 0:
 		v.bad(key, "set scenario or mix")
 	case scenario != "":
@@ -351,8 +483,7 @@ func (v *validation) validateReplay(key string, l *LoadConfig) {
 	if !speedOK {
 		v.bad(key+".replay.speed", "must be a finite number of at least %g, got %g", MinReplaySpeed, r.Speed)
 	}
-	if err := v.traceErr(&r.TraceFile); err != nil {
-		v.bad(key+".replay", "%v", err)
+	if !v.validateTraceFile(key+".replay", &r.TraceFile) {
 		return
 	}
 	tr := r.Trace
@@ -372,7 +503,9 @@ func (v *validation) validateReplay(key string, l *LoadConfig) {
 
 // validateArrivals checks an open-loop load's rate and arrival process.
 func (v *validation) validateArrivals(key string, l *LoadConfig) {
-	if !(l.Rate >= MinLoadRate && l.Rate <= MaxLoadRate) {
+	if l.Rate == 0 && v.absent(key+".rate") {
+		v.required(key+".rate", "the arrival rate in req/s, between %g and %d, e.g. 1", MinLoadRate, MaxLoadRate)
+	} else if !(l.Rate >= MinLoadRate && l.Rate <= MaxLoadRate) {
 		v.bad(key+".rate", "must be between %g and %d req/s, got %g", MinLoadRate, MaxLoadRate, l.Rate)
 	}
 	if !slices.Contains(arrivalProcesses, l.Process()) {
@@ -421,6 +554,29 @@ func (v *validation) validateScenarioOnTarget(key, name string, s *ScenarioConfi
 	if s.Cancel != nil && s.Cancel.After >= t.Timeout {
 		v.bad(key, "scenario %q cancels after %s, which must be less than target %q's timeout %s", name, s.Cancel.After, t.Name, t.Timeout)
 	}
+}
+
+// validateTraceFile checks the trace file at key: a file or a format left
+// out is required, a bad format or an error of reading the file is told
+// at key. It reports whether the file was neither left out nor bad.
+func (v *validation) validateTraceFile(key string, tf *TraceFile) bool {
+	ok := true
+	if tf.File == "" && v.absent(key+".file") {
+		v.required(key+".file", "the trace file, relative to the configuration file, e.g. traffic.csv")
+		ok = false
+	}
+	if tf.Format == "" && v.absent(key+".format") {
+		v.required(key+".format", "the trace's format, one of: %s", strings.Join(workload.Formats, ", "))
+		ok = false
+	}
+	if !ok {
+		return false
+	}
+	if err := v.traceErr(tf); err != nil {
+		v.bad(key, "%v", err)
+		return false
+	}
+	return true
 }
 
 // check checks a trace file's name and format, before it is read.
@@ -624,7 +780,9 @@ func (v *validation) validateTests(c *Config) {
 			v.bad(key, "must not be empty")
 			continue
 		}
-		if err := checkName(t.Name); err != nil {
+		if t.Name == "" && v.absent(key+".name") {
+			v.required(key+".name", "the test's name, its test label value ([a-zA-Z0-9_-]+, not %q), e.g. capacity", CanaryTest)
+		} else if err := checkName(t.Name); err != nil {
 			v.bad(key+".name", "%v", err)
 		} else if t.Name == CanaryTest {
 			v.bad(key+".name", "must not be %q: it is the test label of the canary's series, which a test's series would join", CanaryTest)
@@ -632,7 +790,9 @@ func (v *validation) validateTests(c *Config) {
 			v.bad(key+".name", "duplicate test name %q", t.Name)
 		}
 		names[t.Name] = true
-		if t.Kind != TestStep && t.Kind != TestSoak {
+		if t.Kind == "" && v.absent(key+".kind") {
+			v.required(key+".kind", "the kind of test, one of: %s (a capacity search), %s (a fixed rate for hours)", TestStep, TestSoak)
+		} else if t.Kind != TestStep && t.Kind != TestSoak {
 			v.bad(key+".kind", "must be step or soak, got %q", t.Kind)
 		}
 		if tg := v.validateTargetScenarios(key, t.Target, t.Scenario, t.Mix); tg != nil {
@@ -674,6 +834,8 @@ func (v *validation) validateSchedule(key string, s *ScheduleConfig) {
 		loc = time.UTC
 	}
 	switch {
+	case s.Cron == "" && v.absent(key+".cron"):
+		v.required(key+".cron", `when the test runs: 5 fields (minute hour day month weekday) or a descriptor, e.g. "0 3 * * *" or "@daily" (leave out schedule to run the test on demand only)`)
 	case s.Cron == "":
 		v.bad(key+".cron", "must not be empty (leave out schedule to run the test on demand only)")
 	case slices.ContainsFunc(cronTZ, func(p string) bool { return strings.HasPrefix(strings.TrimSpace(s.Cron), p) }):
@@ -788,7 +950,9 @@ const MaxHotTenantFactor = 100
 // validateHotTenant checks a step test's hot tenant: a factor above 1,
 // a window that is not negative, and scenarios that have tenants.
 func (v *validation) validateHotTenant(key string, t *TestConfig, h *HotTenantConfig) {
-	if !(h.Factor > 1 && h.Factor <= MaxHotTenantFactor) {
+	if h.Factor == 0 && v.absent(key+".factor") {
+		v.required(key+".factor", "how many times its share the hot tenant sends, above 1 and at most %d, e.g. 10", MaxHotTenantFactor)
+	} else if !(h.Factor > 1 && h.Factor <= MaxHotTenantFactor) {
 		v.bad(key+".factor", "must be above 1 and at most %d (times the tenant's share), got %g", MaxHotTenantFactor, h.Factor)
 	}
 	if h.For < 0 || time.Duration(h.For) > MaxLevelSteady {
@@ -828,7 +992,9 @@ func (v *validation) validateStepWindow(key string, w WindowConfig) {
 // validateSoak checks the keys of a soak test, and that it sets no key of
 // a step test.
 func (v *validation) validateSoak(key string, t *TestConfig, g GlobalConfig) {
-	if !(t.Rate >= MinLoadRate && t.Rate <= MaxLoadRate) {
+	if t.Rate == 0 && v.absent(key+".rate") {
+		v.required(key+".rate", "the soak's arrival rate in req/s, between %g and %d, e.g. 2", MinLoadRate, MaxLoadRate)
+	} else if !(t.Rate >= MinLoadRate && t.Rate <= MaxLoadRate) {
 		v.bad(key+".rate", "must be between %g and %d req/s, got %g", MinLoadRate, MaxLoadRate, t.Rate)
 	} else if t.MaxRate > 0 && t.Rate > t.MaxRate {
 		v.bad(key+".rate", "must be at most max_rate %g, got %g", t.MaxRate, t.Rate)
@@ -837,7 +1003,10 @@ func (v *validation) validateSoak(key string, t *TestConfig, g GlobalConfig) {
 	}
 	d := t.Duration
 	durationOK := d > 0 && time.Duration(d) <= MaxSoakDuration
-	if !durationOK {
+	switch {
+	case d == 0 && v.absent(key+".duration"):
+		v.required(key+".duration", "how long the soak runs, at most 7d, e.g. 2h")
+	case !durationOK:
 		v.bad(key+".duration", "must be positive and at most 7d, got %s", d)
 	}
 	w := t.Window
@@ -878,8 +1047,7 @@ func (v *validation) validateTestReplay(key string, t *TestConfig) {
 	} else if s := v.scenarios[t.Scenario]; s != nil && s.Conversation != nil {
 		v.bad(key, "scenario %q has conversations, which a replay does not make", t.Scenario)
 	}
-	if err := v.traceErr(&t.Replay.TraceFile); err != nil {
-		v.bad(key, "%v", err)
+	if !v.validateTraceFile(key, &t.Replay.TraceFile) {
 		return
 	}
 	tr := t.Replay.Trace
@@ -916,7 +1084,9 @@ func (v *validation) validateFaultPlan(key string, t *TestConfig, durationOK boo
 		case i > 0 && f.At < end:
 			v.bad(k+".at", "must be at or after the end of the step before (%s), got %s", end, f.At)
 		}
-		if f.For <= 0 {
+		if f.For == 0 && v.absent(k+".for") {
+			v.required(k+".for", "how long the fault lasts, e.g. 5m")
+		} else if f.For <= 0 {
 			v.bad(k+".for", "must be positive, got %s", f.For)
 		} else if durationOK && f.At >= 0 && f.At+f.For > t.Duration {
 			v.bad(k, "ends at %s, after the soak's duration %s", f.At+f.For, t.Duration)
@@ -928,8 +1098,10 @@ func (v *validation) validateFaultPlan(key string, t *TestConfig, durationOK boo
 			v.bad(k, "must set either simulator faults (set) or one fault action (http, kubernetes, exec), not both")
 			continue
 		case action:
-			if err := f.Action.Validate(); err != nil {
-				v.bad(k, "%v", err)
+			if !v.actionRequired(k, &f.Action) {
+				if err := f.Action.Validate(); err != nil {
+					v.bad(k, "%v", err)
+				}
 			}
 			continue
 		case f.Set == nil:
@@ -950,6 +1122,31 @@ func (v *validation) validateFaultPlan(key string, t *TestConfig, durationOK boo
 			v.bad(k+".set", "%v", err)
 		}
 	}
+}
+
+// actionRequired tells each required key a fault action at key leaves out
+// (faultaction.Action.Validate tells the first error only, in its own
+// words), and reports whether there was one.
+func (v *validation) actionRequired(key string, a *faultaction.Action) bool {
+	n := len(v.errs)
+	switch {
+	case a.HTTP != nil && a.Kubernetes == nil && a.Exec == nil:
+		if a.HTTP.URL == "" && v.absent(key+".http.url") {
+			v.required(key+".http.url", "the URL the fault's request is sent to, e.g. http://127.0.0.1:8080/fault")
+		}
+	case a.Kubernetes != nil && a.HTTP == nil && a.Exec == nil:
+		if a.Kubernetes.Namespace == "" && v.absent(key+".kubernetes.namespace") {
+			v.required(key+".kubernetes.namespace", "the namespace of the pods to delete one of, e.g. inference")
+		}
+		if a.Kubernetes.Selector == "" && v.absent(key+".kubernetes.selector") {
+			v.required(key+".kubernetes.selector", "the label selector of the pods to delete one of, e.g. app=vllm")
+		}
+	case a.Exec != nil && a.HTTP == nil && a.Kubernetes == nil:
+		if a.Exec.Command == nil && v.absent(key+".exec.command") {
+			v.required(key+".exec.command", `the command to run, an argv list, e.g. ["/usr/local/bin/chaos", "--kill"]`)
+		}
+	}
+	return len(v.errs) > n
 }
 
 // validateStop checks a test's stop rules.
