@@ -305,7 +305,7 @@ func judgeEffect(l *Level, v *validity.Config, effect func()) {
 	default:
 		why = fmt.Sprintf("the sends came in bunches (dispersion %.2f against the schedule's %.2f)", p.SendDispersion, p.ScheduleDispersion)
 	}
-	l.Note = addNote(l.Note, fmt.Sprintf("%s: prober-bound (%s, %s): %s", notUsed, strings.Join(over, ", "), late, why))
+	l.Note = addNote(l.Note, fmt.Sprintf("%s: prober-bound (%s): %s", notUsed, boundBy(p, over, late), why))
 }
 
 // idleClients reports whether a closed-loop level's clients waited on the

@@ -193,7 +193,7 @@ func TestTimeLeftBisection(t *testing.T) {
 	require.InDelta(t, math.Log2(1.6/0.168)+0.5, n, 1e-9)
 	top, between := s.bracketTop(&s.run.Verify[1], nil)
 	require.Equal(t, 5.6, top)
-	require.Equal(t, "the closed loop's peak 5.6 req/s (before its knee)", between)
+	require.Equal(t, "the closed loop's peak 5.6 req/s (its sweep reached no knee)", between)
 	s.run.Verify[1] = level(4.98, DecisionMissed, 0.72)
 	// Nothing verified: the typical count stands.
 	s.run.Verify[0].Decision = DecisionInconclusive

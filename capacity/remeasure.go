@@ -69,11 +69,44 @@ func judgeProber(l *Level, v *validity.Config, use string) {
 	if len(p.Invalid) > 0 {
 		p.Diagnosis = diagnose(p, p.Invalid, v)
 		if use == notUsed {
-			l.Note = addNote(l.Note, notUsed+": prober-bound ("+strings.Join(p.Invalid, ", ")+"), measured while the prober was the limit")
+			l.Note = addNote(l.Note, notUsed+": prober-bound ("+boundBy(p, p.Invalid, "")+")")
 			return
 		}
 		l.Note = addNote(l.Note, "prober-bound ("+strings.Join(p.Invalid, ", ")+"): measured while the prober was the limit, "+use)
 	}
+}
+
+// boundBy says what held the prober over a window, measured, for a note:
+// each threshold it was over by its measure, then how late it read (late,
+// if any), then the diagnosis's cause: "send lag P99 49 ms, reads up to 12
+// ms late, busy host", not the thresholds' keys ("send_lag").
+func boundBy(p *ProberHealth, over []string, late string) string {
+	var parts []string
+	for _, r := range over {
+		switch r {
+		case validity.ReasonSendLag:
+			if late == "" { // late says it, as measured
+				parts = append(parts, fmt.Sprintf("send lag P99 %.0f ms", 1e3*p.LagP99))
+			}
+		case validity.ReasonSchedulerLatency:
+			if late == "" {
+				parts = append(parts, fmt.Sprintf("scheduler latency P99 %.0f ms", 1e3*p.SchedulerP99))
+			}
+		case validity.ReasonCPU:
+			parts = append(parts, fmt.Sprintf("CPU %.0f%% of %d cores", 100*p.CPUShare, p.GOMAXPROCS))
+		case validity.ReasonGCPause:
+			parts = append(parts, fmt.Sprintf("GC pause P99 %.0f ms", 1e3*p.GCPauseP99))
+		default:
+			parts = append(parts, strings.ReplaceAll(r, "_", " ")) // pool_wait: a target's, not the prober's
+		}
+	}
+	if late != "" {
+		parts = append(parts, late)
+	}
+	if cause := strings.TrimSuffix(proberCause(p.Diagnosis), ": "); cause != "" {
+		parts = append(parts, cause)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // notUsed leads the note of a level the prober limited, which the

@@ -273,6 +273,21 @@ type Knee struct {
 	Reason  string `json:"reason"`
 }
 
+// NoKnee is how every output (the terminal's summary, the report, a
+// comparison) states a sweep whose goodput still grew at its last level:
+// it found no knee, which is not that it found one at that level.
+const NoKnee = "none within the levels run"
+
+// Text states the knee as every output does, after "knee: ": "8 clients:
+// goodput +2% for +100% clients", or "none within the levels run: goodput
+// still grew at 4 clients, the highest level".
+func (k *Knee) Text() string {
+	if !k.Reached {
+		return NoKnee + ": " + k.Reason
+	}
+	return clients(k.Concurrency) + ": " + k.Reason
+}
+
 // Capacity is the step test's conclusion.
 type Capacity struct {
 	// Concurrency is the highest closed-loop level at which every

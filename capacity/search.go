@@ -418,7 +418,7 @@ func (s *Step) bracketTop(lo, hi *Level) (float64, string) {
 		// often lies just under its peak (32 slots of 0.156 s: 196
 		// req/s closed loop at 32 clients, still growing; 193 open
 		// loop): the search bisects up to the peak first.
-		return peak, fmt.Sprintf("the closed loop's peak %.3g req/s (before its knee)", peak)
+		return peak, fmt.Sprintf("the closed loop's peak %.3g req/s (its sweep reached no knee)", peak)
 	}
 	return ceiling, fmt.Sprintf("%.3g req/s (twice the closed loop's peak, which did not reach its knee)", ceiling)
 }
@@ -587,8 +587,20 @@ func nearer(a, b *Level) bool {
 	return a.Counted > b.Counted
 }
 
-// fractionWhy is what a configured verification rate is for.
-func fractionWhy(f float64) string { return fmt.Sprintf("%gx the closed-loop rate", f) }
+// fractionWhy is what a configured verification rate is for: what it
+// aimed at, since the rate it offered is a Poisson window's (aimed at
+// 6.79 req/s, 0.6x of 11.3, a 6 s window offered 7.83).
+func fractionWhy(f float64) string { return fmt.Sprintf("aimed at %gx the closed loop's rate", f) }
+
+// WhyText is a level's Why as a report states it: a run stored before
+// fractionWhy said "aimed at" wrote "0.6x the closed-loop rate", which
+// reads as a property of the rate the level offered.
+func WhyText(why string) string {
+	if strings.HasSuffix(why, "x the closed-loop rate") && !strings.HasPrefix(why, "aimed at ") {
+		return "aimed at " + strings.TrimSuffix(why, "the closed-loop rate") + "the closed loop's rate"
+	}
+	return why
+}
 
 // verifies reports whether an open-loop level verifies its rate: it ran,
 // the prober measured it validly, no arrival was dropped, and it met the
@@ -633,7 +645,7 @@ func impliedBy(ladder []*Level, lo *Level) {
 			break
 		}
 		if l != lo && l.Decided() == DecisionInconclusive && shortOfRequests(l) && !l.ProberBound() && l.Note == "" {
-			l.Note = fmt.Sprintf("too few requests to decide; implied by %.3g req/s, which met", lo.OfferedRate)
+			l.Note = impliedNote(fmt.Sprintf("%.3g req/s", lo.OfferedRate))
 		}
 	}
 }

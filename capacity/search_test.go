@@ -565,7 +565,7 @@ func TestSearchShortRates(t *testing.T) {
 				v, ok := run.Capacity.Verified()
 				require.True(t, ok)
 				require.InDelta(t, *tc.verified, v, 1e-9)
-				require.Equal(t, "too few requests to decide; implied by 8 req/s, which met", run.Verify[0].Note, "the 5 req/s level says why it stands undecided")
+				require.Equal(t, "implied by 8 req/s, which met: too few requests to decide alone", run.Verify[0].Note, "the 5 req/s level says why it stands undecided")
 			}
 		})
 	}

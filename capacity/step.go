@@ -43,11 +43,16 @@ func (p Progress) RemainingText() string {
 	return left
 }
 
-// LoadName names the level's load: "6.25 req/s" open loop, "4 clients"
+// LoadName names the level's load: "6.25 req/s intended" open loop, "4 clients"
 // closed loop.
+//
+// An open-loop level under way is named by the rate it is run at, said to
+// be intended: every result names a level by the rate its window offered
+// (a Poisson window aimed at 6.79 req/s may offer 7.83), known only at
+// its end.
 func (p Progress) LoadName() string {
 	if p.Rate > 0 {
-		return fmt.Sprintf("%.3g req/s", p.Rate)
+		return fmt.Sprintf("%.3g req/s intended", p.Rate)
 	}
 	return clients(p.Concurrency)
 }

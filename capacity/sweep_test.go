@@ -3,6 +3,7 @@ package capacity
 import (
 	"context"
 	"fmt"
+	"github.com/sloprober/sloprober/validity"
 	"strings"
 	"testing"
 	"time"
@@ -399,4 +400,39 @@ func TestRefinePastIdleClients(t *testing.T) {
 	require.Len(t, s.run.Sweep, 3, "2 clients not measured again")
 	good, bad := s.bounds()
 	require.Equal(t, []int{1, 4}, []int{good, bad})
+}
+
+// TestNotesRead: a level's notes are a clause a fact, the decision first:
+// an implied level says what implies it and why once (not "too few
+// requests to decide; implied by ...; (few: under window.min_requests)"),
+// as do runs stored before the note was one clause; a prober-bound level
+// says what held the prober as measured, not the thresholds' keys.
+func TestNotesRead(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		level Level
+		want  []string
+	}{
+		{"implied sweep level", Level{Concurrency: 2, ImpliedBy: 16, Insufficient: true},
+			[]string{"implied by 16 clients, which met: too few requests to decide alone"}},
+		{"implied verify level", Level{OfferedRate: 7.83, Insufficient: true, Note: impliedNote("8.92 req/s")},
+			[]string{"implied by 8.92 req/s, which met: too few requests to decide alone"}},
+		{"implied verify level, stored in two clauses", Level{OfferedRate: 7.83, Insufficient: true, Note: "too few requests to decide; implied by 8.92 req/s, which met"},
+			[]string{"implied by 8.92 req/s, which met: too few requests to decide alone"}},
+		{"short, not implied", Level{Concurrency: 1, Insufficient: true},
+			[]string{"few requests: under window.min_requests"}},
+		{"not used first", Level{Concurrency: 4, Insufficient: true, Note: "not used: prober-bound (send lag P99 49 ms, reads up to 12 ms late, busy host): the sends came in bunches",
+			Remeasured: []string{"prober-bound: a", "prober-bound: b"}},
+			[]string{"not used: prober-bound (send lag P99 49 ms, reads up to 12 ms late, busy host): the sends came in bunches", "measured 3 times (prober-bound)", "few requests: under window.min_requests"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, tc.level.Notes(false))
+		})
+	}
+
+	p := &ProberHealth{Sends: 400, LagP99: 0.049, SchedulerP99: 0.021, CPUShare: 0.12, GOMAXPROCS: 2, GCPauseP99: 0.031, ReadDelayMax: 0.012,
+		Diagnosis: diagnosisBusyHost + ": sloprober used 12% of its 2 CPUs while it was late to run"}
+	require.Equal(t, "send lag P99 49 ms, scheduler latency P99 21 ms, busy host", boundBy(p, []string{validity.ReasonSendLag, validity.ReasonSchedulerLatency}, ""))
+	require.Equal(t, "send lag P99 49 ms, reads up to 12 ms late, busy host", boundBy(p, []string{validity.ReasonSendLag}, lateness(&ProberHealth{Sends: 400, LagP99: 0.049, ReadDelayMax: 0.012})))
+	require.Equal(t, "CPU 12% of 2 cores, GC pause P99 31 ms, busy host", boundBy(p, []string{validity.ReasonCPU, validity.ReasonGCPause}, ""))
 }

@@ -193,7 +193,7 @@ func summary(r *Run) []string {
 		lines = append(lines, fmt.Sprintf("drift: %s; %s; prober memory %s", d.Growth(), d.Attainment(), human.SignedPercent(d.MemoryGrowth)))
 	}
 	if k := r.Knee; k != nil {
-		lines = append(lines, fmt.Sprintf("knee: %s: %s", clients(k.Concurrency), k.Reason))
+		lines = append(lines, "knee: "+k.Text())
 	}
 	for _, c := range r.Canary {
 		lines = append(lines, fmt.Sprintf("canary %s during the test: %.2f%% of %d requests good (objective %.2f%%); %.2f%% of its 30-day error budget",
@@ -415,8 +415,25 @@ func (l *Level) Notes(queue bool) []string {
 			}
 		}
 	}
-	if l.ImpliedBy > 0 {
-		notes = append(notes, fmt.Sprintf("too few requests to decide; implied by %s, which met", clients(l.ImpliedBy)))
+	implied := l.ImpliedBy > 0
+	if implied {
+		notes = append(notes, impliedNote(clients(l.ImpliedBy)))
+	}
+	// A run stored before the implied note was one clause wrote it as
+	// two ("too few requests to decide; implied by 8 req/s, which met").
+	if i := slices.Index(rest, tooFew); i >= 0 && i+1 < len(rest) && strings.HasPrefix(rest[i+1], "implied by ") {
+		rest = slices.Delete(rest, i, i+1)
+	}
+	for i, clause := range rest {
+		if strings.HasPrefix(clause, "implied by ") {
+			if !strings.Contains(clause, tooFew) {
+				clause += ": " + tooFew + " alone"
+			}
+			notes = append(notes, clause)
+			rest = slices.Delete(rest, i, i+1)
+			implied = true
+			break
+		}
 	}
 	switch {
 	case l.Batches > 0 && l.ToDecide != nil && l.ToDecide.Early:
@@ -438,8 +455,9 @@ func (l *Level) Notes(queue bool) []string {
 	if f := failedText(l); f != "" {
 		notes = append(notes, f)
 	}
-	if l.Insufficient {
-		notes = append(notes, "(few: under window.min_requests)")
+	if l.Insufficient && !implied {
+		// Where a higher level implies it, its note says it was short.
+		notes = append(notes, "few requests: under window.min_requests")
 	}
 	notes = append(notes, rest...)
 	if d := droppedText(l); d != "" {
@@ -573,6 +591,16 @@ func droppedText(l *Level) string {
 }
 
 // addNote appends s to a level's note.
+// tooFew is why a level below a met one is implied by it, not decided.
+const tooFew = "too few requests to decide"
+
+// impliedNote is the note of a level too short of requests to decide,
+// which a higher met level decides: the decision first, "implied by 8
+// req/s, which met: too few requests to decide alone".
+func impliedNote(by string) string {
+	return "implied by " + by + ", which met: " + tooFew + " alone"
+}
+
 func addNote(note, s string) string {
 	if note == "" {
 		return s

@@ -134,7 +134,7 @@ func Compare(a, b *Report) *Comparison {
 			v *string
 		}{{a, &c.Rows[i].A}, {b, &c.Rows[i].B}} {
 			if k := side.r.Knee; k != nil && !k.Reached {
-				*side.v = fmt.Sprintf("none up to %d", k.Concurrency)
+				*side.v = fmt.Sprintf("%s (up to %d)", capacity.NoKnee, k.Concurrency)
 			}
 		}
 		if c.Rows[i].Noise == "" {
@@ -159,6 +159,25 @@ func Compare(a, b *Report) *Comparison {
 			return quantileNoise(lat.get(la), lat.get(lb), 0.99, la.Interval, lb.Interval, 1e3, "ms")
 		}, func(l *Level) float64 { return lat.get(l).P99 }))
 	}
+	// The burst: what may decide a verdict that the numbers above do not.
+	num("burst attainment, %", func(r *Report) (float64, bool) {
+		if r.Risk.Burst == nil {
+			return 0, false
+		}
+		return 100 * r.Risk.Burst.Attainment, true
+	}, "%.1f", true, func(a, b *Report) string {
+		la, lb := burstLevel(a), burstLevel(b)
+		if la == nil || lb == nil {
+			return cannot("only one run has a burst")
+		}
+		return attainmentNoise(la, lb)
+	})
+	num("burst drain, s", func(r *Report) (float64, bool) {
+		if b := r.Risk.Burst; b != nil && b.Timeline != nil {
+			return b.DrainSeconds, true
+		}
+		return 0, false
+	}, "%.1f", false, drainNoise)
 	// The cost of a good request is the price over the goodput: told
 	// apart as the goodput is.
 	num("cost per 1,000 good requests", func(r *Report) (float64, bool) {
@@ -336,6 +355,16 @@ func canaryText(r *Report) string {
 }
 
 // verifiedLevel is the verification level at the verified rate, or nil.
+// burstLevel is a run's burst level, nil for none.
+func burstLevel(r *Report) *Level {
+	for i := range r.Levels {
+		if r.Levels[i].Stage == "burst" {
+			return &r.Levels[i]
+		}
+	}
+	return nil
+}
+
 func verifiedLevel(r *Report) *Level {
 	if r.Capacity == nil || r.Capacity.VerifiedRate == 0 {
 		return nil
@@ -445,13 +474,36 @@ func soakSeconds(r *Report) float64 {
 
 // toldText is the comparison's top line: whether the runs are told apart
 // at all, and on which numbers.
+//
+// Verdicts that differ are said first, with why: two runs whose numbers
+// are all within noise may still differ in what decided a verdict (a
+// burst that drained in 34.1 s against 30 allowed, where the other's took
+// 11.9). Where fewer numbers could be judged than not, the line says how
+// few it rests on.
 func toldText(c *Comparison) string {
 	var b strings.Builder
+	if c.A.Verdict != c.B.Verdict {
+		fmt.Fprintf(&b, "**The verdicts differ**: A %s, B %s", strings.ToUpper(c.A.Verdict), strings.ToUpper(c.B.Verdict))
+		for _, r := range []struct {
+			side string
+			r    *Report
+		}{{"A", c.A}, {"B", c.B}} {
+			if r.r.Verdict != capacity.VerdictPass && r.r.Reason != "" {
+				fmt.Fprintf(&b, "; %s: %s", r.side, mdText(r.r.Reason))
+			}
+		}
+		b.WriteString(". ")
+	}
+	judged := c.Compared - len(c.CannotTell)
 	switch n := len(c.ToldApart); {
 	case c.Compared == 0:
 		b.WriteString("**Nothing to tell apart**: the runs have no number in common.")
+	case judged == 0:
+		fmt.Fprintf(&b, "**Cannot tell**: no number compared (%d) holds enough to judge.", c.Compared)
+	case n == 0 && judged < len(c.CannotTell):
+		fmt.Fprintf(&b, "**Not told apart** on the %d numbers that could be judged, of %d compared.", judged, c.Compared)
 	case n == 0:
-		fmt.Fprintf(&b, "**Not told apart**: every number compared (%d) is within the runs' noise.", c.Compared-len(c.CannotTell))
+		fmt.Fprintf(&b, "**Not told apart**: every number compared (%d) is within the runs' noise.", judged)
 	default:
 		fmt.Fprintf(&b, "**Told apart** (%d of %d numbers compared) on: %s.", n, c.Compared, mdText(strings.Join(c.ToldApart, "; ")))
 	}

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -299,7 +300,7 @@ func (m *mdWriter) closedLoop(r *Report) {
 	switch k := r.Knee; {
 	case k == nil:
 	case k.Reached:
-		m.P("Knee: %s: %s.", clients(k.Concurrency), mdText(k.Reason))
+		m.P("Knee: %s.", mdText(k.Text()))
 		if c := r.ClosedLoop; c != nil && c.Concurrency > k.Concurrency {
 			// Two different questions, which a reader of "knee 1,
 			// capacity 2" asks to have tied: where more clients stop
@@ -308,7 +309,7 @@ func (m *mdWriter) closedLoop(r *Report) {
 				clients(k.Concurrency), clients(c.Concurrency))
 		}
 	default:
-		m.P("No knee within the levels run: %s.", mdText(k.Reason))
+		m.P("Knee: %s.", mdText(k.Text()))
 	}
 }
 
@@ -372,7 +373,7 @@ func (m *mdWriter) risk(r *Report) {
 			drained = fmt.Sprintf("the backlog did **not** drain (after %s)", fmtSeconds(b.DrainSeconds))
 		}
 		m.P("- **Burst**: %.3g req/s for %s; %.1f%% attainment, TTFT %s; at most %d requests in flight; %s.",
-			b.IntendedRate, fmtSeconds(b.ForSeconds), 100*b.Attainment, pct(b.TTFT), b.PeakInFlight, drained)
+			b.rate(), fmtSeconds(b.ForSeconds), 100*b.Attainment, pct(b.TTFT), b.PeakInFlight, drained)
 	}
 	m.longest(rk.Longest)
 	for _, f := range rk.GPU {
@@ -524,7 +525,7 @@ func (m *mdWriter) longest(ls []Longest) {
 	m.P("")
 	m.Table("Level", "Input tokens", "Requests", "Good", "TTFT P50 / P95 / P99")
 	for _, lg := range ls {
-		m.Row(where(lg.Stage, lg.Concurrency, lg.IntendedRate), fmt.Sprintf("≥ %d", lg.MinInputTokens), fmt.Sprint(lg.Requests),
+		m.Row(where(lg.Stage, lg.Concurrency, cmp.Or(lg.OfferedRate, lg.IntendedRate)), fmt.Sprintf("≥ %d", lg.MinInputTokens), fmt.Sprint(lg.Requests),
 			fmt.Sprintf("%.1f%%", 100*lg.Attainment), pct(lg.TTFT))
 	}
 	m.P("")
@@ -766,7 +767,7 @@ func (m *mdWriter) levelTable(levels []Level, gpus bool) bool {
 			if l.ProberBound && len(clauses) > 0 {
 				at = 1
 			}
-			clauses = slices.Insert(clauses, at, l.Why)
+			clauses = slices.Insert(clauses, at, capacity.WhyText(l.Why))
 		}
 		// A long note is a numbered footnote under the table, as in the
 		// terminal's table: in the row it would make the row tall.
@@ -812,6 +813,10 @@ func (m *mdWriter) levelTable(levels []Level, gpus bool) bool {
 // decided after 36 s"); a longer one is a footnote under it: among
 // nineteen columns a longer note wraps into a tall row.
 const noteInline = 24
+
+// rate is the burst's rate as every sentence states it: what it offered
+// (what it was run at in a run that did not keep it).
+func (b *Burst) rate() float64 { return cmp.Or(b.OfferedRate, b.IntendedRate) }
 
 // levelLoad names a level in a footnote: its clients, or the rate it
 // offered.

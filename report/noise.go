@@ -384,6 +384,28 @@ func shareNoise(pa float64, na int, pb float64, nb int) string {
 	return beyond("the difference %.2g pt is above +-%.2g (binomial over %d and %d requests, %d sd)", 100*math.Abs(pa-pb), 100*lim, na, nb, poissonSD)
 }
 
+// drainNoise judges two bursts' drain times by what the verdict asks of
+// them, drained within the time allowed: one drain a run has no interval,
+// so two on the same side of the limit (11.9 and 14.2 s within 30) are
+// not told apart, and two on either side (11.9 and 34.1 s) cannot be:
+// the verdicts that differ on it say so first.
+func drainNoise(a, b *Report) string {
+	ba, bb := a.Risk.Burst, b.Risk.Burst
+	if ba == nil || bb == nil || ba.Timeline == nil || bb.Timeline == nil {
+		return cannot("only one run has a burst")
+	}
+	in := func(x *Burst) bool { return x.Drained && x.DrainSeconds <= x.DrainWithin }
+	switch ia, ib := in(ba), in(bb); {
+	case ia && ib:
+		return notApart("both drained within the time allowed (%s, %s)", fmtSeconds(ba.DrainWithin), fmtSeconds(bb.DrainWithin))
+	case !ia && !ib:
+		return notApart("neither drained within the time allowed (%s, %s)", fmtSeconds(ba.DrainWithin), fmtSeconds(bb.DrainWithin))
+	case ia:
+		return cannot("one drain a run has no interval: A's within %s, B's not", fmtSeconds(ba.DrainWithin))
+	}
+	return cannot("one drain a run has no interval: B's within %s, A's not", fmtSeconds(bb.DrainWithin))
+}
+
 // verdictOf classes a row's noise verdict: notToldApart, beyondNoise,
 // cannotTell, or "" for a row without one.
 func verdictOf(noise string) string {

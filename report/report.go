@@ -366,6 +366,10 @@ type GPUFinding struct {
 
 // Burst is what happened in the step test's burst.
 type Burst struct {
+	// OfferedRate is the rate the burst offered, which every sentence
+	// states (0 in a run that did not keep it); IntendedRate the rate it
+	// was run at.
+	OfferedRate  float64              `json:"offered_rate,omitempty"`
 	IntendedRate float64              `json:"intended_rate"`
 	ForSeconds   float64              `json:"for_seconds"`
 	Attainment   float64              `json:"attainment"`
@@ -381,6 +385,7 @@ type Burst struct {
 type Longest struct {
 	Stage        string  `json:"stage"`
 	Concurrency  int     `json:"concurrency,omitempty"`
+	OfferedRate  float64 `json:"offered_rate,omitempty"` // names an open-loop level
 	IntendedRate float64 `json:"intended_rate,omitempty"`
 	capacity.Longest
 }
@@ -775,11 +780,11 @@ func risk(run *capacity.Run, levels []*capacity.Level) Risk {
 	}
 	for _, l := range levels {
 		if lg := l.Longest; lg != nil && l.Stage != "baseline" {
-			r.Longest = append(r.Longest, Longest{Stage: l.Stage, Concurrency: l.Concurrency, IntendedRate: l.IntendedRate, Longest: *lg})
+			r.Longest = append(r.Longest, Longest{Stage: l.Stage, Concurrency: l.Concurrency, OfferedRate: l.OfferedRate, IntendedRate: l.IntendedRate, Longest: *lg})
 		}
 	}
 	if b := run.Burst; b != nil {
-		r.Burst = &Burst{IntendedRate: b.IntendedRate, Attainment: b.Attainment, DrainSeconds: b.DrainSeconds, Timeline: b.Timeline, TTFT: b.TTFT}
+		r.Burst = &Burst{OfferedRate: b.OfferedRate, IntendedRate: b.IntendedRate, Attainment: b.Attainment, DrainSeconds: b.DrainSeconds, Timeline: b.Timeline, TTFT: b.TTFT}
 		if tl := b.Timeline; tl != nil {
 			r.Burst.ForSeconds, r.Burst.DrainWithin = tl.BurstEnd-tl.BurstStart, tl.DrainWithin
 			r.Burst.Drained = tl.Drained > 0

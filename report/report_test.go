@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"html/template"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -213,13 +214,17 @@ func TestCompareInconclusive(t *testing.T) {
 	require.Contains(t, c.CannotTell, "capacity, req/s (verified open loop)")
 	var md bytes.Buffer
 	require.NoError(t, report.WriteComparison(&md, c))
-	require.Contains(t, md.String(), "**Not told apart**: every number compared")
+	// The verdicts that differ lead, with why; the numbers' line says how
+	// few of them could be judged.
+	require.Contains(t, md.String(), "**The verdicts differ**: A PASS, B INCONCLUSIVE; B: not concluded: a test. ")
+	require.Contains(t, md.String(), fmt.Sprintf("**Not told apart** on the %d numbers that could be judged, of %d compared.", c.Compared-len(c.CannotTell), c.Compared))
 	require.Contains(t, md.String(), "Cannot tell (the noise column says why): capacity, req/s (verified open loop);")
+	require.Equal(t, "not told apart: both drained within the time allowed (10 s, 10 s)", rows["burst drain, s"].Noise)
 
 	// A run against itself: told apart on nothing, every number judged.
 	same := report.Compare(a, a)
 	require.Empty(t, same.ToldApart)
-	require.Equal(t, []string{"attainment at capacity, %"}, same.CannotTell, "a schema-1 run has no intervals")
+	require.Equal(t, []string{"attainment at capacity, %", "burst attainment, %"}, same.CannotTell, "a schema-1 run has no intervals")
 	var h bytes.Buffer
 	require.NoError(t, report.WriteHTML(&h, b))
 	require.Contains(t, h.String(), "goodput stops growing at the knee.")
@@ -434,7 +439,7 @@ func TestChartsSayWhatWasFound(t *testing.T) {
 	run.Knee = &capacity.Knee{Concurrency: 16, Reason: "goodput still grew at 16 clients, the highest level"}
 	h.Reset()
 	require.NoError(t, report.WriteHTML(&h, report.Build(run)))
-	require.Contains(t, h.String(), "no knee was found within the levels run")
+	require.Contains(t, h.String(), "knee: none within the levels run")
 	require.NotContains(t, h.String(), "stops growing at the knee")
 
 	// Every closed-loop level at 97-100%: the axis is not 0-100%.
@@ -510,10 +515,11 @@ func TestOneSource(t *testing.T) {
 		"inconclusive": inconclusive, "knee not reached": growing,
 	} {
 		t.Run(name, func(t *testing.T) {
-			var cli, md, js bytes.Buffer
+			var cli, md, html, js bytes.Buffer
 			capacity.WriteTable(&cli, run)
 			r := report.Build(run)
 			require.NoError(t, report.WriteMarkdown(&md, r))
+			require.NoError(t, report.Write(&html, r, "html"))
 			require.NoError(t, report.Write(&js, r, "json"))
 			var back report.Report
 			require.NoError(t, json.Unmarshal(js.Bytes(), &back))
@@ -548,13 +554,16 @@ func TestOneSource(t *testing.T) {
 			// The knee, reached or not.
 			k := run.Knee
 			require.Equal(t, k, back.Knee)
-			require.Contains(t, cli.String(), fmt.Sprintf("knee: %d clients: %s", k.Concurrency, k.Reason))
+			require.Contains(t, cli.String(), "knee: "+k.Text())
+			require.Contains(t, md.String(), "Knee: "+k.Text())
+			require.Contains(t, html.String(), "Knee: "+template.HTMLEscapeString(k.Text()))
 			if k.Reached {
-				require.Contains(t, md.String(), fmt.Sprintf("Knee: %d clients: %s", k.Concurrency, k.Reason))
+				require.Contains(t, k.Text(), fmt.Sprintf("%d clients: ", k.Concurrency))
 				require.Equal(t, fmt.Sprint(k.Concurrency), rows["knee, clients"].A)
 			} else {
-				require.Equal(t, fmt.Sprintf("none up to %d", k.Concurrency), rows["knee, clients"].A)
-				require.Contains(t, md.String(), "No knee within the levels run: "+k.Reason, "a knee not reached is not stated as one")
+				require.Equal(t, fmt.Sprintf("none within the levels run (up to %d)", k.Concurrency), rows["knee, clients"].A)
+				require.True(t, strings.HasPrefix(k.Text(), "none within the levels run: "), "a knee not reached is not stated as one: %s", k.Text())
+				require.NotContains(t, md.String()+cli.String(), "before its knee")
 			}
 			// The forecast: holds true, false or null, one text.
 			if fc := c.Forecast; fc != nil {
@@ -609,4 +618,33 @@ func TestKneeBelowClosedLoop(t *testing.T) {
 	md.Reset()
 	require.NoError(t, report.WriteMarkdown(&md, report.Build(run)))
 	require.NotContains(t, md.String(), "The two differ")
+}
+
+// TestCompareVerdictsDiffer: two runs whose numbers are within noise but
+// whose verdicts differ (a burst that drained in time, one that did not:
+// what decided the second's FAIL) lead with the verdicts and why, and
+// compare the burst, whose drain row says it cannot tell.
+func TestCompareVerdictsDiffer(t *testing.T) {
+	a, b := withID(load(t, "knee-run.json"), "a"), withID(load(t, "knee-run.json"), "b")
+	b.Verdict = capacity.VerdictFail
+	b.Reason = "burst: the backlog of the 2x burst did not drain within 10s"
+	b.Burst.Timeline.Drained, b.Burst.DrainSeconds = 0, 10
+	c := report.Compare(report.Build(a), report.Build(b))
+	rows := map[string]report.CompareRow{}
+	for _, r := range c.Rows {
+		rows[r.Name] = r
+	}
+	require.Equal(t, "cannot tell: one drain a run has no interval: A's within 10 s, B's not", rows["burst drain, s"].Noise)
+	require.True(t, strings.HasPrefix(rows["burst attainment, %"].Noise, "not told apart: "), rows["burst attainment, %"].Noise)
+	var md bytes.Buffer
+	require.NoError(t, report.WriteComparison(&md, c))
+	require.Contains(t, md.String(), "**The verdicts differ**: A PASS, B FAIL; B: burst: the backlog of the 2x burst did not drain within 10s. **Not told apart**")
+	require.NotContains(t, md.String(), "**The verdicts differ**: A PASS, B PASS")
+
+	// Runs whose verdicts agree say nothing of them.
+	same := report.Compare(report.Build(a), report.Build(withID(load(t, "knee-run.json"), "c")))
+	md.Reset()
+	require.NoError(t, report.WriteComparison(&md, same))
+	require.NotContains(t, md.String(), "verdicts differ")
+	require.Contains(t, md.String(), "**Not told apart**: every number compared")
 }
