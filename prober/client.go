@@ -46,11 +46,11 @@ type Client struct {
 	api      *wireAPI
 	timing   *timingMap
 	endpoint string
-	http     *http.Client   // the first pool; also for /tokenize
 	pools    []*http.Client // requests take them in turn
 	next     atomic.Uint64
 	// retry sends again a request that never reached the server, on a
-	// connection of its own (keep-alives off): see Result.Retry.
+	// connection of its own (keep-alives off): see Result.Retry. The
+	// calibration's calls (/tokenize) go on it too.
 	retry *http.Client
 	conns *connTracker
 	// FastOff is why the fast reader, asked for, does not serve this
@@ -108,7 +108,6 @@ func NewClient(t *config.TargetConfig, userAgent string, maxStreams int, opts ..
 	if c.retry, err = client(c.conns.dialOneShot, false); err != nil {
 		return nil, err
 	}
-	c.http = c.pools[0]
 	c.endpoint = joinPath(t.URL, c.api.path)
 	return c, nil
 }

@@ -116,7 +116,12 @@ func (c *Client) call(ctx context.Context, method, url string, body []byte) ([]b
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := c.http.Do(req)
+	// On a connection of its own, closed after it: a calibration's
+	// replies come before the probes', and a server that closes every
+	// connection after its response (llama.cpp's) would close a
+	// kept-alive one as the next request took it, a close the tracker
+	// could not tell from one after no response at all.
+	resp, err := c.retry.Do(req)
 	if err != nil {
 		return nil, err
 	}
