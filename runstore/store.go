@@ -12,13 +12,25 @@
 //	<dir>/runs/<id>.json        one run, a capacity.Run as JSON; <id> is <test>-<start>-<random>
 //	<dir>/runs/<id>.json.corrupt  a run file that could not be read, set aside at start
 //	<dir>/runs/.<id>.json.tmp-* a write under way (removed at start if a crash left it)
+//	<dir>/runs/.<id>.running    lock (flock) of a running run, held by the process writing it
 //
 // A run file is written whole or not at all: to a temporary file in the
 // same directory, synced, renamed over the old one, and the directory
 // synced. It is written at the start of a run with verdict "running", so
 // that a run that never ended leaves evidence: the next Open rewrites it
 // as aborted (see ReasonInterrupted). Retention keeps, per test, the newest
-// runs and the runs of a maximum age, at Open and after each Finish.
+// runs and the runs of a maximum age, at Open and after each Finish; it
+// never removes a running run.
+//
+// One process holds the directory (Open); others may store their runs
+// in it beside it (OpenGuest: a `test run` beside the daemon). Every
+// running run, the holder's or a guest's, is held live by its writer's
+// lock on its lock file, from before its first write to after its last:
+// Open marks a run found running aborted only when no one holds it (its
+// writer stopped), indexes a live one as running (another process's,
+// not written, not removed) and settles it once its writer lets go of it
+// (at its next write: finished as its file says, or aborted). Open
+// removes the temporary and lock files that no live writer holds.
 //
 // A write that fails (a full disk, a file system remounted read-only)
 // loses nothing the process still holds: the run's index entry takes the
@@ -158,6 +170,11 @@ type entry struct {
 	// whose file says running: it is served as aborted, ended then, as
 	// Open would have rewritten it.
 	abortedAt time.Time
+	// foreign is set in a store that Open opened for a run that another
+	// process (a guest) was writing, running, when it was indexed: this
+	// store neither writes it nor judges it until its writer lets go of
+	// it (see settleForeign).
+	foreign bool
 }
 
 // id is the entry's run ID.
@@ -195,8 +212,17 @@ type Store struct {
 	// changes. Runs begin and end minutes apart; nothing waits on it but
 	// another write.
 	wmu    sync.Mutex
-	lock   io.Closer // nil in a read-only store
+	lock   io.Closer // nil in a read-only or guest store
 	closed bool
+	// guest is set by OpenGuest: no directory lock, no retention, and
+	// no run written but this store's own.
+	guest bool
+	// live holds the locks of this store's running runs (see lockPath),
+	// and of its finished runs whose final write has not succeeded yet.
+	// Guarded by wmu.
+	live map[ID]*os.File
+	// foreign are the entries whose foreign is set. Guarded by wmu.
+	foreign []*entry
 
 	// unwritable is why a read-only store cannot write (nil once Begin's
 	// Open has succeeded, and in a store that Open opened). Set with wmu
@@ -243,6 +269,7 @@ func Open(dir string, retention Retention, logger *slog.Logger) (*Store, error) 
 		logger:    logger,
 		lock:      lock,
 		byID:      map[ID]*entry{},
+		live:      map[ID]*os.File{},
 	}
 	if err := s.load(); err != nil {
 		_ = lock.Close()
@@ -254,11 +281,13 @@ func Open(dir string, retention Retention, logger *slog.Logger) (*Store, error) 
 // OpenReadOnly opens the store in dir for a process that Open failed for
 // with why (ErrUnwritable, or ErrLocked: another sloprober, a `test run`,
 // holds it): it indexes the run files it can read, and changes nothing on
-// disk (a run found running is served as aborted, no file is set aside,
-// no retention applied; where another process holds the lock, a run found
-// running is its own, running, and left out). Each Begin tries Open again: until it
-// succeeds, Begin fails with Open's error, naming the directory; once it
-// does, the store is as Open returns it. logger may be nil.
+// disk (no file is set aside, no retention applied). A run found running
+// whose writer still holds it (the lock holder's, or a guest's: see
+// OpenGuest) is another process's, running, and left out; one whose
+// writer stopped is served as aborted, as Open would rewrite it. Each
+// Begin tries Open again: until it succeeds, Begin fails with Open's
+// error, naming the directory; once it does, the store is as Open
+// returns it. logger may be nil.
 func OpenReadOnly(dir string, retention Retention, why error, logger *slog.Logger) *Store {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -269,11 +298,51 @@ func OpenReadOnly(dir string, retention Retention, why error, logger *slog.Logge
 		retention:  retention,
 		logger:     logger,
 		byID:       map[ID]*entry{},
+		live:       map[ID]*os.File{},
 		unwritable: why,
 	}
 	s.loadReadOnly()
 	return s
 }
+
+// OpenGuest opens the store in dir for a process that Open failed for
+// with ErrLocked (another sloprober holds it: the daemon, when a `test
+// run` is started beside it), to store its own runs there all the same.
+// It takes no directory lock; it indexes the run files it can read as
+// OpenReadOnly does (a running run of a live writer left out, one whose
+// writer stopped served as aborted), and it changes nothing on disk but
+// its own runs: Begin, Update and Finish write them as in a store that
+// Open opened, each held live by its lock for as long as it runs (so
+// that the owner, at its next Open, indexes it running and does not mark
+// it aborted). It applies no retention, sets no file aside and removes
+// nothing; the owner does, at its next Open. A store that Open opened
+// lists a guest's runs from its next Open on (it does not watch the
+// directory). It fails (ErrUnwritable) only when the runs directory
+// cannot be created. logger may be nil.
+func OpenGuest(dir string, logger *slog.Logger) (*Store, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if dir == "" {
+		return nil, errors.New("storage path is empty")
+	}
+	s := &Store{
+		dir:    dir,
+		runs:   filepath.Join(dir, runsDir),
+		logger: logger,
+		byID:   map[ID]*entry{},
+		live:   map[ID]*os.File{},
+		guest:  true,
+	}
+	if err := os.MkdirAll(s.runs, 0o750); err != nil {
+		return nil, unwritableError{fmt.Errorf("create the runs directory: %w", err)}
+	}
+	s.loadReadOnly()
+	return s, nil
+}
+
+// Guest reports whether OpenGuest opened the store.
+func (s *Store) Guest() bool { return s.guest }
 
 // Unwritable is why the store cannot write: the last error of Open in a
 // store that OpenReadOnly opened, until a Begin has opened it; else nil.
@@ -316,8 +385,14 @@ func (s *Store) loadReadOnly() {
 			skipped++
 			continue
 		}
-		if m.Verdict == VerdictRunning && errors.Is(s.unwritable, ErrLocked) {
-			continue // the lock holder's run: not this process's to judge
+		if m.Verdict == VerdictRunning {
+			if runLive(s.lockPath(e.id())) {
+				continue // another process's run, running: not this one's to judge
+			}
+			// Its writer may have finished it since it was read.
+			if m2, mt2, err := readSummary(path, e.Test); err == nil {
+				m, modTime = m2, mt2
+			}
 		}
 		if m.Verdict == VerdictRunning {
 			end := modTime.UTC()
@@ -333,6 +408,11 @@ func (s *Store) loadReadOnly() {
 		s.order = append(s.order, e)
 	}
 	slices.Reverse(s.order)
+	if s.guest {
+		// Debug: the guest's caller says where its runs go.
+		s.logger.Debug("Loaded the stored runs that can be read; only this process's runs are written", "dir", s.runs, "runs", len(s.order), "skipped", skipped)
+		return
+	}
 	s.logger.Info("Loaded the stored runs that can be read; the storage is not written", "dir", s.runs, "runs", len(s.order), "skipped", skipped)
 }
 
@@ -350,6 +430,7 @@ func (s *Store) reopen() error {
 		return fmt.Errorf("the storage %s cannot be written: %w", s.dir, err)
 	}
 	s.lock = n.lock
+	s.foreign = n.foreign
 	s.mu.Lock()
 	s.byID, s.order, s.unwritable = n.byID, n.order, nil
 	s.mu.Unlock()
@@ -360,7 +441,9 @@ func (s *Store) reopen() error {
 // Close writes the runs whose last write failed, logs those it still
 // cannot (lost with this stop: their files keep an older state, a run
 // found running by the next Open is marked aborted), and releases the
-// lock. The store can still be read; writes fail with ErrClosed.
+// locks: of its runs (a run still running is marked aborted by the next
+// Open) and of the directory. The store can still be read; writes fail
+// with ErrClosed.
 func (s *Store) Close() error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -368,7 +451,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	if s.lock == nil {
+	if s.lock == nil && !s.guest {
 		return nil
 	}
 	s.retryPending("")
@@ -378,6 +461,12 @@ func (s *Store) Close() error {
 				"file", s.path(e.id()), "err", e.storageErr)
 		}
 	}
+	for id := range s.live {
+		s.releaseLive(id)
+	}
+	if s.lock == nil {
+		return nil
+	}
 	return s.lock.Close()
 }
 
@@ -385,7 +474,10 @@ func (s *Store) Close() error {
 func (s *Store) Dir() string { return s.dir }
 
 // load indexes the run files, newest first up to MaxIndexedRuns, then
-// applies retention.
+// applies retention. A run found running is marked aborted unless its
+// writer (a guest) still holds it: that one is indexed running, foreign,
+// until it lets go (settleForeign). The files a stopped writer left (a
+// write under way, a run's lock file) are removed, a live writer's kept.
 func (s *Store) load() error {
 	if err := os.MkdirAll(s.runs, 0o750); err != nil {
 		return fmt.Errorf("create the runs directory: %w", err)
@@ -395,15 +487,18 @@ func (s *Store) load() error {
 		return fmt.Errorf("read the runs directory: %w", err)
 	}
 	var found []*entry
+	var tmps, locks []string
 	setAside := 0
 	for _, de := range des {
 		name := de.Name()
 		switch {
 		case strings.HasPrefix(name, tmpPrefix) && strings.Contains(name, tmpInfix):
-			// A write that a crash interrupted: its run file is intact.
-			if err := os.Remove(filepath.Join(s.runs, name)); err != nil {
-				s.logger.Warn("Could not remove an unfinished write", "file", filepath.Join(s.runs, name), "err", err)
-			}
+			// A write under way, or one that a crash interrupted (its run
+			// file is intact): removed below unless its writer is live.
+			tmps = append(tmps, name)
+			continue
+		case strings.HasPrefix(name, tmpPrefix) && strings.HasSuffix(name, runningSuffix):
+			locks = append(locks, name)
 			continue
 		case strings.HasSuffix(name, corruptSuffix):
 			continue
@@ -446,7 +541,8 @@ func (s *Store) load() error {
 			continue
 		}
 		if m.Verdict == VerdictRunning {
-			if m, err = s.abortInterrupted(e.id(), modTime); err != nil {
+			m2, foreign, wasAborted, err := s.settle(e.id(), modTime)
+			if err != nil {
 				if errors.Is(err, errUnreadable) {
 					s.setAside(name, err)
 					setAside++
@@ -454,7 +550,15 @@ func (s *Store) load() error {
 				}
 				return err
 			}
-			aborted++
+			e.foreign = foreign
+			if foreign {
+				s.foreign = append(s.foreign, e)
+			} else {
+				m = m2
+			}
+			if wasAborted {
+				aborted++
+			}
 		}
 		m.ID = e.ID
 		e.Summary = m
@@ -465,20 +569,79 @@ func (s *Store) load() error {
 	if dropped > 0 {
 		s.logger.Warn("Removed the oldest runs beyond the store's limit", "limit", MaxIndexedRuns, "removed", dropped)
 	}
-	s.logger.Info("Loaded the stored runs", "dir", s.runs, "runs", len(s.order), "aborted", aborted, "set_aside", setAside, "newer", skipped)
+	s.removeLeftovers(tmps, locks)
+	s.logger.Info("Loaded the stored runs", "dir", s.runs, "runs", len(s.order), "aborted", aborted, "set_aside", setAside, "newer", skipped,
+		"running_elsewhere", len(s.foreign))
 	s.expire("", MaxIndexedRuns, time.Now())
 	return nil
+}
+
+// removeLeftovers removes the temporary files and the runs' lock files
+// that no live writer holds: a stopped writer's.
+func (s *Store) removeLeftovers(tmps, locks []string) {
+	for _, name := range tmps {
+		if id, ok := tmpRunID(name); ok && runLive(s.lockPath(id)) {
+			continue // a guest's write under way
+		}
+		if err := os.Remove(filepath.Join(s.runs, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.logger.Warn("Could not remove an unfinished write", "file", filepath.Join(s.runs, name), "err", err)
+		}
+	}
+	for _, name := range locks {
+		path := filepath.Join(s.runs, name)
+		id, ok := lockedRunID(name)
+		if !ok {
+			s.logger.Debug("Ignoring a file that is not a run", "file", path)
+			continue
+		}
+		f, held, err := claimRun(path)
+		switch {
+		case err != nil:
+			s.logger.Warn("Could not check a run's lock file", "file", path, "err", err)
+		case f != nil:
+			s.releaseRun(id, f)
+		}
+		_ = held // a live writer's (a guest beginning a run): kept
+	}
 }
 
 // errUnreadable: a run file that a restart cannot mark aborted.
 var errUnreadable = errors.New("unreadable run")
 
-// abortInterrupted rewrites a run found running as aborted, its end the
-// file's modification time.
-func (s *Store) abortInterrupted(id ID, modTime time.Time) (capacity.Summary, error) {
+// settle judges a run found running, its file last written at modTime,
+// in a store that Open opened (wmu held, or in load): its writer still
+// holds it (foreign: left as it is), or it finished since (its file's
+// header), or its writer stopped (the file rewritten as aborted, and its
+// lock file removed). A foreign run's summary is left to the caller.
+func (s *Store) settle(id ID, modTime time.Time) (m capacity.Summary, foreign, aborted bool, err error) {
+	f, held, err := claimRun(s.lockPath(id))
+	if err != nil {
+		// Judged as before runs had locks: the process that wrote it is
+		// taken to have stopped.
+		s.logger.Warn("Could not check whether a running run's writer is live: taken to have stopped", "id", id,
+			"file", s.lockPath(id), "err", err)
+	}
+	if held {
+		s.logger.Info("A run is running in another process (a test run beside this one): left as it is", "id", id)
+		return capacity.Summary{}, true, false, nil
+	}
+	if f != nil {
+		defer s.releaseRun(id, f)
+	}
+	m, aborted, err = s.abortInterrupted(id, modTime)
+	return m, false, aborted, err
+}
+
+// abortInterrupted rewrites a run found running, its writer gone, as
+// aborted, its end the file's modification time. A run found finished
+// when read again (its writer finished it since) is left as it is.
+func (s *Store) abortInterrupted(id ID, modTime time.Time) (capacity.Summary, bool, error) {
 	run, err := readRun(s.path(id))
 	if err != nil {
-		return capacity.Summary{}, fmt.Errorf("%w: %w", errUnreadable, err)
+		return capacity.Summary{}, false, fmt.Errorf("%w: %w", errUnreadable, err)
+	}
+	if run.Verdict != VerdictRunning {
+		return run.Header(), false, nil
 	}
 	// The file was last written at the run's start or its last
 	// checkpoint; never before its start (the clocks of the two may
@@ -488,10 +651,59 @@ func (s *Store) abortInterrupted(id ID, modTime time.Time) (capacity.Summary, er
 		run.End = run.Start
 	}
 	if err := s.write(id, run); err != nil {
-		return capacity.Summary{}, fmt.Errorf("mark the interrupted run %s aborted: %w", id, err)
+		return capacity.Summary{}, false, fmt.Errorf("mark the interrupted run %s aborted: %w", id, err)
 	}
 	s.logger.Warn("A run was interrupted by the last stop of sloprober: marked aborted", "id", id, "end", modTime)
-	return run.Header(), nil
+	return run.Header(), true, nil
+}
+
+// settleForeign settles the foreign runs whose writers have let go of
+// them since: finished (indexed as their files say, and retention
+// applied) or stopped (marked aborted). wmu is held.
+func (s *Store) settleForeign() {
+	if len(s.foreign) == 0 {
+		return
+	}
+	kept := s.foreign[:0]
+	settled := false
+	for _, e := range s.foreign {
+		id := e.id()
+		if runLive(s.lockPath(id)) {
+			kept = append(kept, e)
+			continue
+		}
+		m, modTime, err := readSummary(s.path(id), e.Test)
+		foreign, gone := false, errors.Is(err, fs.ErrNotExist)
+		if err == nil && m.Verdict == VerdictRunning {
+			m, foreign, _, err = s.settle(id, modTime)
+		}
+		switch {
+		case foreign:
+			kept = append(kept, e)
+			continue
+		case gone:
+			s.mu.Lock()
+			s.order = slices.DeleteFunc(s.order, func(o *entry) bool { return o == e })
+			delete(s.byID, id)
+			s.mu.Unlock()
+			continue
+		case err != nil:
+			// Listed running until the next Open sets it aside.
+			s.logger.Warn("Could not read a run another process wrote", "id", id, "file", s.path(id), "err", err)
+			e.foreign = false
+			continue
+		}
+		m.ID = e.ID
+		s.mu.Lock()
+		e.Summary, e.foreign = m, false
+		s.mu.Unlock()
+		settled = true
+	}
+	clear(s.foreign[len(kept):])
+	s.foreign = kept
+	if settled {
+		s.expire("", MaxIndexedRuns, time.Now())
+	}
 }
 
 // setAside renames a run file that cannot be read to <name>.corrupt.
@@ -525,39 +737,33 @@ func (s *Store) Begin(run *capacity.Run) (ID, error) {
 	if s.closed {
 		return "", ErrClosed
 	}
-	if s.lock == nil {
+	if s.lock == nil && !s.guest {
 		if err := s.reopen(); err != nil {
 			return "", fmt.Errorf("begin: %w", err)
 		}
 	}
+	s.settleForeign()
 	s.retryPending("")
-	var id ID
-	for {
-		var err error
-		if id, err = newID(r.Test, r.Start); err != nil {
-			return "", fmt.Errorf("begin: %w", err)
-		}
-		s.mu.RLock()
-		_, taken := s.byID[id]
-		s.mu.RUnlock()
-		if !taken {
-			break
-		}
-	}
-	_, at, _ := parseID(string(id))
-	if len(s.order) >= MaxIndexedRuns {
+	if !s.guest && len(s.order) >= MaxIndexedRuns {
 		s.expire("", MaxIndexedRuns-1, time.Now())
 		if len(s.order) >= MaxIndexedRuns {
 			return "", fmt.Errorf("begin: the store holds %d runs, all running", len(s.order))
 		}
 	}
+	id, lock, err := s.newRun(r.Test, r.Start)
+	if err != nil {
+		return "", fmt.Errorf("begin: %w", err)
+	}
+	_, at, _ := parseID(string(id))
 	data, err := encode(id, &r)
 	if err == nil {
 		err = s.writeData(id, data)
 	}
 	if err != nil {
+		s.releaseRun(id, lock)
 		return "", fmt.Errorf("begin: %w", err)
 	}
+	s.live[id] = lock
 	e := &entry{at: at}
 	e.set(id, &r)
 	s.mu.Lock()
@@ -566,6 +772,39 @@ func (s *Store) Begin(run *capacity.Run) (ID, error) {
 	s.order = slices.Insert(s.order, i, e)
 	s.mu.Unlock()
 	return id, nil
+}
+
+// newRun picks a new run's ID, one that no run in the directory has, and
+// takes its lock (see lockPath); wmu is held.
+func (s *Store) newRun(test string, start time.Time) (ID, *os.File, error) {
+	for tries := 0; ; tries++ {
+		id, err := newID(test, start)
+		if err != nil {
+			return "", nil, err
+		}
+		s.mu.RLock()
+		_, taken := s.byID[id]
+		s.mu.RUnlock()
+		if taken {
+			continue
+		}
+		lock, err := lockNewRun(s.lockPath(id))
+		if errors.Is(err, errRunLockTaken) && tries < 100 {
+			continue
+		}
+		if err != nil {
+			return "", nil, fmt.Errorf("mark the run running: %w", err)
+		}
+		// Another process's run of the same ID, finished: not this one's.
+		if _, err := os.Lstat(s.path(id)); !errors.Is(err, fs.ErrNotExist) {
+			s.releaseRun(id, lock)
+			if tries < 100 {
+				continue
+			}
+			return "", nil, fmt.Errorf("mark the run running: no free run ID: %s exists", s.path(id))
+		}
+		return id, lock, nil
+	}
 }
 
 // set fills an entry's summary from a run.
@@ -621,14 +860,16 @@ func (s *Store) put(id ID, run *capacity.Run, finish bool) error {
 	e := s.byID[id]
 	var test string
 	var start time.Time
-	running := false
+	running, foreign := false, false
 	if e != nil {
-		test, start, running = e.Test, e.Start, e.running()
+		test, start, running, foreign = e.Test, e.Start, e.running(), e.foreign
 	}
 	s.mu.RUnlock()
 	switch {
 	case e == nil:
 		return fmt.Errorf("%s %s: %w", op, id, ErrNotFound)
+	case foreign:
+		return fmt.Errorf("%s %s: the run is another process's", op, id)
 	case !running:
 		return fmt.Errorf("%s %s: %w", op, id, ErrFinished)
 	case r.Test != test:
@@ -637,6 +878,7 @@ func (s *Store) put(id ID, run *capacity.Run, finish bool) error {
 	if r.Start.IsZero() {
 		r.Start = start
 	}
+	s.settleForeign()
 	// The older failed writes first: this one may fail the same way.
 	s.retryPending(id)
 	data, err := encode(id, &r)
@@ -668,6 +910,7 @@ func (s *Store) put(id ID, run *capacity.Run, finish bool) error {
 		return fmt.Errorf("%s %s: %w: %w", op, id, ErrNotStored, err)
 	}
 	if finish {
+		s.releaseLive(id)
 		s.expire(r.Test, MaxIndexedRuns, time.Now())
 	}
 	return nil
@@ -698,15 +941,20 @@ func (s *Store) retryPending(except ID) {
 		s.mu.Unlock()
 		s.logger.Info("Stored a run whose earlier write had failed", "id", e.ID, "verdict", e.Verdict, "file", s.path(e.id()))
 		if !running {
+			s.releaseLive(e.id())
 			s.expire(e.Test, MaxIndexedRuns, time.Now())
 		}
 	}
 }
 
 // expire applies retention to the runs of test ("": every test), and keeps
-// at most limit runs in all; it removes the files of the runs it drops.
-// The caller holds wmu.
+// at most limit runs in all; it removes the files of the runs it drops,
+// never a running one (this process's, or another's). A guest store
+// applies none. The caller holds wmu.
 func (s *Store) expire(test string, limit int, now time.Time) {
+	if s.guest {
+		return
+	}
 	maxRuns, maxAge := s.retention.MaxRuns, s.retention.MaxAge
 	drop := map[*entry]bool{}
 	s.mu.Lock()

@@ -356,7 +356,8 @@ func TestRetention(t *testing.T) {
 			list := s.List("")
 			require.Equal(t, string(running), list[len(list)-1].ID)
 			require.Equal(t, tc.kept, summaries(s)[:len(list)-1])
-			require.Len(t, files(t, dir), len(tc.kept)+1)
+			require.Len(t, files(t, dir), len(tc.kept)+2, "the running run's file and its lock file")
+			require.Contains(t, files(t, dir), "."+string(running)+".running")
 		})
 	}
 }

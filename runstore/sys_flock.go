@@ -32,6 +32,23 @@ func acquireLock(path string) (io.Closer, error) {
 	return f, nil
 }
 
+// flockNB takes a flock(2) on f, exclusive or shared, without waiting:
+// false if another open file holds a conflicting one.
+func flockNB(f *os.File, exclusive bool) (bool, error) {
+	how := syscall.LOCK_SH
+	if exclusive {
+		how = syscall.LOCK_EX
+	}
+	err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, syscall.EWOULDBLOCK):
+		return false, nil
+	}
+	return false, err
+}
+
 // syncDir makes a rename in dir durable.
 func syncDir(dir string) error {
 	d, err := os.Open(dir)

@@ -19,6 +19,12 @@ func acquireLock(path string) (io.Closer, error) {
 	return f, nil
 }
 
+// flockNB takes nothing: this system has no flock(2). Every lock is
+// free: a run found running at Open is marked aborted, as before there
+// were guests (and there are none: acquireLock never finds the directory
+// locked).
+func flockNB(*os.File, bool) (bool, error) { return true, nil }
+
 // syncDir makes a rename in dir durable where the system can sync a
 // directory (Windows cannot; its renames are durable without it).
 func syncDir(dir string) error {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,4 +196,57 @@ tests: [{name: soak, kind: soak, target: sim, scenario: short, rate: 5, duration
 		`: file exists; the run's results are only in the output above and `+regexp.QuoteMeta(filepath.Join(dir, "run.json")), stderrW.String())
 	require.Contains(t, stderrW.String(), `msg="A run could not be stored and is lost with this stop"`)
 	require.FileExists(t, filepath.Join(dir, "run.json"))
+}
+
+// TestTestRunBesideDaemon: a `test run` on the directory a daemon holds
+// (here a store this test opened as the daemon opens it, running a test
+// run of its own) runs all the same, says once that it stores its run
+// beside the daemon's, naming the directory and the daemon's process, and
+// stores it there under the id it prints: `report show` reads it, and the
+// daemon's next start lists it finished, beside its own, none aborted.
+func TestTestRunBesideDaemon(t *testing.T) {
+	sim := simtest.Start(t, "slots: 4\nprefill: {base: 4ms, per_token: 0s}\ndecode: {base: 8ms, per_sequence: 2ms}\n")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "sloprober.yml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
+targets: [{name: sim, url: "%s/v1", model: sim-model, timeout: 10s, simulator: true}]
+scenarios: [{name: short, input_tokens: 16, output_tokens: 20, ignore_eos: true, objective: 0.5, slo: {ttft: 1s}}]
+tests: [{name: soak, kind: soak, target: sim, scenario: short, rate: 5, duration: 2s, window: 1s, drift: {p99_growth: 10, goodput_drop: 0.99}}]
+`, sim.URL)), 0o600))
+	storage := filepath.Join(dir, "data")
+	daemon, done, began := storePass(t, storage)
+	daemonRun := &capacity.Run{Summary: capacity.Summary{Test: "knee", Kind: config.TestStep, Target: "sim", Start: began.Add(30 * time.Minute)}}
+	running, err := daemon.Begin(daemonRun)
+	require.NoError(t, err)
+
+	code, stdout, stderr := runCLI(t, append([]string{"test", "run", "soak", "--config.file", cfg, "--storage.path", storage}, testValidity...)...)
+	require.Equal(t, exitPass, code, "%s\n%s", stdout, stderr)
+	require.Contains(t, stdout, "test soak (soak) on sim: PASS")
+	msg := fmt.Sprintf(`msg="The storage is in use by another sloprober (process %d): this run is stored beside its runs, which it lists from its next start" storage.path=%s`,
+		os.Getpid(), storage)
+	require.Equal(t, 1, strings.Count(stderr, msg), stderr)
+	m := regexp.MustCompile(`Run (soak-\S+) stored in ` + regexp.QuoteMeta(storage) + `: sloprober report show soak-\S+ --storage.path=`).FindStringSubmatch(stderr)
+	require.NotNil(t, m, stderr)
+	id := runstore.ID(m[1])
+
+	code, stdout, stderr = runCLI(t, "report", "show", string(id), "--storage.path", storage)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "# Capacity report: soak (soak test): PASS")
+	require.Contains(t, stdout, string(id))
+
+	// The daemon ends its run and restarts: it lists the test run's.
+	daemonRun.End, daemonRun.Verdict, daemonRun.Reason = began.Add(40*time.Minute), capacity.VerdictPass, "ok"
+	require.NoError(t, daemon.Finish(running, daemonRun))
+	require.NoError(t, daemon.Close())
+	daemon, err = runstore.Open(storage, runstore.Retention{MaxRuns: 100}, nil)
+	require.NoError(t, err)
+	defer daemon.Close()
+	verdicts := map[string]string{}
+	for _, s := range daemon.List("") {
+		verdicts[s.ID] = s.Verdict
+	}
+	require.Equal(t, map[string]string{string(done): capacity.VerdictPass, string(running): capacity.VerdictPass, string(id): capacity.VerdictPass}, verdicts)
+	files, err := os.ReadDir(filepath.Join(storage, "runs"))
+	require.NoError(t, err)
+	require.Len(t, files, 3, "the runs' files, no lock or temporary file left")
 }

@@ -63,7 +63,7 @@ func newTestCommand(app *kingpin.Application) *testCommand {
 	c.json = c.cmd.Flag("json", "Also write the run's results as JSON to this file.").String()
 	c.output = c.cmd.Flag("output", "How the results are printed: table (fits 120 columns; a level's notes as footnotes), md (every column, for a CI summary) or json (the run, as --json writes it).").
 		Default("table").Enum("table", "md", "json")
-	c.storage = c.cmd.Flag("storage.path", "Directory the run is stored in, as `sloprober run` stores its runs: `sloprober report show ID` reads it from there. A running daemon locks its directory: give another one.").Default("data/").String()
+	c.storage = c.cmd.Flag("storage.path", "Directory the run is stored in, as `sloprober run` stores its runs: `sloprober report show ID` reads it from there. A daemon running on the same directory holds it: the run is stored beside the daemon's runs all the same.").Default("data/").String()
 	c.source = addConfigFlags(c.cmd)
 	c.url = c.cmd.Flag("target", "An endpoint's OpenAI base URL (e.g. http://127.0.0.1:8000/v1), tested with the configuration `sloprober init` writes for it (its step test \"capacity\"); instead of --config.file.").String()
 	c.starter = addStarterFlags(c.cmd)
@@ -141,9 +141,22 @@ func (c *testCommand) run(ctx context.Context, logger *slog.Logger, stdout, stde
 	if err != nil {
 		return fail(err)
 	}
-	// The run is stored as the daemon stores its runs; a daemon holding
-	// the directory is found before the test starts, not after.
+	// The run is stored as the daemon stores its runs. A daemon (or
+	// another test run) holding the directory does not keep the test
+	// from running: its run is stored beside the holder's, as a guest.
+	// Storage that cannot be written is found before the test starts.
 	store, err := runstore.Open(*c.storage, runstore.Retention{}, logger)
+	if errors.Is(err, runstore.ErrLocked) {
+		store, err = runstore.OpenGuest(*c.storage, logger)
+		if err == nil {
+			holder := "another sloprober"
+			if pid := runstore.LockHolder(*c.storage); pid > 0 {
+				holder = fmt.Sprintf("another sloprober (process %d)", pid)
+			}
+			logger.Info("The storage is in use by "+holder+": this run is stored beside its runs, which it lists from its next start",
+				"storage.path", *c.storage)
+		}
+	}
 	if err != nil {
 		return fail(fmt.Errorf("opening --storage.path %s: %w", *c.storage, err))
 	}

@@ -14,14 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sloprober/sloprober/capacity"
-	"github.com/sloprober/sloprober/runstore"
 	"github.com/sloprober/sloprober/simulator/simtest"
 )
 
 // TestTestRunExitCodes: `sloprober test run` exits 0 on pass, 1 on an
 // infeasible (or failed) test, 2 on an unknown test, a kind it cannot run,
-// a usage or a configuration error, or a storage directory a daemon holds;
-// it stores the run through the run store, and `report show ID` reads it
+// a usage or a configuration error; it stores the run through the run store, and `report show ID` reads it
 // there; --json writes the run too. A soak runs its windows.
 // testValidity are the validity thresholds the step tests here run with:
 // a sloprober built with -race, on 2 cores shared with the simulator and
@@ -111,15 +109,7 @@ tests:
 	require.Contains(t, stdout, run.ID, "a stored run's report names its id")
 	require.NotContains(t, stdout, "(not stored)")
 
-	// A daemon holding the storage directory is found before the test
-	// starts.
-	held, err := runstore.Open(storage, runstore.Retention{}, nil)
-	require.NoError(t, err)
-	code, _, stderr = runCLI(t, testRun("quick")...)
-	require.Equal(t, 2, code)
-	require.Contains(t, stderr, "opening --storage.path "+storage+": storage is locked")
-	require.NotContains(t, stderr, "Running step test")
-	require.NoError(t, held.Close())
+	// A daemon holding the storage directory: see TestTestRunBesideDaemon.
 
 	// Its report, from the run file, in each format; a comparison with
 	// itself; runs that are not there.
