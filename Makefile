@@ -147,7 +147,7 @@ image:
 
 ## demo: the compose stack (deploy/compose) as processes here: simulator, sloprober, Prometheus, Grafana if installed; Ctrl-C stops it
 demo: build
-	SLOPROBER_BIN=./$(BINARY) scripts/demo.sh
+	SLOPROBER_BIN=./$(BINARY) exec scripts/demo.sh
 
 .PHONY: deploy-generate
 

@@ -249,9 +249,24 @@ if command -v promtool >/dev/null; then
   say "Prometheus scrapes sloprober (up{job=\"sloprober\"} == 1)"
 fi
 
-# Until Ctrl-C, or until a process dies on its own: then stop the others.
+# Until Ctrl-C, until whoever started this script is gone (`kill <make's
+# pid>`: make passes SIGTERM to its shell and dies, and a shell that did
+# not exec this script leaves it to init), or until a process dies on its
+# own: then stop the others. The watcher looks every second, and ends with
+# the script.
+parent=$PPID
+(
+  trap - INT TERM
+  while kill -0 "$parent" 2>/dev/null; do
+    kill -0 $$ 2>/dev/null || exit 0
+    sleep 1
+  done
+  kill -TERM $$ 2>/dev/null
+) &
+watcher=$!
 while :; do
-  if wait -n "${pids[@]}"; then code=0; else code=$?; fi
+  if wait -n "${pids[@]}" "$watcher"; then code=0; else code=$?; fi
+  kill -0 "$watcher" 2>/dev/null || exit 143
   for i in "${!pids[@]}"; do
     if ! kill -0 "${pids[$i]}" 2>/dev/null; then
       printf 'demo: %s exited (status %s); the end of %s:\n' "${names[$i]}" "$code" "$dir/${names[$i]}.log" >&2
