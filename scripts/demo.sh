@@ -254,10 +254,21 @@ fi
 # not exec this script leaves it to init), or until a process dies on its
 # own: then stop the others. The watcher looks every second, and ends with
 # the script.
+# A parent that died is seen by this script's parent becoming another
+# (init, a subreaper) at once, while its pid may live on as a zombie that
+# `kill -0` still finds.
 parent=$PPID
+parent_alive() {
+  local _pid _comm _state ppid _rest
+  if [ -r "/proc/$$/stat" ] && read -r _pid _comm _state ppid _rest <"/proc/$$/stat"; then
+    [ "$ppid" = "$parent" ]
+  else
+    kill -0 "$parent" 2>/dev/null
+  fi
+}
 (
   trap - INT TERM
-  while kill -0 "$parent" 2>/dev/null; do
+  while parent_alive; do
     kill -0 $$ 2>/dev/null || exit 0
     sleep 1
   done
