@@ -54,7 +54,7 @@ func charts(r *Report) []namedChart {
 		}
 		// Zoomed to the data and the objective (no YZero): attainments in
 		// the top 5% on a 0-100% axis are one flat line.
-		att := &chart.Chart{ID: "attainment-load", Title: "Attainment against load", XLabel: "closed-loop clients", YLabel: "good / counted, %"}
+		att := &chart.Chart{ID: "attainment-load", Title: "Attainment against load", XLabel: "closed-loop clients", YLabel: "good / counted, %", YCeil: 100}
 		att.Series = []chart.Series{series("attainment", closed, conc, func(l Level) float64 { return 100 * l.Attainment }, nil)}
 		// Levels whose decision does not stand are drawn apart, so that a
 		// reader does not take them for measurements of the target.
@@ -96,9 +96,8 @@ func charts(r *Report) []namedChart {
 		}
 		v.VLines = openMarkers(r)
 		out = append(out, namedChart{ID: "verification", Caption: "TTFT at each open-loop rate of the verification and the burst, by the rate its window offered.", c: v})
-		if e := evidence(r, open); e != nil {
-			out = append(out, namedChart{ID: "evidence", Caption: "What the capacity rests on: each open-loop level's attainment with its 95% interval against the rate it offered. " +
-				"A level is met when its interval lies above the objective, missed when below; an undecided one, or one the prober limited, is no evidence either way.", c: e})
+		if e, caption := evidence(r, open); e != nil {
+			out = append(out, namedChart{ID: "evidence", Caption: caption, c: e})
 		}
 	}
 	if b := r.Risk.Burst; b != nil && b.Timeline != nil && len(b.Timeline.InFlight) > 0 {
@@ -159,8 +158,12 @@ func offered(l Level) float64 {
 	return l.IntendedRate
 }
 
-// openMarkers are the verified rate and the most the capacity can be,
-// for an open-loop axis.
+// openMarkers are the verified rate and where the capacity lies above
+// it, for an open-loop axis, as the report's sentence states them
+// (capacity.Capacity.BoundText): the most it can be (the first rate
+// above it that missed, "10.9 missed", or the closed loop's peak) and
+// the lowest rate above it that did not verify, with its decision
+// ("10.1 undecided"), each marked where it is not the other.
 func openMarkers(r *Report) []chart.Marker {
 	c := r.Capacity
 	if c == nil || c.VerifiedRate <= 0 {
@@ -171,20 +174,33 @@ func openMarkers(r *Report) []chart.Marker {
 	case c.Ceiling > 0 && c.CeilingFrom == capacity.CeilingClosedLoop:
 		m = append(m, chart.Marker{Value: c.Ceiling, Label: "closed loop's peak"})
 	case c.Ceiling > 0:
-		m = append(m, chart.Marker{Value: c.Ceiling, Label: "missed"})
-	case c.Bound > 0:
-		m = append(m, chart.Marker{Value: c.Bound, Label: c.BoundDecision})
+		m = append(m, chart.Marker{Value: c.Ceiling, Label: fmt.Sprintf("%.3g missed", c.Ceiling)})
+	}
+	if c.Bound > 0 && c.Bound != c.Ceiling {
+		m = append(m, chart.Marker{Value: c.Bound, Label: fmt.Sprintf("%.3g %s", c.Bound, boundDecision(c.BoundDecision))})
 	}
 	return m
 }
 
-// evidence is the chart of the open-loop levels the capacity rests on:
-// each verification level's attainment (%) at the rate it offered, apart
-// by what it decided (met, missed, undecided, prober-bound: points not
-// joined, since each level is a sample of its own), its 95% interval as
-// a vertical bar, the objective, and the verified rate and the ceiling
-// marked. Nil without a verification level with an interval.
-func evidence(r *Report, open []Level) *chart.Chart {
+// boundDecision is a rate's decision as the evidence chart's legend
+// names it: "undecided" for inconclusive.
+func boundDecision(d string) string {
+	if d == capacity.DecisionInconclusive || d == "" {
+		return "undecided"
+	}
+	return d
+}
+
+// evidence is the chart of the open-loop levels the capacity rests on,
+// and its caption: each verification level's attainment (%) at the rate
+// it offered, apart by what it decided (met, missed, undecided,
+// prober-bound: points not joined, since each level is a sample of its
+// own), its 95% interval a bar in its decision's colour and dash, the
+// objective, and the verified rate and the rates above it marked; with
+// no verified rate, the level nearest to a decision, and the caption
+// says that none was verified. Nil without a verification level with an
+// interval.
+func evidence(r *Report, open []Level) (*chart.Chart, string) {
 	var ls []Level
 	for _, l := range open {
 		if l.Stage == "verify" && l.Interval != nil && l.Decision != "" {
@@ -192,33 +208,31 @@ func evidence(r *Report, open []Level) *chart.Chart {
 		}
 	}
 	if len(ls) == 0 {
-		return nil
+		return nil, ""
 	}
-	c := &chart.Chart{ID: "evidence", Title: "Open-loop evidence", XLabel: "offered req/s (Poisson)", YLabel: "attainment, % (95% interval)"}
+	c := &chart.Chart{ID: "evidence", Title: "Open-loop evidence", XLabel: "offered req/s (Poisson)", YLabel: "attainment, % (95% interval)", YCeil: 100}
+	const proberBound = "prober-bound (not used)"
 	kind := func(l Level) string {
 		switch {
 		case l.Prober != nil && len(l.Prober.Invalid) > 0:
-			return "prober-bound (not used)"
+			return proberBound
 		case l.Decision == capacity.DecisionMet || l.Decision == capacity.DecisionMissed:
 			return l.Decision
 		}
 		return "undecided"
 	}
-	// The intervals first, solid, then each decision in a place of its
-	// own, so that met is drawn alike in every report (a decision no
-	// level took has no name: no legend entry).
-	bars := chart.Series{Name: "95% interval"}
-	for _, l := range ls {
-		bars.X = append(bars.X, offered(l), offered(l), math.NaN())
-		bars.Y = append(bars.Y, 100*l.Interval.Lower, 100*l.Interval.Upper, math.NaN())
-	}
-	c.Series = append(c.Series, bars)
-	for _, name := range []string{capacity.DecisionMissed, capacity.DecisionMet, "undecided", "prober-bound (not used)"} {
+	// Each decision in a place of its own, so that met is drawn alike
+	// in every report (a decision no level took has no name: no legend
+	// entry): met blue and solid, missed vermilion and dashed,
+	// prober-bound green and dotted, undecided purple and dash-dotted,
+	// each level's interval as its point.
+	for _, name := range []string{capacity.DecisionMet, capacity.DecisionMissed, proberBound, "undecided"} {
 		s := chart.Series{Points: true}
 		for _, l := range ls {
 			if kind(l) == name {
 				// A gap after each point: a level stands alone.
 				s.X, s.Y = append(s.X, offered(l), math.NaN()), append(s.Y, 100*l.Attainment, math.NaN())
+				s.Low, s.High = append(s.Low, 100*l.Interval.Lower, math.NaN()), append(s.High, 100*l.Interval.Upper, math.NaN())
 				s.Labels = append(s.Labels, fmt.Sprintf("n=%d", l.Interval.N), "")
 				s.Name = name
 			}
@@ -228,8 +242,50 @@ func evidence(r *Report, open []Level) *chart.Chart {
 	if obj := objective(r); obj > 0 {
 		c.HLines = append(c.HLines, chart.Marker{Value: 100 * obj, Label: fmt.Sprintf("objective %g%%", 100*obj)})
 	}
+	const levels = "each open-loop level's attainment with its 95% interval against the rate it offered. " +
+		"A level is met when its interval lies above the objective, missed when below; an undecided one, or one the prober limited, is no evidence either way."
+	caption := "What the capacity rests on: " + levels
 	c.VLines = openMarkers(r)
-	return c
+	if len(c.VLines) == 0 {
+		caption = "No rate was verified: " + levels
+		if n, ok := nearestDecision(ls, kind); ok {
+			c.VLines = []chart.Marker{{Value: offered(n), Label: "nearest to a decision"}}
+			caption += fmt.Sprintf(" Marked: the undecided level nearest to a decision, %.3g req/s", offered(n))
+			if t := n.ToDecide; t != nil && t.Requests > 0 {
+				caption += fmt.Sprintf(" (about %d more requests would decide it)", t.Requests)
+			}
+			caption += "."
+		}
+	}
+	return c, caption
+}
+
+// nearestDecision is the undecided level, of those the prober did not
+// limit, nearest to a decision, as the run's reason names it: the least
+// time more would decide, else the largest sample.
+func nearestDecision(ls []Level, kind func(Level) string) (Level, bool) {
+	var best Level
+	ok := false
+	for _, l := range ls {
+		if kind(l) != "undecided" {
+			continue
+		}
+		switch {
+		case !ok:
+		case l.ToDecide != nil && best.ToDecide != nil:
+			if l.ToDecide.Seconds >= best.ToDecide.Seconds {
+				continue
+			}
+		case l.ToDecide != nil || best.ToDecide != nil:
+			if l.ToDecide == nil {
+				continue
+			}
+		case l.Counted <= best.Counted:
+			continue
+		}
+		best, ok = l, true
+	}
+	return best, ok
 }
 
 // split returns the closed-loop sweep levels by concurrency and the
@@ -296,7 +352,7 @@ func goodputCaption(r *Report) string {
 	case k.Reached:
 		return c + "; goodput stops growing at the knee."
 	}
-	return c + "; no knee was found within the levels run: goodput still grew at the last."
+	return c + "; knee: " + capacity.NoKnee + ": goodput still grew at the last."
 }
 
 // percentileSeries is P50, P95 and P99 (ms) of a latency, the P99

@@ -96,6 +96,13 @@ type Chart struct {
 	// drawn as a cliff.
 	YZero bool
 
+	// YCeil, if not zero, is the most a value on a linear Y axis can be
+	// (100 for a percentage): the axis runs a little above it, so that
+	// points and intervals at it are drawn whole rather than on the
+	// plot's border, and labels no tick above it. Ignored on a
+	// logarithmic axis, and where a value lies above it.
+	YCeil float64
+
 	// Width and Height are the chart's size in points (1/72 inch); zero
 	// means DefaultWidth and DefaultHeight. The SVG scales to the width of
 	// its container; the size sets the aspect ratio and the size of text
@@ -115,6 +122,12 @@ type Series struct {
 	// Points marks every point with a glyph as well as the line. A lone
 	// point between gaps is marked regardless, so that it does not vanish.
 	Points bool
+
+	// Low and High, if not nil, hold an interval per point (such as the
+	// 95% interval of an attainment), drawn as a vertical bar with caps
+	// from Low[i] to High[i] in the series' colour and dash; a NaN in
+	// either draws none.
+	Low, High []float64
 }
 
 // A Band shades the area between Low[i] and High[i] over X[i], such as the
@@ -184,6 +197,9 @@ func (c *Chart) check() error {
 		if s.Labels != nil && len(s.Labels) != len(s.X) {
 			return fmt.Errorf("chart %q: series %d %q: %d points, %d labels: %w", c.Title, i, s.Name, len(s.X), len(s.Labels), ErrLength)
 		}
+		if (s.Low != nil || s.High != nil) && (len(s.Low) != len(s.X) || len(s.High) != len(s.X)) {
+			return fmt.Errorf("chart %q: series %d %q: %d points, %d Low values, %d High values: %w", c.Title, i, s.Name, len(s.X), len(s.Low), len(s.High), ErrLength)
+		}
 	}
 	for i, b := range c.Bands {
 		if len(b.X) != len(b.Low) || len(b.X) != len(b.High) {
@@ -216,7 +232,7 @@ func (c *Chart) prepare() *drawing {
 		y:      newExtent(),
 	}
 	for _, s := range c.Series {
-		ps := series{name: cleanText(s.Name), points: s.Points}
+		ps := series{name: cleanText(s.Name), points: s.Points, intervals: s.Low != nil}
 		var run []point
 		for i := range s.X {
 			if !c.drawable(s.X[i], s.Y[i]) {
@@ -229,6 +245,14 @@ func (c *Chart) prepare() *drawing {
 			p := point{x: s.X[i], y: s.Y[i]}
 			if s.Labels != nil {
 				p.label = cleanText(s.Labels[i])
+			}
+			if s.Low != nil {
+				lo, hi := math.Min(s.Low[i], s.High[i]), math.Max(s.Low[i], s.High[i])
+				if c.drawable(p.x, lo) && c.drawable(p.x, hi) {
+					p.lo, p.hi, p.bar = lo, hi, true
+					d.y.add(lo)
+					d.y.add(hi)
+				}
 			}
 			run = append(run, p)
 			d.x.add(p.x)
@@ -289,10 +313,23 @@ func (c *Chart) prepare() *drawing {
 	if c.YZero && !c.YLog && d.y.ok() {
 		d.y.add(0)
 	}
+	ceil := c.YCeil != 0 && !c.YLog && math.Abs(c.YCeil) <= maxAbs && d.y.ok() && d.y.max <= c.YCeil
 	d.x.widen(false)
 	d.y.widen(c.YLog)
 	d.x.nice(false)
+	if ceil {
+		d.y.max = c.YCeil
+		ceil = d.y.min < d.y.max
+	}
 	d.y.nice(c.YLog)
+	d.yTicksMax = math.Inf(1)
+	if ceil {
+		// Ticks up to the ceiling, the axis 4% of its range above it:
+		// a point's glyph and an interval's cap at the ceiling are
+		// drawn whole, clear of the border.
+		d.yTicksMax = c.YCeil
+		d.y.max = c.YCeil + 0.04*(c.YCeil-d.y.min)
+	}
 	return d
 }
 

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sloprober/sloprober/report/chart"
+	"github.com/sloprober/sloprober/report/chart/charttest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -431,23 +433,25 @@ func TestHostileValues(t *testing.T) {
 	}
 }
 
-// TestLabelsDoNotOverlap: points close together (levels at the knee) get
-// one label where their labels would overlap; points apart keep theirs,
-// in every series.
+// TestLabelsDoNotOverlap: points of a series close together (levels at
+// the knee) get one label, since labels around them could not be told
+// apart; points apart keep theirs, and another series' point its own
+// where there is room; no label overlaps another, a marker's or a
+// point.
 func TestLabelsDoNotOverlap(t *testing.T) {
 	c := &chart.Chart{ID: "labels", Title: "labels", Series: []chart.Series{
 		{Name: "P99", X: []float64{1, 2, 10, 10.01, 10.02}, Y: []float64{10, 20, 600, 605, 610},
 			Labels: []string{"n=27", "n=46", "n=110", "n=111", "n=112"}},
 		{Name: "P95", X: []float64{10.03}, Y: []float64{602}, Labels: []string{"n=113"}},
 	}}
-	svg, err := c.SVG()
-	require.NoError(t, err)
-	for _, l := range []string{"n=27", "n=46", "n=110", "n=111"} {
-		require.Contains(t, svg, ">"+l+"<", "a label apart from the others (n=111 below its point, n=110 above)")
+	svg, d := layout(t, c)
+	for _, l := range []string{"n=27", "n=46", "n=110", "n=113"} {
+		require.Contains(t, svg, ">"+l+"<", "a label apart from the others")
 	}
-	for _, l := range []string{"n=112", "n=113"} {
-		require.NotContains(t, svg, ">"+l+"<", "a label over n=110 or n=111")
+	for _, l := range []string{"n=111", "n=112"} {
+		require.NotContains(t, svg, ">"+l+"<", "a label of a point on n=110's")
 	}
+	apart(t, d)
 
 	// A marker's label takes its place first: the label of a point at
 	// the top of the chart, on the marker's line, goes left of it (above
@@ -455,8 +459,162 @@ func TestLabelsDoNotOverlap(t *testing.T) {
 	c = &chart.Chart{ID: "marker", Title: "marker", Series: []chart.Series{
 		{Name: "met", X: []float64{1, 2, 3}, Y: []float64{50, 100, 60}, Labels: []string{"n=20", "n=138", "n=30"}, Points: true}},
 		VLines: []chart.Marker{{Value: 2, Label: "verified"}}}
-	svg, err = c.SVG()
-	require.NoError(t, err)
+	svg, d = layout(t, c)
 	require.Contains(t, svg, ">n=138<")
 	require.Contains(t, svg, ">verified<")
+	apart(t, d)
+}
+
+// evidence is the open-loop evidence chart of a real run (sloprober test
+// run capacity, 2026-12-06): four levels at 7.8-10.1 req/s, three at
+// 100%, each with its interval and sample, the verified rate, the
+// undecided rate above it and the closed loop's peak marked.
+func evidence() *chart.Chart {
+	nan := math.NaN()
+	return &chart.Chart{
+		ID: "evidence", Title: "Open-loop evidence", XLabel: "offered req/s (Poisson)", YLabel: "attainment, % (95% interval)", YCeil: 100,
+		Series: []chart.Series{
+			{Name: "met", Points: true, X: []float64{8.17, nan, 8.92, nan}, Y: []float64{100, nan, 100, nan},
+				Low: []float64{95.98, nan, 96.31, nan}, High: []float64{100, nan, 100, nan}, Labels: []string{"n=196", "", "n=214", ""}},
+			{},
+			{},
+			{Name: "undecided", Points: true, X: []float64{7.83, nan, 10.13, nan}, Y: []float64{100, nan, 99.51, nan},
+				Low: []float64{85.13, nan, 73.63, nan}, High: []float64{100, nan, 99.99, nan}, Labels: []string{"n=47", "", "n=608", ""}},
+		},
+		HLines: []chart.Marker{{Value: 95, Label: "objective 95%"}},
+		VLines: []chart.Marker{{Value: 8.92, Label: "verified"}, {Value: 11.67, Label: "closed loop's peak"}, {Value: 10.13, Label: "10.1 undecided"}},
+	}
+}
+
+// layout renders c and reads back its geometry.
+func layout(t *testing.T, c *chart.Chart) (string, *charttest.Drawing) {
+	t.Helper()
+	svg, _ := render(t, c)
+	d, err := charttest.Read(svg)
+	require.NoError(t, err)
+	return svg, d
+}
+
+// apart checks that no two texts overlap and that no point's label
+// (7 px) hides a point or an interval's bar.
+func apart(t *testing.T, d *charttest.Drawing) {
+	t.Helper()
+	for _, p := range d.Overlapping(0.2) {
+		t.Errorf("%q overlaps %q", p[0].S, p[1].S)
+	}
+	for _, tx := range d.Texts {
+		if tx.Size != 7 {
+			continue
+		}
+		for _, g := range d.Glyphs {
+			require.False(t, tx.Box.Overlaps(g.Box), "label %q over a point at (%.1f, %.1f)", tx.S, g.X, g.Y)
+		}
+		for _, l := range d.Lines {
+			if l.Vertical() && l.Width == 1.5 {
+				bar := charttest.Rect{MinX: l.X1 - 0.75, MinY: min(l.Y1, l.Y2), MaxX: l.X1 + 0.75, MaxY: max(l.Y1, l.Y2)}
+				require.False(t, tx.Box.Overlaps(bar), "label %q over an interval at x=%.1f", tx.S, l.X1)
+			}
+		}
+	}
+}
+
+// TestYCeil: points and intervals at a ceiling (100%) are drawn whole,
+// below the top of the plot, and no tick is labelled above it.
+func TestYCeil(t *testing.T) {
+	for name, c := range map[string]*chart.Chart{
+		"evidence":   evidence(),
+		"all at 100": {Series: []chart.Series{{Name: "a", X: []float64{1, 2}, Y: []float64{100, 100}, Points: true}}, YCeil: 100},
+		"0 to 100":   {Series: []chart.Series{{Name: "a", X: []float64{1, 2, 3}, Y: []float64{0, 50, 100}, Points: true}}, YCeil: 100},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, d := layout(t, c)
+			top := d.PlotTop()
+			n := 0
+			for _, g := range d.Glyphs {
+				if g.Y > top+3 {
+					continue // the legend's
+				}
+				n++
+				require.Less(t, g.Box.MaxY, top, "a point's glyph at (%.1f, %.1f) crosses the plot's top %.1f", g.X, g.Y, top)
+			}
+			for _, l := range d.Lines {
+				if l.Horizontal() && l.Width == 1.5 && l.X2-l.X1 < 8 && l.Y1 < top+3 { // an interval's cap, not the legend's
+					require.Less(t, l.Y1+0.75, top, "a cap on the plot's top")
+				}
+			}
+			require.NotZero(t, n)
+			hundred := false
+			for _, tx := range d.Texts {
+				if v, err := strconv.ParseFloat(tx.S, 64); err == nil && tx.Box.MinX < 40 {
+					require.LessOrEqual(t, v, 100.0, "a tick above the ceiling")
+					hundred = hundred || v == 100
+				}
+			}
+			require.True(t, hundred, "the ceiling labelled")
+		})
+	}
+	// Above the ceiling, or on a logarithmic axis, it is no ceiling.
+	for _, c := range []*chart.Chart{
+		{Series: []chart.Series{{Name: "a", X: []float64{1, 2}, Y: []float64{90, 120}}}, YCeil: 100},
+		{Series: []chart.Series{{Name: "a", X: []float64{1, 2}, Y: []float64{1, 100}}}, YCeil: 100, YLog: true},
+	} {
+		render(t, c)
+	}
+}
+
+// TestIntervals: each point's interval is a vertical bar with caps in its
+// series' colour and dash, and the legend shows one as well.
+func TestIntervals(t *testing.T) {
+	_, d := layout(t, evidence())
+	apart(t, d)
+	bars := map[string][]charttest.Line{}
+	for _, l := range d.Lines {
+		if l.Vertical() && l.Width == 1.5 && l.Y1 < 200 {
+			bars[l.Stroke] = append(bars[l.Stroke], l)
+		}
+	}
+	// Met (the first series) blue and solid; undecided (the fourth)
+	// reddish purple and dash-dotted: each with its two levels' bars and
+	// its legend's.
+	require.Len(t, bars["#0072B2"], 2)
+	for _, b := range bars["#0072B2"] {
+		require.Empty(t, b.Dashes)
+	}
+	require.Len(t, bars["#CC79A7"], 2)
+	for _, b := range bars["#CC79A7"] {
+		require.Equal(t, "8,2,1.5,2", b.Dashes)
+	}
+	for clr, bs := range bars {
+		require.Contains(t, []string{"#0072B2", "#CC79A7"}, clr, "a bar in no series' colour")
+		for _, b := range bs {
+			// Its point on it, in its colour.
+			require.True(t, slices.ContainsFunc(d.Glyphs, func(g charttest.Glyph) bool { return g.Color == clr && math.Abs(g.X-b.X1) < 0.1 }),
+				"the bar at x=%.1f has no point of its colour", b.X1)
+		}
+	}
+	legend := 0
+	for _, l := range d.Lines {
+		if l.Vertical() && l.Y1 > 200 && (l.Stroke == "#0072B2" || l.Stroke == "#CC79A7") {
+			legend++
+		}
+	}
+	require.Equal(t, 2, legend, "the legend's samples show an interval")
+	for _, l := range []string{"n=47", "n=196", "n=214", "n=608", "verified", "closed loop's peak", "10.1 undecided", "objective 95%"} {
+		require.Len(t, d.Find(l), 1, l)
+	}
+}
+
+// TestMarkedPointKeepsItsLabel: a point at a vertical marker is labelled
+// first, and keeps its label where every place beside it is taken: its
+// neighbours' go.
+func TestMarkedPointKeepsItsLabel(t *testing.T) {
+	c := evidence()
+	// Levels crowded about the verified one.
+	c.Series[0].X = []float64{8.87, math.NaN(), 8.92, math.NaN()}
+	c.Series[3].X = []float64{8.97, math.NaN(), 9.02, math.NaN()}
+	c.VLines = []chart.Marker{{Value: 8.92, Label: "verified"}, {Value: 9.02, Label: "9.02 undecided"}}
+	_, d := layout(t, c)
+	apart(t, d)
+	require.Len(t, d.Find("n=214"), 1, "the verified level's sample")
+	require.Len(t, d.Find("n=608"), 1, "the undecided level at a marker")
 }

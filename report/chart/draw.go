@@ -36,6 +36,7 @@ const (
 	thumbWidth = 18
 	lineWidth  = 1.5
 	glyphSize  = 2.5 // radius
+	capHalf    = 3   // half the width of an interval's caps
 )
 
 var (
@@ -87,6 +88,7 @@ type drawing struct {
 	title, xLabel, yLabel string
 	yLog                  bool
 	x, y                  extent
+	yTicksMax             float64 // no Y tick above it (Chart.YCeil)
 	series                []series
 	bands                 []band
 	hLines, vLines        []marker
@@ -94,14 +96,17 @@ type drawing struct {
 }
 
 type point struct {
-	x, y  float64
-	label string
+	x, y   float64
+	label  string
+	lo, hi float64 // the point's interval, if bar
+	bar    bool
 }
 
 type series struct {
-	name   string
-	points bool
-	runs   [][]point // runs of drawable points, between gaps
+	name      string
+	points    bool
+	intervals bool      // the series has intervals (Series.Low, High)
+	runs      [][]point // runs of drawable points, between gaps
 }
 
 type bandPoint struct{ x, lo, hi float64 }
@@ -188,7 +193,7 @@ func (d *drawing) legend(area draw.Canvas) vg.Length {
 	for i, s := range d.series {
 		if s.name != "" {
 			st := seriesStyle(i)
-			entries = append(entries, legendEntry{s.name, func(c *draw.Canvas) { st.thumbnail(c, s.points) }})
+			entries = append(entries, legendEntry{s.name, func(c *draw.Canvas) { st.thumbnail(c, s.points, s.intervals) }})
 		}
 	}
 	for i, b := range d.bands {
@@ -275,7 +280,7 @@ func (d *drawing) plot() *plot.Plot {
 	p.Y.Tick.Label = textStyle(sans, smallSize, black, draw.XRight, draw.YCenter)
 	p.X.Tick.Length, p.Y.Tick.Length = 4, 4
 	p.X.Tick.Marker = linearTicks{}
-	p.Y.Tick.Marker = linearTicks{}
+	p.Y.Tick.Marker = upTo{linearTicks{}, d.yTicksMax}
 	if d.yLog {
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = logTicks{}
@@ -294,19 +299,14 @@ func (d *drawing) plot() *plot.Plot {
 	// close together, at the knee, would write "n=110" three times over).
 	// The markers' labels are drawn last, over everything, and take
 	// their places first: a point's label goes elsewhere, or is left out.
-	// They keep off the points themselves too.
-	var pts []point
-	for _, s := range d.series {
-		for _, run := range s.runs {
-			pts = append(pts, run...)
-		}
-	}
+	// Both keep off the points and the intervals too.
 	taken := &[]vg.Rectangle{}
-	p.Add(markerLabels{h: d.hLines, v: d.vLines, points: pts, reserve: taken})
+	p.Add(markerLabels{d: d, reserve: taken})
 	for i, s := range d.series {
-		p.Add(seriesPlotter{s, seriesStyle(i), taken})
+		p.Add(seriesPlotter{s, seriesStyle(i)})
 	}
-	p.Add(markerLabels{h: d.hLines, v: d.vLines, points: pts})
+	p.Add(pointLabels{d: d, taken: taken})
+	p.Add(markerLabels{d: d})
 	if !d.hasData {
 		p.Add(noData{})
 	}
@@ -327,11 +327,28 @@ func seriesStyle(i int) style {
 	}
 }
 
-func (st style) thumbnail(c *draw.Canvas, points bool) {
+// thumbnail is the series' sample in the legend: its line, with its
+// glyph if it marks its points, and an interval's bar and caps if it has
+// intervals (the thumbnail's height: the legend's row).
+func (st style) thumbnail(c *draw.Canvas, points, intervals bool) {
 	y := c.Center().Y
 	c.StrokeLine2(st.line, c.Min.X, y, c.Max.X, y)
+	if intervals {
+		ctr := c.Center()
+		interval(c, st.line, ctr.X, c.Min.Y-1, c.Max.Y+1)
+	}
 	if points {
 		c.DrawGlyphNoClip(st.glyph, c.Center())
+	}
+}
+
+// interval draws an interval's vertical bar at x from lo to hi in the
+// line's colour and dash, with caps, solid, at its ends.
+func interval(c *draw.Canvas, line draw.LineStyle, x, lo, hi vg.Length) {
+	c.StrokeLine2(line, x, lo, x, hi)
+	line.Dashes = nil
+	for _, y := range []vg.Length{lo, hi} {
+		c.StrokeLine2(line, x-capHalf, y, x+capHalf, y)
 	}
 }
 
@@ -344,14 +361,14 @@ func bandColor(i int) color.Color {
 }
 
 type seriesPlotter struct {
-	s     series
-	st    style
-	taken *[]vg.Rectangle // the labels written so far, of every series
+	s  series
+	st style
 }
 
+// Plot draws the series' lines, then its intervals, then its glyphs; the
+// points' labels are pointLabels'.
 func (sp seriesPlotter) Plot(c draw.Canvas, p *plot.Plot) {
 	trX, trY := p.Transforms(&c)
-	notes := textStyle(sans, noteSize, sp.st.line.Color, draw.XCenter, draw.YBottom)
 	for _, run := range sp.s.runs {
 		pts := make([]vg.Point, len(run))
 		for i, pt := range run {
@@ -360,49 +377,194 @@ func (sp seriesPlotter) Plot(c draw.Canvas, p *plot.Plot) {
 		if len(pts) > 1 {
 			c.StrokeLines(sp.st.line, c.ClipLinesXY(pts)...)
 		}
+		for i, pt := range run {
+			if pt.bar && c.ContainsX(pts[i].X) {
+				lo, hi := max(trY(pt.lo), c.Min.Y), min(trY(pt.hi), c.Max.Y)
+				interval(&c, sp.st.line, pts[i].X, lo, hi)
+			}
+		}
 		if sp.s.points || len(pts) == 1 {
 			for _, pt := range pts {
 				c.DrawGlyph(sp.st.glyph, pt)
 			}
 		}
-		for i, pt := range pts {
-			if run[i].label != "" && c.Contains(pt) {
-				note(c, notes, pt, run[i].label, sp.taken)
+	}
+}
+
+// obstacles are the places of the points (a box of their glyph's size)
+// and of the intervals' bars, which a label should not hide.
+func (d *drawing) obstacles(c draw.Canvas, p *plot.Plot) []vg.Rectangle {
+	trX, trY := p.Transforms(&c)
+	const r = glyphSize + 0.5
+	var out []vg.Rectangle
+	for _, s := range d.series {
+		for _, run := range s.runs {
+			for _, pt := range run {
+				x, y := trX(pt.x), trY(pt.y)
+				out = append(out, vg.Rectangle{Min: vg.Point{X: x - r, Y: y - r}, Max: vg.Point{X: x + r, Y: y + r}})
+				if pt.bar {
+					out = append(out, vg.Rectangle{Min: vg.Point{X: x - capHalf, Y: trY(pt.lo) - 0.5}, Max: vg.Point{X: x + capHalf, Y: trY(pt.hi) + 0.5}})
+				}
 			}
+		}
+	}
+	return out
+}
+
+// pointLabels writes the points' labels, of every series, in the
+// series' colours: those of points at a vertical marker (the level it
+// marks) first, then the others in order, each where it overlaps no
+// label written (taken: the markers' labels to start with), no point,
+// no interval and no reference line, or not at all; nor at all for a
+// point on a labelled one of its series (levels close together at the
+// knee), whose label could not be told from the other's. A point at a
+// marker keeps its label:
+// where no place beside it is free, it goes at a corner of it, or where
+// it hides no other label.
+type pointLabels struct {
+	d     *drawing
+	taken *[]vg.Rectangle
+}
+
+func (pl pointLabels) Plot(c draw.Canvas, p *plot.Plot) {
+	trX, trY := p.Transforms(&c)
+	type labelled struct {
+		pt     vg.Point
+		s      string
+		clr    color.Color
+		series int
+	}
+	var first, rest []labelled
+	for i, s := range pl.d.series {
+		clr := seriesStyle(i).line.Color
+		for _, run := range s.runs {
+			for _, pt := range run {
+				at := vg.Point{X: trX(pt.x), Y: trY(pt.y)}
+				if pt.label == "" || !c.Contains(at) {
+					continue
+				}
+				l := labelled{at, pt.label, clr, i}
+				if slices.ContainsFunc(pl.d.vLines, func(m marker) bool { return m.value == pt.x }) {
+					first = append(first, l)
+				} else {
+					rest = append(rest, l)
+				}
+			}
+		}
+	}
+	// The reference lines too: a label is not struck through.
+	obstacles := pl.d.obstacles(c, p)
+	for _, m := range pl.d.vLines {
+		x := trX(m.value)
+		obstacles = append(obstacles, vg.Rectangle{Min: vg.Point{X: x - 0.5, Y: c.Min.Y}, Max: vg.Point{X: x + 0.5, Y: c.Max.Y}})
+	}
+	for _, m := range pl.d.hLines {
+		y := trY(m.value)
+		obstacles = append(obstacles, vg.Rectangle{Min: vg.Point{X: c.Min.X, Y: y - 0.5}, Max: vg.Point{X: c.Max.X, Y: y + 0.5}})
+	}
+	var written []labelled
+	for i, l := range append(first, rest...) {
+		keep := i < len(first)
+		if !keep && slices.ContainsFunc(written, func(o labelled) bool {
+			return o.series == l.series && math.Hypot(float64(o.pt.X-l.pt.X), float64(o.pt.Y-l.pt.Y)) < 2*glyphSize+1
+		}) {
+			continue
+		}
+		sty := textStyle(sans, noteSize, l.clr, draw.XLeft, draw.YBottom)
+		if note(c, sty, l.pt, l.s, pl.taken, obstacles, keep) {
+			written = append(written, l)
 		}
 	}
 }
 
 // note writes a point's label above it, or where that place is out of
-// the chart or taken, below it, left of it or right of it, kept from
-// running out at the sides; not at all where each would overlap a label
-// in taken (a marker's, or another point's), to which it adds its own.
-func note(c draw.Canvas, sty text.Style, pt vg.Point, s string, taken *[]vg.Rectangle) {
-	const off = glyphSize + 1
-	w, h := sty.Width(s), sty.Height(s)
-	// The places tried in turn, each a box's lower left corner: above the
-	// point, below it, left of it, right of it.
+// the chart, taken or hides a point or an interval (obstacles), below
+// it, left of it or right of it, kept from running out at the sides; not
+// at all where each would, unless keep: then at a corner of it, or, of
+// the places that overlap no label, where it hides least. It adds its
+// place to taken, and reports whether it wrote the label.
+func note(c draw.Canvas, sty text.Style, pt vg.Point, s string, taken *[]vg.Rectangle, obstacles []vg.Rectangle, keep bool) bool {
+	// off is the room between the point and its label: above and below
+	// it, its glyph's; beside it, an interval's caps' too.
+	const off, side = glyphSize + 1, capHalf + 1.5
+	// Its box 10% wider than Liberation Sans writes it, on the side away
+	// from the point: room for a wider fallback font (see fit).
+	w, h := 1.1*sty.Width(s), sty.Height(s)
+	type place struct {
+		box   vg.Rectangle
+		align draw.XAlignment
+	}
+	// The places tried in turn, each a box's lower left corner and the
+	// side its text is anchored at (the side nearer the point, so that a
+	// font wider than the one measured runs away from it): above the
+	// point, below it, left of it, right of it, then above left, above
+	// right, below left and below right.
+	left, centre, right := draw.XRight, draw.XCenter, draw.XLeft
+	aligns := []draw.XAlignment{centre, centre, left, right, left, right, left, right}
+	var places []place
 	for i, at := range []vg.Point{
 		{X: pt.X - w/2, Y: pt.Y + off},
 		{X: pt.X - w/2, Y: pt.Y - off - h},
-		{X: pt.X - off - w, Y: pt.Y - h/2},
-		{X: pt.X + off, Y: pt.Y - h/2},
+		{X: pt.X - side - w, Y: pt.Y - h/2},
+		{X: pt.X + side, Y: pt.Y - h/2},
+		{X: pt.X - side - w, Y: pt.Y + off},
+		{X: pt.X + side, Y: pt.Y + off},
+		{X: pt.X - side - w, Y: pt.Y - off - h},
+		{X: pt.X + side, Y: pt.Y - off - h},
 	} {
+		if i >= 4 && !keep {
+			break
+		}
 		// Kept from running out at the sides; beside the point, from
 		// running out at the top and bottom too.
 		at.X = max(c.Min.X, min(at.X, c.Max.X-w))
-		if i >= 2 {
+		if i == 2 || i == 3 {
 			at.Y = max(c.Min.Y, min(at.Y, c.Max.Y-h))
 		}
 		box := vg.Rectangle{Min: at, Max: vg.Point{X: at.X + w, Y: at.Y + h}}
-		if box.Max.Y > c.Max.Y || box.Min.Y < c.Min.Y || overlaps(box, *taken) {
-			continue
+		if box.Max.Y <= c.Max.Y && box.Min.Y >= c.Min.Y && !overlaps(box, *taken) {
+			places = append(places, place{box, aligns[i]})
 		}
-		*taken = append(*taken, box)
-		sty.XAlign, sty.YAlign = draw.XLeft, draw.YBottom
-		c.FillText(sty, at, s)
-		return
 	}
+	i := slices.IndexFunc(places, func(p place) bool { return !overlaps(p.box, obstacles) })
+	if i < 0 && keep && len(places) > 0 {
+		// The place that hides the least.
+		i = 0
+		for j, p := range places {
+			if hidden(p.box, obstacles) < hidden(places[i].box, obstacles) {
+				i = j
+			}
+		}
+	}
+	if i < 0 {
+		return false
+	}
+	b := places[i].box
+	*taken = append(*taken, b)
+	// Written where textBox puts it at b.
+	ext := sty.FontExtents()
+	at := vg.Point{X: b.Min.X, Y: b.Min.Y + ext.Descent + ext.Ascent - sty.Font.Size}
+	switch sty.XAlign, sty.YAlign = places[i].align, draw.YBottom; sty.XAlign {
+	case draw.XCenter:
+		at.X = (b.Min.X + b.Max.X) / 2
+	case draw.XRight:
+		at.X = b.Max.X
+	}
+	c.FillText(sty, at, s)
+	return true
+}
+
+// hidden is the area of box over each of obstacles.
+func hidden(box vg.Rectangle, obstacles []vg.Rectangle) vg.Length {
+	var a vg.Length
+	for _, r := range obstacles {
+		w := min(box.Max.X, r.Max.X) - max(box.Min.X, r.Min.X)
+		h := min(box.Max.Y, r.Max.Y) - max(box.Min.Y, r.Min.Y)
+		if w > 0 && h > 0 {
+			a += w * h
+		}
+	}
+	return a
 }
 
 // overlaps reports whether box overlaps any of taken.
@@ -458,11 +620,10 @@ func (m markerLines) Plot(c draw.Canvas, p *plot.Plot) {
 	}
 }
 
-// markerLabels writes the markers' labels; with reserve set it writes
-// nothing and adds the places they take to it.
+// markerLabels writes the markers' labels of d; with reserve set it
+// writes nothing and adds the places they take to it.
 type markerLabels struct {
-	h, v    []marker
-	points  []point
+	d       *drawing
 	reserve *[]vg.Rectangle
 }
 
@@ -475,10 +636,16 @@ func (m markerLabels) write(c draw.Canvas, sty text.Style, pt vg.Point, s string
 	*m.reserve = append(*m.reserve, textBox(sty, pt, s))
 }
 
-// textBox is the place text written at pt takes.
+// textBox is the place one line of text written at pt takes: from its
+// font's descent below its baseline to its ascent above, where
+// text.Plain draws it (text.Style.Rectangle places the line's gap below
+// the descent instead, and the box a point too low for what is drawn).
 func textBox(sty text.Style, pt vg.Point, s string) vg.Rectangle {
-	r := sty.Rectangle(s)
-	return vg.Rectangle{Min: r.Min.Add(pt), Max: r.Max.Add(pt)}
+	ext := sty.FontExtents()
+	w := sty.Width(s)
+	x := pt.X + vg.Length(sty.XAlign)*w
+	base := pt.Y + sty.Height(s)*vg.Length(sty.YAlign) - ext.Ascent + sty.Font.Size
+	return vg.Rectangle{Min: vg.Point{X: x, Y: base - ext.Descent}, Max: vg.Point{X: x + w, Y: base + ext.Ascent}}
 }
 
 func (m markerLabels) Plot(c draw.Canvas, p *plot.Plot) {
@@ -488,14 +655,10 @@ func (m markerLabels) Plot(c draw.Canvas, p *plot.Plot) {
 	// overlaps none of them (an objective's label at the right end and a
 	// line's label at its top meet in the top right corner).
 	var placed []vg.Rectangle
-	// The points are taken as the labels are (a box of their marker's
-	// size), but written over: a label is written where it hides no
-	// point if there is such a place, else where it was.
-	var dots []vg.Rectangle
-	for _, pt := range m.points {
-		x, y := trX(pt.x), trY(pt.y)
-		dots = append(dots, vg.Rectangle{Min: vg.Point{X: x - 3, Y: y - 3}, Max: vg.Point{X: x + 3, Y: y + 3}})
-	}
+	// The points and intervals are taken as the labels are, but written
+	// over: a label is written where it hides no point or interval if
+	// there is such a place, else where it was.
+	dots := m.d.obstacles(c, p)
 	put := func(sty text.Style, pt vg.Point, s string) {
 		placed = append(placed, textBox(sty, pt, s))
 		m.write(c, sty, pt, s)
@@ -503,7 +666,7 @@ func (m markerLabels) Plot(c draw.Canvas, p *plot.Plot) {
 	// A horizontal line's label sits at its right end, above it, or below
 	// it when the line runs along the top; at its left end where the
 	// right one is taken.
-	for _, l := range m.h {
+	for _, l := range m.d.hLines {
 		if l.label == "" {
 			continue
 		}
@@ -529,17 +692,19 @@ func (m markerLabels) Plot(c draw.Canvas, p *plot.Plot) {
 	// the labels of close markers do not overwrite each other; the other
 	// side of its line, or a row lower, where a label is already.
 	y := c.Max.Y - pad
-	for _, l := range m.v {
+	for _, l := range m.d.vLines {
 		if l.label == "" {
 			continue
 		}
 		sty := textStyle(sans, smallSize, grey, draw.XLeft, draw.YTop)
 		label := fit(sty, l.label, c.Size().X/2)
 		h := sty.Height(label) + pad
+		// Clear of a point's glyph or an interval's caps on the line.
+		const side = capHalf + 1
 		candidate := func(y float64, right bool) (text.Style, vg.Point) {
-			s, x := sty, trX(l.value)+pad
+			s, x := sty, trX(l.value)+side
 			if !right || x+sty.Width(label) > c.Max.X {
-				s.XAlign, x = draw.XRight, trX(l.value)-pad
+				s.XAlign, x = draw.XRight, trX(l.value)-side
 			}
 			return s, vg.Point{X: x, Y: vg.Length(y)}
 		}
@@ -573,9 +738,9 @@ func (m markerLabels) Plot(c draw.Canvas, p *plot.Plot) {
 
 // boxedText writes text on a translucent white box, to be read over lines.
 func boxedText(c draw.Canvas, sty text.Style, pt vg.Point, s string) {
-	r := sty.Rectangle(s)
-	r.Min = r.Min.Add(pt).Sub(vg.Point{X: 1, Y: 0.5})
-	r.Max = r.Max.Add(pt).Add(vg.Point{X: 1, Y: 0.5})
+	r := textBox(sty, pt, s)
+	r.Min = r.Min.Sub(vg.Point{X: 1, Y: 0.5})
+	r.Max = r.Max.Add(vg.Point{X: 1, Y: 0.5})
 	fillRect(&c, color.NRGBA{R: 0xff, G: 0xff, B: 0xff, A: 0xcc}, r)
 	c.FillText(sty, pt, s)
 }
@@ -633,6 +798,17 @@ func (logTicks) Ticks(min, max float64) []plot.Tick {
 	}
 	// Less than a factor of two: linear ticks place well enough.
 	return linearTicks{}.Ticks(min, max)
+}
+
+// upTo is a Ticker's ticks up to max.
+type upTo struct {
+	plot.Ticker
+	max float64
+}
+
+func (u upTo) Ticks(min, max float64) []plot.Tick {
+	ts := u.Ticker.Ticks(min, max)
+	return slices.DeleteFunc(ts, func(t plot.Tick) bool { return t.Value > u.max+1e-9*math.Abs(u.max) })
 }
 
 // linearTicks labels a linear axis at about five round values: gonum/plot's
