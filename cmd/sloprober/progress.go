@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -125,16 +126,36 @@ func (p *progress) redraw() {
 	since := time.Since(p.received)
 	pr.Elapsed += since
 	pr.Remaining, pr.RemainingMax = max(0, pr.Remaining-since), max(0, pr.RemainingMax-since)
-	line := progressLine(pr)
 	width := progressWidth
 	if cols := p.width(); cols > 1 {
 		width = cols - 1 // the last column would wrap on some terminals
 	}
-	if len(line) > width {
-		line = line[:width]
-	}
-	fmt.Fprint(p.w, "\r\x1b[K"+line)
+	fmt.Fprint(p.w, "\r\x1b[K"+fitLine(pr, width))
 	p.shown = true
+}
+
+// fitLine is progressLine within width columns: where it is wider, the
+// last goodput goes first, then the elapsed time, then the level's words
+// ("7/~11 verify, ..."); the time left stays whole ("about 2m10s left (up
+// to 22m)"), and only a line still too wide is cut, with an ellipsis.
+func fitLine(p capacity.Progress, width int) string {
+	left := p.RemainingText()
+	for _, line := range []string{
+		progressLine(p),
+		fmt.Sprintf("level %d of about %d: %s, %s; elapsed %s, %s", p.Level, p.Levels, p.Stage, p.LoadName(), p.Elapsed.Round(time.Second), left),
+		fmt.Sprintf("level %d of about %d: %s, %s; %s", p.Level, p.Levels, p.Stage, p.LoadName(), left),
+		fmt.Sprintf("%d/~%d %s, %s; %s", p.Level, p.Levels, p.Stage, p.LoadName(), left),
+		fmt.Sprintf("%d/~%d %s; %s", p.Level, p.Levels, p.Stage, left),
+	} {
+		if utf8.RuneCountInString(line) <= width {
+			return line
+		}
+	}
+	r := []rune(fmt.Sprintf("%d/~%d %s; %s", p.Level, p.Levels, p.Stage, left))
+	if width < 1 {
+		return ""
+	}
+	return string(r[:width-1]) + "…"
 }
 
 // clear ends the updating line. p.mu is held.

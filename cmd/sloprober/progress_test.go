@@ -5,6 +5,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/common/promslog"
 	"github.com/stretchr/testify/require"
@@ -81,6 +82,30 @@ func TestProgressNarrowTerminal(t *testing.T) {
 	p.update(capacity.Progress{Level: 2, Levels: 9, Stage: "sweep", Concurrency: 4, Elapsed: 10 * time.Second, Remaining: time.Minute, Goodput: 3})
 	p.close()
 	line := strings.TrimPrefix(strings.Split(out.String(), "\r\x1b[K")[1], "")
-	require.Len(t, line, 39)
-	require.Equal(t, "level 2 of about 9: sweep, 4 clients; e", line)
+	require.Equal(t, "2/~9 sweep, 4 clients; about 1m0s left", line, "the time left whole, the level's words short")
+}
+
+// TestFitLine: a line wider than the terminal loses its optional clauses
+// first, last goodput, then elapsed, then the level's words, and keeps the
+// time left whole (it was cut mid-parenthesis at 79 columns: "... left
+// (up to 22m"); only a terminal too narrow for that is cut, with an
+// ellipsis.
+func TestFitLine(t *testing.T) {
+	p := capacity.Progress{Level: 7, Levels: 11, Stage: "verify", Rate: 6.79, Elapsed: 192 * time.Second,
+		Remaining: 130 * time.Second, RemainingMax: 22 * time.Minute, Goodput: 7.83}
+	for _, tc := range []struct {
+		width int
+		want  string
+	}{
+		{200, "level 7 of about 11: verify, 6.79 req/s intended; elapsed 3m12s, about 2m10s left (up to 22m); last goodput 7.83 good req/s"},
+		{100, "level 7 of about 11: verify, 6.79 req/s intended; elapsed 3m12s, about 2m10s left (up to 22m)"},
+		{79, "level 7 of about 11: verify, 6.79 req/s intended; about 2m10s left (up to 22m)"},
+		{70, "7/~11 verify, 6.79 req/s intended; about 2m10s left (up to 22m)"},
+		{50, "7/~11 verify; about 2m10s left (up to 22m)"},
+		{20, "7/~11 verify; about…"},
+	} {
+		got := fitLine(p, tc.width)
+		require.Equal(t, tc.want, got, "width %d", tc.width)
+		require.LessOrEqual(t, utf8.RuneCountInString(got), tc.width)
+	}
 }
