@@ -101,22 +101,8 @@ func TestEvidenceReadable(t *testing.T) {
 
 			// 2. Labels apart from each other, the points and the
 			// intervals; the verified level's sample kept.
-			for _, p := range d.Overlapping(0.2) {
-				t.Errorf("%q overlaps %q", p[0].S, p[1].S)
-			}
-			for _, tx := range d.Texts {
-				if tx.Size != 7 {
-					continue
-				}
-				for _, g := range d.Glyphs {
-					require.False(t, tx.Box.Overlaps(g.Box), "%q over a point", tx.S)
-				}
-				for _, l := range d.Lines {
-					if l.Vertical() && l.Width == 1.5 {
-						bar := charttest.Rect{MinX: l.X1 - 0.75, MinY: min(l.Y1, l.Y2), MaxX: l.X1 + 0.75, MaxY: max(l.Y1, l.Y2)}
-						require.False(t, tx.Box.Overlaps(bar), "%q over an interval", tx.S)
-					}
-				}
+			for _, h := range d.Hidden() {
+				t.Error(h)
 			}
 			require.Len(t, d.Find(tc.verifiedN), 1, "the verified level's sample")
 

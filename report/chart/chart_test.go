@@ -499,22 +499,8 @@ func layout(t *testing.T, c *chart.Chart) (string, *charttest.Drawing) {
 // (7 px) hides a point or an interval's bar.
 func apart(t *testing.T, d *charttest.Drawing) {
 	t.Helper()
-	for _, p := range d.Overlapping(0.2) {
-		t.Errorf("%q overlaps %q", p[0].S, p[1].S)
-	}
-	for _, tx := range d.Texts {
-		if tx.Size != 7 {
-			continue
-		}
-		for _, g := range d.Glyphs {
-			require.False(t, tx.Box.Overlaps(g.Box), "label %q over a point at (%.1f, %.1f)", tx.S, g.X, g.Y)
-		}
-		for _, l := range d.Lines {
-			if l.Vertical() && l.Width == 1.5 {
-				bar := charttest.Rect{MinX: l.X1 - 0.75, MinY: min(l.Y1, l.Y2), MaxX: l.X1 + 0.75, MaxY: max(l.Y1, l.Y2)}
-				require.False(t, tx.Box.Overlaps(bar), "label %q over an interval at x=%.1f", tx.S, l.X1)
-			}
-		}
+	for _, h := range d.Hidden() {
+		t.Error(h)
 	}
 }
 

@@ -254,3 +254,33 @@ func (d *Drawing) Overlapping(tol float64) [][2]Text {
 	}
 	return out
 }
+
+// Hidden lists what a label hides, as a test reports it: two texts that
+// overlap (by more than 0.2 pt), and a point's label (7 px) over a point
+// or over an interval's bar (a vertical line 1.5 pt wide).
+func (d *Drawing) Hidden() []string {
+	var out []string
+	for _, p := range d.Overlapping(0.2) {
+		out = append(out, strconv.Quote(p[0].S)+" overlaps "+strconv.Quote(p[1].S))
+	}
+	for _, tx := range d.Texts {
+		if tx.Size != 7 {
+			continue
+		}
+		for _, g := range d.Glyphs {
+			if tx.Box.Overlaps(g.Box) {
+				out = append(out, "label "+strconv.Quote(tx.S)+" over a point at ("+strconv.FormatFloat(g.X, 'f', 1, 64)+", "+strconv.FormatFloat(g.Y, 'f', 1, 64)+")")
+			}
+		}
+		for _, l := range d.Lines {
+			if !l.Vertical() || l.Width != 1.5 {
+				continue
+			}
+			bar := Rect{MinX: l.X1 - 0.75, MinY: math.Min(l.Y1, l.Y2), MaxX: l.X1 + 0.75, MaxY: math.Max(l.Y1, l.Y2)}
+			if tx.Box.Overlaps(bar) {
+				out = append(out, "label "+strconv.Quote(tx.S)+" over an interval at x="+strconv.FormatFloat(l.X1, 'f', 1, 64))
+			}
+		}
+	}
+	return out
+}
