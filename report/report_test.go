@@ -513,10 +513,17 @@ func TestOneSource(t *testing.T) {
 	for name, run := range map[string]*capacity.Run{
 		"step-run": load(t, "step-run.json"), "step-both-run": load(t, "step-both-run.json"),
 		"inconclusive": inconclusive, "knee not reached": growing,
+		// Stored runs of the starter test against the README's example
+		// server: a PASS, and one with a 99% objective in 20 s windows
+		// that concluded nothing.
+		"example server": load(t, "evidence-run.json"), "example server, inconclusive": load(t, "inconclusive-run.json"),
 	} {
 		t.Run(name, func(t *testing.T) {
-			var cli, md, html, js bytes.Buffer
-			capacity.WriteTable(&cli, run)
+			var cli0, md, html, js bytes.Buffer
+			capacity.WriteTable(&cli0, run)
+			// The terminal wraps its lines at 120 columns, a continuation
+			// indented by four.
+			cli := strings.NewReplacer("\n    ", " ").Replace(cli0.String())
 			r := report.Build(run)
 			require.NoError(t, report.WriteMarkdown(&md, r))
 			require.NoError(t, report.Write(&html, r, "html"))
@@ -528,14 +535,25 @@ func TestOneSource(t *testing.T) {
 				rows[row.Name] = row
 			}
 			// The verdict.
-			require.Contains(t, cli.String(), ": "+strings.ToUpper(run.Verdict)+": ")
+			require.Contains(t, cli, ": "+strings.ToUpper(run.Verdict)+": ")
 			require.Contains(t, md.String(), strings.ToUpper(run.Verdict))
 			require.Equal(t, run.Verdict, back.Verdict)
 			require.Equal(t, run.Verdict, rows["verdict"].A)
 			// The verified capacity, or none.
-			if v := run.Capacity.VerifiedRate; v != nil {
+			if run.Capacity == nil {
+				// A run whose sweep concluded nothing: no capacity,
+				// open or closed loop, stated anywhere; its knee is.
+				require.Nil(t, back.Capacity)
+				require.Nil(t, back.ClosedLoop)
+				require.Equal(t, "-", rows["capacity, req/s (verified open loop)"].A)
+				require.Equal(t, "-", rows["closed-loop capacity, clients"].A)
+				require.NotContains(t, md.String(), "req/s verified open loop")
+				require.NotContains(t, md.String(), "Closed loop: ")
+				require.Contains(t, md.String(), "**Not concluded**: ")
+				require.Contains(t, cli, ": INCONCLUSIVE: "+run.Reason)
+			} else if v := run.Capacity.VerifiedRate; v != nil {
 				text := fmt.Sprintf("%.3g req/s verified open loop", *v)
-				require.Contains(t, cli.String(), text)
+				require.Contains(t, cli, text)
 				require.Contains(t, md.String(), text)
 				require.Equal(t, *v, back.Capacity.VerifiedRate)
 				require.Equal(t, fmt.Sprintf("%.3g", *v), rows["capacity, req/s (verified open loop)"].A)
@@ -545,16 +563,17 @@ func TestOneSource(t *testing.T) {
 				require.NotContains(t, md.String(), "req/s verified open loop")
 			}
 			// The closed loop, concluded or not.
-			c := run.Capacity
-			require.Contains(t, cli.String(), fmt.Sprintf("closed loop %d clients at %.3g req/s", c.Concurrency, c.Rate))
-			require.Contains(t, md.String(), fmt.Sprintf("Closed loop: %d clients completed %.3g req/s", c.Concurrency, c.Rate))
-			require.Equal(t, &report.ClosedLoop{Concurrency: c.Concurrency, Rate: c.Rate, Goodput: c.Goodput}, back.ClosedLoop)
-			require.Equal(t, fmt.Sprint(c.Concurrency), rows["closed-loop capacity, clients"].A)
-			require.Equal(t, fmt.Sprintf("%.3g", c.Rate), rows["closed-loop capacity, req/s"].A)
+			if c := run.Capacity; c != nil {
+				require.Contains(t, cli, fmt.Sprintf("closed loop %d clients at %.3g req/s", c.Concurrency, c.Rate))
+				require.Contains(t, md.String(), fmt.Sprintf("Closed loop: %d clients completed %.3g req/s", c.Concurrency, c.Rate))
+				require.Equal(t, &report.ClosedLoop{Concurrency: c.Concurrency, Rate: c.Rate, Goodput: c.Goodput}, back.ClosedLoop)
+				require.Equal(t, fmt.Sprint(c.Concurrency), rows["closed-loop capacity, clients"].A)
+				require.Equal(t, fmt.Sprintf("%.3g", c.Rate), rows["closed-loop capacity, req/s"].A)
+			}
 			// The knee, reached or not.
 			k := run.Knee
 			require.Equal(t, k, back.Knee)
-			require.Contains(t, cli.String(), "knee: "+k.Text())
+			require.Contains(t, cli, "knee: "+k.Text())
 			require.Contains(t, md.String(), "Knee: "+k.Text())
 			require.Contains(t, html.String(), "Knee: "+template.HTMLEscapeString(k.Text()))
 			if k.Reached {
@@ -563,12 +582,13 @@ func TestOneSource(t *testing.T) {
 			} else {
 				require.Equal(t, fmt.Sprintf("none within the levels run (up to %d)", k.Concurrency), rows["knee, clients"].A)
 				require.True(t, strings.HasPrefix(k.Text(), "none within the levels run: "), "a knee not reached is not stated as one: %s", k.Text())
-				require.NotContains(t, md.String()+cli.String(), "before its knee")
+				require.NotContains(t, md.String()+cli, "before its knee")
 			}
 			// The forecast: holds true, false or null, one text.
-			if fc := c.Forecast; fc != nil {
+			if c := run.Capacity; c != nil && c.Forecast != nil {
+				fc := c.Forecast
 				_, text := fc.Verdict()
-				require.Contains(t, cli.String(), "forecast: "+text)
+				require.Contains(t, cli, "forecast: "+text)
 				require.Contains(t, md.String(), text)
 				require.Equal(t, fc.Holds, back.Capacity.Forecast.Holds)
 			}
