@@ -22,12 +22,21 @@ func writePID(f *os.File) {
 
 // lockHolder names the process whose ID is in the lock file.
 func lockHolder(f *os.File) string {
-	b, err := io.ReadAll(io.LimitReader(f, 32))
-	if err != nil {
-		return "another process"
-	}
-	if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+	if pid := readPID(f); pid > 0 {
 		return "process " + strconv.Itoa(pid)
 	}
 	return "another process"
+}
+
+// readPID reads the process ID writePID wrote, 0 if there is none.
+func readPID(r io.Reader) int {
+	b, err := io.ReadAll(io.LimitReader(r, 32))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	return pid
 }

@@ -2,11 +2,9 @@ package runstore
 
 import (
 	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 )
 
@@ -144,13 +142,5 @@ func LockHolder(dir string) int {
 		return 0
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 32))
-	if err != nil {
-		return 0
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
-		return 0
-	}
-	return pid
+	return readPID(f)
 }
