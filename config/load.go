@@ -247,7 +247,7 @@ func typeAt(t reflect.Type, path string) reflect.Type {
 		path = path[i:]
 		switch t.Kind() {
 		case reflect.Struct:
-			t = yamlFields(t)[seg]
+			t = strictyaml.Fields(t)[seg]
 		case reflect.Map:
 			t = t.Elem()
 		default:
@@ -267,42 +267,10 @@ func yamlKeys(t reflect.Type) map[string]bool {
 		return nil
 	}
 	keys := map[string]bool{}
-	for k := range yamlFields(t) {
+	for k := range strictyaml.Fields(t) {
 		keys[k] = true
 	}
 	return keys
-}
-
-// yamlFields maps the keys of struct type t to their types, inlined
-// structs' merged in, as the decoder reads them.
-func yamlFields(t reflect.Type) map[string]reflect.Type {
-	m := map[string]reflect.Type{}
-	var fields func(t reflect.Type)
-	fields = func(t reflect.Type) {
-		for i := range t.NumField() {
-			f := t.Field(i)
-			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			if name == "-" || !f.IsExported() && !f.Anonymous {
-				continue
-			}
-			if strings.Contains(","+opts+",", ",inline,") {
-				ft := f.Type
-				if ft.Kind() == reflect.Pointer {
-					ft = ft.Elem()
-				}
-				if ft.Kind() == reflect.Struct {
-					fields(ft)
-				}
-				continue
-			}
-			if name == "" {
-				name = strings.ToLower(f.Name)
-			}
-			m[name] = f.Type
-		}
-	}
-	fields(t)
-	return m
 }
 
 // related reports whether the key paths a and b are one, or one is above

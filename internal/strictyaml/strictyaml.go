@@ -161,8 +161,11 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-// fields maps the YAML keys of struct type t to their field types, with
+// Fields maps the YAML keys of struct type t to their field types, with
 // the fields of inlined structs merged in, as yaml v2 reads them.
+func Fields(t reflect.Type) map[string]reflect.Type { return fields(t, nil) }
+
+// fields is Fields, merged into m (nil: a new map).
 func fields(t reflect.Type, m map[string]reflect.Type) map[string]reflect.Type {
 	if m == nil {
 		m = map[string]reflect.Type{}
