@@ -22,7 +22,6 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/robfig/cron/v3"
 	"go.yaml.in/yaml/v2"
-	yaml3 "go.yaml.in/yaml/v3"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/sloprober/sloprober/faultaction"
@@ -41,35 +40,16 @@ func (c *Config) Validate() error {
 }
 
 // fileKeys is the set of the key paths of src with a value, as
-// strictyaml.KeyLines names them ("targets[0].url"): a key with no value
+// strictyaml.Keys names them ("targets[0].url"): a key with no value
 // (`model:`, or `model: null`) is left out, as if the file did not have
 // it. It is empty when src does not parse.
 func fileKeys(src []byte) map[string]bool {
 	keys := map[string]bool{}
-	var doc yaml3.Node
-	if yaml3.Unmarshal(src, &doc) != nil || doc.Kind != yaml3.DocumentNode || len(doc.Content) != 1 {
-		return keys
-	}
-	var visit func(n *yaml3.Node, path string)
-	visit = func(n *yaml3.Node, path string) {
-		switch n.Kind {
-		case yaml3.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				p := joinKey(path, n.Content[i].Value)
-				if v := n.Content[i+1]; v.Kind != yaml3.ScalarNode || v.ShortTag() != "!!null" {
-					keys[p] = true
-				}
-				visit(n.Content[i+1], p)
-			}
-		case yaml3.SequenceNode:
-			for i, c := range n.Content {
-				p := fmt.Sprintf("%s[%d]", path, i)
-				keys[p] = true
-				visit(c, p)
-			}
+	for p, k := range strictyaml.Keys(src) {
+		if !k.Null {
+			keys[p] = true
 		}
 	}
-	visit(doc.Content[0], "")
 	return keys
 }
 

@@ -287,32 +287,54 @@ func distance(a, b string) int {
 	return d[len(a)][len(b)]
 }
 
-// KeyLines maps every key path of a YAML document, as errors name them
-// ("targets[0].url", "canary[2]"), to its line; nil when b does not parse.
-// A validation error that names a key is located with it.
-func KeyLines(b []byte) map[string]int {
+// Key is a key path's place in a YAML document: its line, and whether the
+// file gives it no value (a mapping's `model:` or `model: null`).
+type Key struct {
+	Line int
+	Null bool
+}
+
+// Keys maps every key path of a YAML document, as errors name them
+// ("targets[0].url", "canary[2]"), to its place; nil when b does not
+// parse.
+func Keys(b []byte) map[string]Key {
 	var doc yaml3.Node
 	if yaml3.Unmarshal(b, &doc) != nil || doc.Kind != yaml3.DocumentNode || len(doc.Content) != 1 {
 		return nil
 	}
-	lines := map[string]int{}
+	keys := map[string]Key{}
 	var visit func(n *yaml3.Node, path string)
 	visit = func(n *yaml3.Node, path string) {
 		switch n.Kind {
 		case yaml3.MappingNode:
 			for i := 0; i+1 < len(n.Content); i += 2 {
-				p := join(path, n.Content[i].Value)
-				lines[p] = n.Content[i].Line
-				visit(n.Content[i+1], p)
+				p, v := join(path, n.Content[i].Value), n.Content[i+1]
+				keys[p] = Key{Line: n.Content[i].Line, Null: v.Kind == yaml3.ScalarNode && v.ShortTag() == "!!null"}
+				visit(v, p)
 			}
 		case yaml3.SequenceNode:
 			for i, c := range n.Content {
 				p := fmt.Sprintf("%s[%d]", path, i)
-				lines[p] = c.Line
+				keys[p] = Key{Line: c.Line}
 				visit(c, p)
 			}
 		}
 	}
 	visit(doc.Content[0], "")
+	return keys
+}
+
+// KeyLines maps every key path of a YAML document to its line (Keys); nil
+// when b does not parse. A validation error that names a key is located
+// with it.
+func KeyLines(b []byte) map[string]int {
+	keys := Keys(b)
+	if keys == nil {
+		return nil
+	}
+	lines := make(map[string]int, len(keys))
+	for p, k := range keys {
+		lines[p] = k.Line
+	}
 	return lines
 }
