@@ -590,7 +590,6 @@ func droppedText(l *Level) string {
 	return fmt.Sprintf("dropped %d (%s)", n, strings.Join(why, ", "))
 }
 
-// addNote appends s to a level's note.
 // tooFew is why a level below a met one is implied by it, not decided.
 const tooFew = "too few requests to decide"
 
@@ -601,6 +600,7 @@ func impliedNote(by string) string {
 	return "implied by " + by + ", which met: " + tooFew + " alone"
 }
 
+// addNote appends s to a level's note.
 func addNote(note, s string) string {
 	if note == "" {
 		return s
