@@ -139,23 +139,23 @@ func (p *progress) redraw() {
 // ("7/~11 verify, ..."); the time left stays whole ("about 2m10s left (up
 // to 22m)"), and only a line still too wide is cut, with an ellipsis.
 func fitLine(p capacity.Progress, width int) string {
-	left := p.RemainingText()
+	level, left := levelText(p), p.RemainingText()
+	short := fmt.Sprintf("%d/~%d %s", p.Level, p.Levels, p.Stage)
 	for _, line := range []string{
 		progressLine(p),
-		fmt.Sprintf("level %d of about %d: %s, %s; elapsed %s, %s", p.Level, p.Levels, p.Stage, p.LoadName(), p.Elapsed.Round(time.Second), left),
-		fmt.Sprintf("level %d of about %d: %s, %s; %s", p.Level, p.Levels, p.Stage, p.LoadName(), left),
-		fmt.Sprintf("%d/~%d %s, %s; %s", p.Level, p.Levels, p.Stage, p.LoadName(), left),
-		fmt.Sprintf("%d/~%d %s; %s", p.Level, p.Levels, p.Stage, left),
+		level + "; " + elapsedText(p),
+		level + "; " + left,
+		short + ", " + p.LoadName() + "; " + left,
+		short + "; " + left,
 	} {
 		if utf8.RuneCountInString(line) <= width {
 			return line
 		}
 	}
-	r := []rune(fmt.Sprintf("%d/~%d %s; %s", p.Level, p.Levels, p.Stage, left))
 	if width < 1 {
 		return ""
 	}
-	return string(r[:width-1]) + "…"
+	return string([]rune(short + "; " + left)[:width-1]) + "…"
 }
 
 // clear ends the updating line. p.mu is held.

@@ -251,12 +251,23 @@ func writeRun(w io.Writer, run *capacity.Run, format string) error {
 
 // progressLine is one line of a running test's progress.
 func progressLine(p capacity.Progress) string {
-	line := fmt.Sprintf("level %d of about %d: %s, %s; elapsed %s, %s", p.Level, p.Levels, p.Stage, p.LoadName(),
-		p.Elapsed.Round(time.Second), p.RemainingText())
+	line := levelText(p) + "; " + elapsedText(p)
 	if p.Level > 1 {
 		line += fmt.Sprintf("; last goodput %.3g good req/s", p.Goodput)
 	}
 	return line
+}
+
+// levelText names the level under way: "level 7 of about 11: verify,
+// 6.79 req/s intended".
+func levelText(p capacity.Progress) string {
+	return fmt.Sprintf("level %d of about %d: %s, %s", p.Level, p.Levels, p.Stage, p.LoadName())
+}
+
+// elapsedText is the time spent and left: "elapsed 3m12s, about 2m10s
+// left (up to 22m)".
+func elapsedText(p capacity.Progress) string {
+	return fmt.Sprintf("elapsed %s, %s", p.Elapsed.Round(time.Second), p.RemainingText())
 }
 
 // engineQueue returns how a test reads its target's engine queue depth:
