@@ -229,6 +229,13 @@ func printLengths(p func(string, ...any), t *config.TargetConfig, r *prober.Resu
 		p("output:     %d tokens asked, none received", r.OutputTokens)
 	case !m.OutputMismatch:
 		p("output:     %d tokens asked, %d %s", r.OutputTokens, m.OutputTokens, counted)
+	case m.UsageAboveAsked:
+		// N was bounded: the server's count is what is off, and said.
+		p("output:     %d tokens asked, %d counted by the server: MISMATCH, above what was asked and the %d text chunks received (its usage is wrong, or it ignores %s); TPOT counts %d",
+			r.OutputTokens, r.Usage.CompletionTokens, len(r.Chunks), t.MaxTokensField, m.OutputTokens)
+	case m.UsageBelowChunks:
+		p("output:     %d tokens asked, %d counted by the server: MISMATCH, fewer than the %d text chunks received (its usage is wrong); TPOT counts %d",
+			r.OutputTokens, r.Usage.CompletionTokens, len(r.Chunks), m.OutputTokens)
 	case m.OutputTokens > r.OutputTokens:
 		p("output:     %d tokens asked, %d %s: MISMATCH, longer than asked (the server ignores %s)", r.OutputTokens, m.OutputTokens, counted, t.MaxTokensField)
 	default:

@@ -72,7 +72,14 @@ func lyingServer(t *testing.T, errorMessage string) string {
 			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"word%d \"}}]}\n\n", i)
 		}
 		fmt.Fprint(w, `data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}`+"\n\n")
-		fmt.Fprintf(w, `data: {"choices":[],"usage":{"prompt_tokens":647,"completion_tokens":%d%s}}`+"\n\n", n, details)
+		counted := n
+		if strings.HasPrefix(r.URL.Path, "/inflated/") {
+			counted = 1000000 // a usage no stream of 3 chunks had
+		}
+		if strings.HasPrefix(r.URL.Path, "/deflated/") {
+			counted = 1 // fewer tokens than the text chunks sent
+		}
+		fmt.Fprintf(w, `data: {"choices":[],"usage":{"prompt_tokens":647,"completion_tokens":%d%s}}`+"\n\n", counted, details)
 		fmt.Fprint(w, "data: [DONE]\n\n")
 	}))
 	t.Cleanup(srv.Close)
@@ -89,6 +96,8 @@ targets:
   - {name: failing, url: "%[1]s/error/v1", model: m}
   - {name: hanging, url: "%[1]s/hanging/v1", model: m}
   - {name: closing, url: "%[1]s/closing/v1", model: m}
+  - {name: inflated, url: "%[1]s/inflated/v1", model: m}
+  - {name: deflated, url: "%[1]s/deflated/v1", model: m}
 scenarios:
   - {name: long-prompt, input_tokens: 3000, output_tokens: 3, ignore_eos: true}
   - {name: fits, input_tokens: 647, output_tokens: 3, ignore_eos: true}
@@ -155,6 +164,11 @@ func TestProbeLengthsAndErrors(t *testing.T) {
 
 	_, out = probe("lying", "long-output")
 	require.Contains(t, out, "\noutput:     64 tokens asked, 3 counted by the server: MISMATCH, shorter than asked although ignore_eos was sent (the server ignores ignore_eos)\n")
+	// A count no stream had: said as the server's, not as the N it bounds.
+	_, out = probe("inflated", "long-output")
+	require.Contains(t, out, "\noutput:     64 tokens asked, 1000000 counted by the server: MISMATCH, above what was asked and the 3 text chunks received (its usage is wrong, or it ignores max_tokens); TPOT counts 64\n")
+	_, out = probe("deflated", "fits")
+	require.Contains(t, out, "\noutput:     3 tokens asked, 1 counted by the server: MISMATCH, fewer than the 3 text chunks received (its usage is wrong); TPOT counts 3\n")
 	_, out = probe("verbose", "fits")
 	require.Contains(t, out, "\noutput:     3 tokens asked, 10 counted by the server: MISMATCH, longer than asked (the server ignores max_completion_tokens)\n")
 
