@@ -353,7 +353,13 @@ func printTimeline(w io.Writer, t *config.TargetConfig, s *config.ScenarioConfig
 	if u := r.Usage; u != nil {
 		p("usage:      prompt %d tokens, completion %d tokens", u.PromptTokens, u.CompletionTokens)
 		if u.CachedTokens != nil {
-			p("cache:      %d of %d prompt tokens cached", *u.CachedTokens, u.PromptTokens)
+			// As the canary and a test count it (CachedPromptTokens),
+			// or said not to be.
+			if _, _, ok := r.CachedPromptTokens(); ok {
+				p("cache:      %d of %d prompt tokens cached", *u.CachedTokens, u.PromptTokens)
+			} else {
+				p("cache:      %d of %d prompt tokens cached: not counted (impossible: more cached than prompt, or negative)", *u.CachedTokens, u.PromptTokens)
+			}
 		} else {
 			p("cache:      not reported")
 		}

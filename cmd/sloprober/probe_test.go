@@ -75,6 +75,7 @@ func lyingServer(t *testing.T, errorMessage string) string {
 		counted := n
 		if strings.HasPrefix(r.URL.Path, "/inflated/") {
 			counted = 1000000 // a usage no stream of 3 chunks had
+			details = `,"prompt_tokens_details":{"cached_tokens":99999999}`
 		}
 		if strings.HasPrefix(r.URL.Path, "/deflated/") {
 			counted = 1 // fewer tokens than the text chunks sent
@@ -167,6 +168,7 @@ func TestProbeLengthsAndErrors(t *testing.T) {
 	// A count no stream had: said as the server's, not as the N it bounds.
 	_, out = probe("inflated", "long-output")
 	require.Contains(t, out, "\noutput:     64 tokens asked, 1000000 counted by the server: MISMATCH, above what was asked and the 3 text chunks received (its usage is wrong, or it ignores max_tokens); TPOT counts 64\n")
+	require.Contains(t, out, "\ncache:      99999999 of 647 prompt tokens cached: not counted (impossible: more cached than prompt, or negative)\n")
 	_, out = probe("deflated", "fits")
 	require.Contains(t, out, "\noutput:     3 tokens asked, 1 counted by the server: MISMATCH, fewer than the 3 text chunks received (its usage is wrong); TPOT counts 3\n")
 	_, out = probe("verbose", "fits")
